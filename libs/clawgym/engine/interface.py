@@ -1,0 +1,71 @@
+"""The engine interface: what the proxy and the trainer's checks need from an inference engine.
+
+The engine knows nothing about chat templates or tokenization: it is purely token id sequences.
+Implemented by the torch engine (CPU, embedded), the vLLM engine (GPU), the gRPC client of the
+inference service, and a scripted engine for protocol tests.
+
+Logprob convention: each returned logprob is log p(token) under the distribution the token was
+actually sampled from, i.e. after temperature scaling (and before top-p/top-k truncation, which
+only restricts the support). Greedy (temperature 0) reports the temperature-1 logprob. This is
+what the trainer's importance ratios compare against: the trainer computes log softmax(z / T).
+"""
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 0          # 0: up to the end of the context
+    temperature: float = 1.0         # 0: greedy
+    top_p: float = 1.0               # 1: off
+    top_k: int = 0                   # 0: off
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """New tokens since the previous chunk. `finish_reason` is set on the last chunk only."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    policy_versions: list[int]
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    model: str
+    policy_version: int
+    max_context: int
+    vocab_size: int
+    running: int = 0
+    waiting: int = 0
+    ready: bool = True
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    def generate(
+        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+    ) -> AsyncIterator[TokenChunk]:
+        """Streams chunks as tokens are produced; closing the iterator aborts the request.
+
+        Raises InvalidArgument (empty prompt, id outside the vocabulary, prompt + max_new_tokens
+        beyond the context) before yielding anything, Unavailable while the engine cannot serve.
+        """
+        ...
+
+    async def load_weights(self, version: int, uri: str) -> float:
+        """Swaps in the checkpoint at `uri` as `version` between decode steps; returns seconds taken.
+
+        In-flight requests continue; their later tokens carry the new version. A checkpoint that
+        does not fit the model raises FailedPrecondition and the old weights keep serving.
+        """
+        ...
+
+    async def status(self) -> EngineStatus: ...

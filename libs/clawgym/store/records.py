@@ -1,0 +1,113 @@
+"""The store's plain records: what the in-process store and the gRPC client both return.
+
+One vocabulary from proto to SQL to Python: run, rollout, call, group, checkpoint. Token arrays
+are numpy arrays here (int32 ids, float32 logprobs), packed bytes in SQL and on the wire.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ROLLOUT_STATES = ("registered", "running", "finished", "failed", "cancelled")
+ENDED_ROLLOUT_STATES = ("finished", "failed", "cancelled")
+RUN_STATES = ("created", "running", "finished", "failed")
+PROTOCOLS = ("anthropic_messages", "openai_chat", "openai_responses")
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    name: str
+    config: dict[str, Any]
+    status: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """What the orchestrator registers: one rollout of a task through a harness, in a group."""
+
+    group_id: str
+    task_id: str
+    harness: str
+    policy_version_start: int = 0
+
+
+@dataclass(frozen=True)
+class RegisteredRollout:
+    rollout_id: str
+    token: str  # the API key; only its hash is stored
+
+
+@dataclass(frozen=True)
+class Rollout:
+    id: str
+    run_id: str
+    group_id: str
+    task_id: str
+    harness: str
+    status: str
+    reward: float | None
+    passed: bool | None
+    error: str
+    policy_version_start: int
+    sandbox: str
+    timings: dict[str, float]
+    created_at: float
+
+
+@dataclass
+class Call:
+    """One model call of a rollout: the raw request/response and the exact tokens the engine saw."""
+
+    rollout_id: str
+    seq: int
+    protocol: str
+    request: dict[str, Any]
+    response: dict[str, Any]
+    prompt_ids: np.ndarray       # int32 (P,)
+    output_ids: np.ndarray       # int32 (O,)
+    output_logprobs: np.ndarray  # float32 (O,)
+    output_versions: np.ndarray  # int32 (O,)
+    policy_version: int
+    finish_reason: str
+    latency_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    id: str = ""                 # assigned by the store
+    created_at: float = 0.0      # assigned by the store
+
+
+@dataclass(frozen=True)
+class RolloutWithCalls:
+    rollout: Rollout
+    calls: list[Call]
+
+
+@dataclass(frozen=True)
+class Group:
+    """All rollouts of one (task, harness) group, with their calls in seq order: the trainer's unit."""
+
+    id: str
+    run_id: str
+    rollouts: list[RolloutWithCalls]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    run_id: str
+    version: int
+    step: int
+    uri: str
+    metrics: dict[str, Any]
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class GroupReady:
+    """A bus notification that every rollout of a group has ended."""
+
+    group_id: str
+    run_id: str
+    message_id: str = ""

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (proto/generate.py). Never edit by hand."""

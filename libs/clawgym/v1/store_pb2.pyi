@@ -1,0 +1,289 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Run(_message.Message):
+    __slots__ = ("id", "name", "config_json", "status", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    config_json: str
+    status: str
+    created_at: float
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., config_json: _Optional[str] = ..., status: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class CreateRunRequest(_message.Message):
+    __slots__ = ("name", "config_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config_json: str
+    def __init__(self, name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class SetRunStatusRequest(_message.Message):
+    __slots__ = ("run_id", "status")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    status: str
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
+
+class RolloutSpec(_message.Message):
+    __slots__ = ("group_id", "task_id", "harness", "policy_version_start")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_START_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    task_id: str
+    harness: str
+    policy_version_start: int
+    def __init__(self, group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., policy_version_start: _Optional[int] = ...) -> None: ...
+
+class RegisterRolloutsRequest(_message.Message):
+    __slots__ = ("run_id", "rollouts")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    rollouts: _containers.RepeatedCompositeFieldContainer[RolloutSpec]
+    def __init__(self, run_id: _Optional[str] = ..., rollouts: _Optional[_Iterable[_Union[RolloutSpec, _Mapping]]] = ...) -> None: ...
+
+class RegisteredRollout(_message.Message):
+    __slots__ = ("rollout_id", "token")
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    token: str
+    def __init__(self, rollout_id: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class RegisterRolloutsResponse(_message.Message):
+    __slots__ = ("rollouts",)
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    rollouts: _containers.RepeatedCompositeFieldContainer[RegisteredRollout]
+    def __init__(self, rollouts: _Optional[_Iterable[_Union[RegisteredRollout, _Mapping]]] = ...) -> None: ...
+
+class ResolveTokenRequest(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
+class GetRolloutRequest(_message.Message):
+    __slots__ = ("rollout_id",)
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    def __init__(self, rollout_id: _Optional[str] = ...) -> None: ...
+
+class StartRolloutRequest(_message.Message):
+    __slots__ = ("rollout_id", "sandbox")
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    sandbox: str
+    def __init__(self, rollout_id: _Optional[str] = ..., sandbox: _Optional[str] = ...) -> None: ...
+
+class Rollout(_message.Message):
+    __slots__ = ("id", "run_id", "group_id", "task_id", "harness", "status", "reward", "passed", "error", "policy_version_start", "sandbox", "timings_json", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_START_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    run_id: str
+    group_id: str
+    task_id: str
+    harness: str
+    status: str
+    reward: float
+    passed: bool
+    error: str
+    policy_version_start: int
+    sandbox: str
+    timings_json: str
+    created_at: float
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., policy_version_start: _Optional[int] = ..., sandbox: _Optional[str] = ..., timings_json: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class FinishRolloutRequest(_message.Message):
+    __slots__ = ("rollout_id", "status", "reward", "passed", "error", "timings_json")
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    status: str
+    reward: float
+    passed: bool
+    error: str
+    timings_json: str
+    def __init__(self, rollout_id: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., timings_json: _Optional[str] = ...) -> None: ...
+
+class Call(_message.Message):
+    __slots__ = ("id", "rollout_id", "seq", "protocol", "request_json", "response_json", "prompt_ids", "output_ids", "output_logprobs", "output_versions", "policy_version", "finish_reason", "latency_s", "headers_json", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_JSON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    rollout_id: str
+    seq: int
+    protocol: str
+    request_json: str
+    response_json: str
+    prompt_ids: bytes
+    output_ids: bytes
+    output_logprobs: bytes
+    output_versions: bytes
+    policy_version: int
+    finish_reason: str
+    latency_s: float
+    headers_json: str
+    created_at: float
+    def __init__(self, id: _Optional[str] = ..., rollout_id: _Optional[str] = ..., seq: _Optional[int] = ..., protocol: _Optional[str] = ..., request_json: _Optional[str] = ..., response_json: _Optional[str] = ..., prompt_ids: _Optional[bytes] = ..., output_ids: _Optional[bytes] = ..., output_logprobs: _Optional[bytes] = ..., output_versions: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., finish_reason: _Optional[str] = ..., latency_s: _Optional[float] = ..., headers_json: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class RecordCallResponse(_message.Message):
+    __slots__ = ("call_id",)
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    def __init__(self, call_id: _Optional[str] = ...) -> None: ...
+
+class ListCallsRequest(_message.Message):
+    __slots__ = ("rollout_id",)
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    def __init__(self, rollout_id: _Optional[str] = ...) -> None: ...
+
+class ListCallsResponse(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[Call]
+    def __init__(self, calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ...) -> None: ...
+
+class GetGroupRequest(_message.Message):
+    __slots__ = ("group_id",)
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    def __init__(self, group_id: _Optional[str] = ...) -> None: ...
+
+class RolloutWithCalls(_message.Message):
+    __slots__ = ("rollout", "calls")
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    rollout: Rollout
+    calls: _containers.RepeatedCompositeFieldContainer[Call]
+    def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ..., calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ...) -> None: ...
+
+class Group(_message.Message):
+    __slots__ = ("id", "run_id", "rollouts")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    run_id: str
+    rollouts: _containers.RepeatedCompositeFieldContainer[RolloutWithCalls]
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., rollouts: _Optional[_Iterable[_Union[RolloutWithCalls, _Mapping]]] = ...) -> None: ...
+
+class WatchGroupsRequest(_message.Message):
+    __slots__ = ("run_id", "after_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_id: str
+    def __init__(self, run_id: _Optional[str] = ..., after_id: _Optional[str] = ...) -> None: ...
+
+class GroupReady(_message.Message):
+    __slots__ = ("group_id", "run_id", "message_id")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    run_id: str
+    message_id: str
+    def __init__(self, group_id: _Optional[str] = ..., run_id: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("run_id", "version", "step", "uri", "metrics_json", "created_at")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    version: int
+    step: int
+    uri: str
+    metrics_json: str
+    created_at: float
+    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., step: _Optional[int] = ..., uri: _Optional[str] = ..., metrics_json: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
+
+class TrainStep(_message.Message):
+    __slots__ = ("run_id", "step", "metrics_json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    metrics_json: str
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., metrics_json: _Optional[str] = ...) -> None: ...
+
+class Eval(_message.Message):
+    __slots__ = ("run_id", "version", "suite", "harness", "metrics_json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SUITE_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    version: int
+    suite: str
+    harness: str
+    metrics_json: str
+    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., suite: _Optional[str] = ..., harness: _Optional[str] = ..., metrics_json: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""Deployable services: each a thin server around `clawgym`. Services never import each other."""
