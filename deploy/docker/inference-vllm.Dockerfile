@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1.7
+# The GPU inference image: vLLM's own image (CUDA, its pinned torch) with clawgym added on top, so
+# `clawgym serve inference` can run the vLLM engine. vLLM pins torch itself, so clawgym goes in
+# with --no-deps and its other dependencies are installed from pyproject.toml minus torch.
+#
+#   docker build -f deploy/docker/inference-vllm.Dockerfile -t clawgym/inference-vllm:0.1.0 .
+#
+# Which vLLM versions the engine supports is documented in deploy/vllm.md (the inference owners');
+# keep VLLM_VERSION in step with it.
+
+ARG VLLM_VERSION=v0.33.0
+FROM vllm/vllm-openai:${VLLM_VERSION}
+
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY pyproject.toml README.md /src/
+COPY libs /src/libs
+COPY services /src/services
+# Dependencies from pyproject.toml except torch (vLLM's pinned build stays).
+RUN python3 -c "import tomllib; deps = tomllib.load(open('/src/pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.replace(' ', '').startswith('torch')))" > /tmp/requirements.txt \
+ && python3 -m pip install -r /tmp/requirements.txt \
+ && python3 -m pip install --no-deps /src \
+ && rm -rf /tmp/requirements.txt /src
+
+RUN groupadd --gid 10001 clawgym \
+ && useradd --uid 10001 --gid 10001 --home-dir /home/clawgym --create-home clawgym
+ENV HOME=/home/clawgym PYTHONUNBUFFERED=1 CLAWGYM_INFERENCE__ENGINE=vllm
+USER 10001:10001
+WORKDIR /home/clawgym
+EXPOSE 50052 9102
+# The vLLM image's entrypoint is its own OpenAI server; replace it with the clawgym service.
+ENTRYPOINT ["clawgym", "serve", "inference"]
