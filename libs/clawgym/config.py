@@ -26,6 +26,11 @@ class StoreConfig(Section):
     bus_url: str = Field("memory://", description="event bus: redis://host:port/db, or memory:// (embedded)")
     grpc_url: str = Field("", description="address of the store service (host:port); empty = in-process store")
     port: int = Field(50051, description="port `clawgym serve store` listens on")
+    max_call_mb: int = Field(64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB")
+    pool_size: int = Field(16, ge=1, description="database connections per store process (one per concurrent writer)")
+    grpc_max_message_mb: int = Field(
+        1024, ge=1, le=2047, description="largest gRPC message of the store service and client (a whole group), in MiB"
+    )
 
 
 class ClawgymConfig(BaseSettings):

@@ -7,7 +7,16 @@ Errors are `clawgym.errors` types: InvalidArgument, NotFound, AlreadyExists.
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from clawgym.store.records import Call, Checkpoint, Group, GroupReady, RegisteredRollout, Rollout, RolloutSpec, Run
+from clawgym.store.records import (
+    Call,
+    Checkpoint,
+    Group,
+    GroupReady,
+    RegisteredRollout,
+    Rollout,
+    RolloutSpec,
+    Run,
+)
 
 
 class TrajectoryStore(Protocol):

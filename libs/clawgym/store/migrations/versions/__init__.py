@@ -1,0 +1,1 @@
+"""Alembic revision scripts of the trajectory store, applied in order by `migrate(url)`."""

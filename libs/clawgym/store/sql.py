@@ -1,0 +1,434 @@
+"""`SqlStore`: the in-process `TrajectoryStore` on SQLAlchemy (PostgreSQL or SQLite) plus an event bus.
+
+Owns the store's queries and transactions, and the events they cause (`rollouts.done`,
+`groups.ready`, `checkpoints`); not input checks (`validate`), row unpacking (`rows`), the schema
+(`models`, `migrations`) or the gRPC shell (`clawgym_services.store`).
+
+Rules it keeps:
+1. Every write is one transaction; a rejected request writes nothing (checks run first, and a
+   failure inside rolls the whole transaction back).
+2. A rollout's API token is random (`secrets`) and stored only as its sha256; ended rollouts
+   still resolve (the proxy decides what an ended rollout's token may do).
+3. A group is ready when its last rollout ends, announced on `groups.ready` exactly once, even
+   when rollouts end concurrently: each finish increments `groups.ended` with one UPDATE, which
+   row-locks the group on PostgreSQL (SQLite serialises writers), so exactly one transaction
+   sees `ended == size`. Events are published after commit, so a reader sees the whole group.
+4. No calls are recorded for an ended rollout: its group may already be trained on.
+"""
+
+import hashlib
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import exc, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from clawgym.config import StoreConfig
+from clawgym.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from clawgym.store import rows, validate
+from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE, EventBus, make_bus
+from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.database import create_store_engine, read_only
+from clawgym.store.migrations import migrate
+from clawgym.store.models import CallRow, CheckpointRow, EvalRow, GroupRow, RolloutRow, RunRow, TrainStepRow
+from clawgym.store.records import (
+    ENDED_ROLLOUT_STATES,
+    RUN_STATES,
+    Call,
+    Checkpoint,
+    Group,
+    GroupReady,
+    RegisteredRollout,
+    Rollout,
+    RolloutSpec,
+    RolloutWithCalls,
+    Run,
+)
+
+log = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "cg-"  # makes a leaked key recognisable in logs and secret scanners
+
+
+def hash_token(token: str) -> str:
+    """What the store keeps of an API token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class SqlStore:
+    """The trajectory store on one SQL database; thread-safe (one pooled engine, a session per call)."""
+
+    def __init__(
+        self,
+        url: str,
+        bus: EventBus | None = None,
+        *,
+        max_call_bytes: int = validate.DEFAULT_MAX_CALL_BYTES,
+        pool_size: int = 16,
+    ) -> None:
+        """Connects, and creates or upgrades the schema through Alembic (`migrations.migrate`)."""
+        self.bus: EventBus = bus if bus is not None else MemoryBus()
+        self.max_call_bytes = max_call_bytes
+        self._engine = create_store_engine(url, pool_size=pool_size)
+        self._reader = read_only(self._engine)
+        with self._db_errors():
+            migrate(self._engine)
+
+    @classmethod
+    def from_config(cls, cfg: StoreConfig, bus: EventBus | None = None) -> "SqlStore":
+        return cls(
+            cfg.url,
+            bus if bus is not None else make_bus(cfg.bus_url),
+            max_call_bytes=cfg.max_call_mb * 2**20,
+            pool_size=cfg.pool_size,
+        )
+
+    def close(self) -> None:
+        """Closes the pool's connections and the bus."""
+        self._engine.dispose()
+        self.bus.close()
+
+    # --- runs ---
+
+    def create_run(self, name: str, config: dict[str, Any] | None = None) -> Run:
+        config, _ = validate.json_object("config", config)
+        row = RunRow(
+            id=_new_id(),
+            name=validate.text("name", name),
+            config=config,
+            status="created",
+            created_at=time.time(),
+        )
+        with self._write() as s:
+            s.add(row)
+        return rows.run_record(row)
+
+    def get_run(self, run_id: str) -> Run:
+        with self._read() as s:
+            return rows.run_record(self._run(s, run_id))
+
+    def set_run_status(self, run_id: str, status: str) -> Run:
+        status = validate.name("status", status, RUN_STATES)
+        with self._write() as s:
+            row = self._run(s, run_id)
+            row.status = status
+        return rows.run_record(row)
+
+    # --- rollouts ---
+
+    def register_rollouts(self, run_id: str, specs: list[RolloutSpec]) -> list[RegisteredRollout]:
+        for i, spec in enumerate(specs):
+            for field in ("group_id", "task_id", "harness"):
+                validate.text(f"rollouts[{i}].{field}", getattr(spec, field))
+            validate.integer(f"rollouts[{i}].policy_version_start", spec.policy_version_start)
+        tokens = [TOKEN_PREFIX + secrets.token_urlsafe(32) for _ in specs]
+        now = time.time()
+        sizes: dict[str, int] = {}
+        for spec in specs:
+            sizes[spec.group_id] = sizes.get(spec.group_id, 0) + 1
+        with self._write() as s:
+            self._run(s, run_id)
+            # A fixed lock order (sorted group ids), so concurrent registrations cannot deadlock.
+            next_index = {g: self._grow_group(s, run_id, g, n, now) for g, n in sorted(sizes.items())}
+            new = []
+            for spec, token in zip(specs, tokens, strict=True):
+                index, next_index[spec.group_id] = next_index[spec.group_id], next_index[spec.group_id] + 1
+                new.append(
+                    RolloutRow(
+                        id=_new_id(), run_id=run_id, group_id=spec.group_id, group_index=index, task_id=spec.task_id,
+                        harness=spec.harness, status="registered", reward=None, passed=None, error="",
+                        policy_version_start=spec.policy_version_start, sandbox="", timings={},
+                        token_hash=hash_token(token), created_at=now, started_at=None, ended_at=None,
+                    )
+                )  # fmt: skip
+            s.add_all(new)
+        return [RegisteredRollout(rollout_id=r.id, token=t) for r, t in zip(new, tokens, strict=True)]
+
+    def resolve_token(self, token: str) -> Rollout:
+        with self._read() as s:
+            row = s.scalars(
+                select(RolloutRow).where(RolloutRow.token_hash == hash_token(token))
+            ).one_or_none()
+            if row is None:
+                raise NotFound("unknown rollout token")  # never echo a secret
+            return rows.rollout_record(row)
+
+    def get_rollout(self, rollout_id: str) -> Rollout:
+        with self._read() as s:
+            return rows.rollout_record(self._rollout(s, rollout_id))
+
+    def start_rollout(self, rollout_id: str, sandbox: str = "") -> Rollout:
+        sandbox = validate.text("sandbox", sandbox, required=False)
+        with self._write() as s:
+            row = self._rollout(s, rollout_id, lock=True)
+            if row.status in ENDED_ROLLOUT_STATES:
+                raise FailedPrecondition(
+                    f"rollout {rollout_id} has ended ({row.status}); it cannot start again"
+                )
+            row.status, row.sandbox = "running", sandbox
+            row.started_at = row.started_at or time.time()
+        return rows.rollout_record(row)
+
+    def finish_rollout(
+        self,
+        rollout_id: str,
+        status: str,
+        reward: float | None = None,
+        passed: bool | None = None,
+        error: str = "",
+        timings: dict[str, float] | None = None,
+    ) -> Rollout:
+        status = validate.name("status", status, ENDED_ROLLOUT_STATES)
+        reward = validate.number("reward", reward, optional=True)
+        if passed is not None and not isinstance(passed, bool):
+            raise InvalidArgument(f"passed must be a bool or None, got {passed!r}")
+        error = validate.text("error", error, required=False)
+        checked_timings = validate.timings(timings)
+        with self._write() as s:
+            row = self._rollout(s, rollout_id, lock=True)
+            if row.status in ENDED_ROLLOUT_STATES:
+                raise FailedPrecondition(f"rollout {rollout_id} has ended already ({row.status})")
+            row.status, row.reward, row.passed, row.error = status, reward, passed, error
+            row.timings, row.ended_at = checked_timings, time.time()
+            group_ready = self._count_ended(s, row.group_id, row.ended_at)
+        record = rows.rollout_record(row)
+        fields = {
+            "rollout_id": record.id,
+            "group_id": record.group_id,
+            "run_id": record.run_id,
+            "status": status,
+        }
+        self._publish(ROLLOUTS_DONE, fields)
+        if group_ready:
+            self._publish(GROUPS_READY, {"group_id": record.group_id, "run_id": record.run_id})
+        return record
+
+    # --- calls ---
+
+    def record_call(self, call: Call) -> str:
+        values = validate.call_values(call, self.max_call_bytes)
+        call_id = _new_id()
+        try:
+            with self._write() as s:
+                status = s.scalar(
+                    select(RolloutRow.status)
+                    .where(RolloutRow.id == call.rollout_id)
+                    .with_for_update(read=True)
+                )
+                if status is None:
+                    raise NotFound(f"unknown rollout {call.rollout_id!r}")
+                if status in ENDED_ROLLOUT_STATES:
+                    raise FailedPrecondition(f"rollout {call.rollout_id} has ended ({status}); no more calls")
+                s.execute(insert(CallRow).values(id=call_id, created_at=time.time(), **values))
+        except exc.IntegrityError as e:
+            raise AlreadyExists(f"call {call.rollout_id}#{call.seq} is recorded already") from e
+        return call_id
+
+    def list_calls(self, rollout_id: str) -> list[Call]:
+        with self._read() as s:
+            self._rollout(s, rollout_id)
+            found = s.scalars(select(CallRow).where(CallRow.rollout_id == rollout_id).order_by(CallRow.seq))
+            return [rows.call_record(r) for r in found]
+
+    # --- groups ---
+
+    def get_group(self, group_id: str) -> Group:
+        """The group's rollouts (in registration order) with their calls in seq order: two queries."""
+        with self._read() as s:
+            members = list(
+                s.scalars(
+                    select(RolloutRow).where(RolloutRow.group_id == group_id).order_by(RolloutRow.group_index)
+                )
+            )
+            if not members:
+                raise NotFound(f"unknown group {group_id!r}")
+            calls: dict[str, list[Call]] = {r.id: [] for r in members}
+            found = s.scalars(
+                select(CallRow)
+                .join(RolloutRow, CallRow.rollout_id == RolloutRow.id)
+                .where(RolloutRow.group_id == group_id)
+                .order_by(CallRow.rollout_id, CallRow.seq)
+            )
+            for row in found:
+                calls[row.rollout_id].append(rows.call_record(row))
+            return Group(
+                id=group_id,
+                run_id=members[0].run_id,
+                rollouts=[RolloutWithCalls(rows.rollout_record(r), calls[r.id]) for r in members],
+            )
+
+    def watch_groups(
+        self, run_id: str, after_id: str = "", timeout_s: float | None = None
+    ) -> Iterator[GroupReady]:
+        """Groups of `run_id` that became ready after bus message `after_id` ("" = all), as they come.
+
+        Ends after `timeout_s` seconds in total (None: when the caller stops iterating).
+        """
+        self.get_run(run_id)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        cursor = after_id
+        while True:
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return
+            for message in self.bus.read(GROUPS_READY, cursor, count=100, block_s=min(left, 1.0)):
+                cursor = message.id
+                if message.fields.get("run_id") == run_id:
+                    yield GroupReady(
+                        group_id=message.fields["group_id"], run_id=run_id, message_id=message.id
+                    )
+
+    # --- checkpoints, steps, evals ---
+
+    def record_checkpoint(self, checkpoint: Checkpoint) -> Checkpoint:
+        metrics, _ = validate.json_object("metrics", checkpoint.metrics)
+        row = CheckpointRow(
+            run_id=checkpoint.run_id,
+            version=validate.integer("version", checkpoint.version),
+            step=validate.integer("step", checkpoint.step),
+            uri=validate.text("uri", checkpoint.uri),
+            metrics=metrics,
+            created_at=time.time(),
+        )
+        with self._unique(f"checkpoint {checkpoint.version} of run {checkpoint.run_id}"), self._write() as s:
+            self._run(s, checkpoint.run_id)
+            s.add(row)
+        record = rows.checkpoint_record(row)
+        fields = {
+            "run_id": record.run_id,
+            "version": str(record.version),
+            "step": str(record.step),
+            "uri": record.uri,
+        }
+        self._publish(CHECKPOINTS, fields)
+        return record
+
+    def list_checkpoints(self, run_id: str) -> list[Checkpoint]:
+        with self._read() as s:
+            self._run(s, run_id)
+            found = s.scalars(
+                select(CheckpointRow).where(CheckpointRow.run_id == run_id).order_by(CheckpointRow.version)
+            )
+            return [rows.checkpoint_record(r) for r in found]
+
+    def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
+        metrics, _ = validate.json_object("metrics", metrics)
+        row = TrainStepRow(
+            run_id=run_id, step=validate.integer("step", step), metrics=metrics, created_at=time.time()
+        )
+        with self._unique(f"train step {step} of run {run_id}"), self._write() as s:
+            self._run(s, run_id)
+            s.add(row)
+
+    def record_eval(
+        self, run_id: str, version: int, suite: str, harness: str, metrics: dict[str, Any]
+    ) -> None:
+        metrics, _ = validate.json_object("metrics", metrics)
+        row = EvalRow(
+            run_id=run_id,
+            version=validate.integer("version", version),
+            suite=validate.text("suite", suite),
+            harness=validate.text("harness", harness),
+            metrics=metrics,
+            created_at=time.time(),
+        )
+        with self._write() as s:
+            self._run(s, run_id)
+            s.add(row)
+
+    # --- internals ---
+
+    @contextmanager
+    def _db_errors(self) -> Iterator[None]:
+        """A database that cannot be reached (or stays locked past the busy timeout) is Unavailable."""
+        try:
+            yield
+        except (exc.OperationalError, exc.InterfaceError) as e:
+            raise Unavailable(f"store database unavailable: {e.orig or e}") from e
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        """One write transaction: commits on success, rolls everything back on any error."""
+        with self._db_errors(), Session(self._engine, expire_on_commit=False) as s, s.begin():
+            yield s
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        """One read transaction on a consistent snapshot (see `database.read_only`)."""
+        with self._db_errors(), Session(self._reader) as s, s.begin():
+            yield s
+
+    @contextmanager
+    def _unique(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except exc.IntegrityError as e:
+            raise AlreadyExists(f"{what} is recorded already") from e
+
+    def _publish(self, stream: str, fields: dict[str, str]) -> None:
+        try:
+            self.bus.publish(stream, fields)
+        except Exception:
+            # The database has committed; only the notification is lost. Say so loudly.
+            log.exception("committed, but publishing %s %s failed", stream, fields)
+            raise
+
+    @staticmethod
+    def _run(s: Session, run_id: str) -> RunRow:
+        row = s.get(RunRow, run_id) if isinstance(run_id, str) else None
+        if row is None:
+            raise NotFound(f"unknown run {run_id!r}")
+        return row
+
+    @staticmethod
+    def _rollout(s: Session, rollout_id: str, lock: bool = False) -> RolloutRow:
+        row = (
+            s.get(RolloutRow, rollout_id, with_for_update=True if lock else None)
+            if isinstance(rollout_id, str)
+            else None
+        )
+        if row is None:
+            raise NotFound(f"unknown rollout {rollout_id!r}")
+        return row
+
+    @staticmethod
+    def _grow_group(s: Session, run_id: str, group_id: str, size: int, now: float) -> int:
+        """Creates the group or adds `size` rollouts to it, under its row lock; returns its old size."""
+        dialect_insert = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
+        s.execute(
+            dialect_insert(GroupRow)
+            .values(id=group_id, run_id=run_id, size=0, ended=0, ready_at=None, created_at=now)
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        group = s.get(GroupRow, group_id, with_for_update=True, populate_existing=True)
+        assert group is not None, "the group row was just inserted"
+        if group.run_id != run_id:
+            raise InvalidArgument(f"group {group_id!r} belongs to run {group.run_id}, not {run_id}")
+        if group.ready_at is not None:
+            raise FailedPrecondition(
+                f"group {group_id!r} is complete (all its rollouts ended); use a new group id"
+            )
+        group.size += size
+        return group.size - size
+
+    @staticmethod
+    def _count_ended(s: Session, group_id: str, now: float) -> bool:
+        """Counts one more ended rollout; True for the one transaction that ends the group."""
+        # One UPDATE: on PostgreSQL it row-locks the group until commit, so concurrent finishers
+        # queue here and each reads the count including all earlier ones (see rule 3 above).
+        s.execute(update(GroupRow).where(GroupRow.id == group_id).values(ended=GroupRow.ended + 1))
+        ended, size = s.execute(select(GroupRow.ended, GroupRow.size).where(GroupRow.id == group_id)).one()
+        if ended < size:
+            return False
+        s.execute(update(GroupRow).where(GroupRow.id == group_id).values(ready_at=now))
+        return True

@@ -1,0 +1,128 @@
+"""What the store accepts: checks of names, ids, JSON payloads, token arrays and sizes.
+
+Owns turning caller input into column values or an `InvalidArgument` that says which field is
+wrong and why; not existence checks (NotFound) or uniqueness (AlreadyExists), which need the
+database (`clawgym.store.sql`). Everything here runs before a transaction opens, so a rejected
+request never touches the database.
+"""
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from clawgym import arrays
+from clawgym.errors import InvalidArgument
+from clawgym.store.records import FINISH_REASONS, PROTOCOLS, Call
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+DEFAULT_MAX_CALL_BYTES = 64 * 2**20
+
+
+def name(field: str, value: Any, allowed: Sequence[str]) -> str:
+    """A value from a fixed vocabulary (status, protocol, finish reason)."""
+    if value not in allowed:
+        raise InvalidArgument(f"{field} must be one of {', '.join(allowed)}; got {value!r}")
+    return str(value)
+
+
+def text(field: str, value: Any, *, required: bool = True) -> str:
+    """A string field; `required` ones must be non-empty."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field} must be a string, got {type(value).__name__}")
+    if required and not value:
+        raise InvalidArgument(f"{field} must not be empty")
+    return value
+
+
+def integer(field: str, value: Any, low: int = 0, high: int = INT64_MAX) -> int:
+    """An int in [low, high] (bools are not ints here)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{field} must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{field} must be in [{low}, {high}], got {value}")
+    return value
+
+
+def number(field: str, value: Any, *, optional: bool = False) -> float | None:
+    """A finite float (ints accepted); None only where `optional`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"{field} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def json_object(field: str, value: Any) -> tuple[dict[str, Any], int]:
+    """A JSON-serialisable dict (no NaN: PostgreSQL's JSON has none) and its encoded size in bytes."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{field} must be a JSON object (dict), got {type(value).__name__}")
+    try:
+        encoded = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"{field} is not JSON-serialisable: {e}") from e
+    return value, len(encoded.encode())
+
+
+def timings(value: Any) -> dict[str, float]:
+    """Rollout phase durations: {"harness_s": 12.5, …}."""
+    checked, _ = json_object("timings", value)
+    return {text("timings key", k): number(f"timings[{k!r}]", v) for k, v in checked.items()}  # type: ignore[misc]
+
+
+def call_values(call: Call, max_bytes: int = DEFAULT_MAX_CALL_BYTES) -> dict[str, Any]:
+    """The `calls` columns for `call` (all but id and created_at), or InvalidArgument naming the field.
+
+    Arrays must be 1-D; ids and versions integers that fit int32, logprobs floats, and the output
+    arrays (ids, logprobs, versions) one entry per generated token. The whole call, packed arrays
+    plus JSON, must be at most `max_bytes`.
+    """
+    where = f"call {call.rollout_id!r}#{call.seq!r}"
+    text("rollout_id", call.rollout_id)
+    seq = integer("seq", call.seq, 0, INT32_MAX)
+    protocol = name("protocol", call.protocol, PROTOCOLS)
+    finish_reason = name("finish_reason", call.finish_reason, FINISH_REASONS)
+    policy_version = integer("policy_version", call.policy_version)
+    latency = number("latency_s", call.latency_s)
+    request, request_bytes = json_object("request", call.request)
+    response, response_bytes = json_object("response", call.response)
+    headers, headers_bytes = json_object("headers", call.headers)
+    packed = {}
+    for field, pack in (
+        ("prompt_ids", arrays.pack_ids),
+        ("output_ids", arrays.pack_ids),
+        ("output_logprobs", arrays.pack_logprobs),
+        ("output_versions", arrays.pack_ids),
+    ):
+        try:
+            packed[field] = pack(getattr(call, field))
+        except (ValueError, TypeError) as e:  # ArrayError, or numpy refusing a ragged/odd input
+            raise InvalidArgument(f"{where}: {field}: {e}") from e
+    n_output = len(packed["output_ids"]) // 4
+    for field in ("output_logprobs", "output_versions"):
+        if len(packed[field]) // 4 != n_output:
+            raise InvalidArgument(
+                f"{where}: {field} has {len(packed[field]) // 4} entries for {n_output} output ids"
+            )
+    size = sum(map(len, packed.values())) + request_bytes + response_bytes + headers_bytes
+    if size > max_bytes:
+        raise InvalidArgument(
+            f"{where} is {size} bytes, over the store's limit of {max_bytes} bytes per call"
+        )
+    return {
+        "rollout_id": call.rollout_id,
+        "seq": seq,
+        "protocol": protocol,
+        "request": request,
+        "response": response,
+        "headers": headers,
+        **packed,
+        "n_prompt": len(packed["prompt_ids"]) // 4,
+        "n_output": n_output,
+        "policy_version": policy_version,
+        "finish_reason": finish_reason,
+        "latency_s": latency,
+    }
