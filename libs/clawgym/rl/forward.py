@@ -1,0 +1,139 @@
+"""The model forward on a packed tree: per-row logprobs, entropies and state values.
+
+Owns how a Hugging Face causal LM (Llama/SmolLM, Qwen2, Qwen3) runs on one `PackedSequence`:
+the base model with the tree mask and position ids = depth, then the LM head only at the slots
+whose logits are needed (the parents of the loss rows' tokens). It does not define losses.
+
+Attention backends (`model.config._attn_implementation`):
+- "sdpa" (CPU and GPU): a 4D boolean mask, passed through transformers unchanged;
+- "eager": the same mask as an additive float tensor;
+- "flex_attention" (GPU): a FlexAttention BlockMask. This path is not exercised by CI (no GPU);
+- flash-attention kernels take no arbitrary mask and are refused.
+Sliding-window layers (config.layer_types has "sliding_attention") get their own mask with the
+window measured along the path (depth), handed over as transformers' per-layer-type mask dict.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from clawgym.errors import FailedPrecondition
+from clawgym.rl.packing import PackedSequence, eager_mask, flex_block_mask, sdpa_mask
+
+
+class ValueHead(nn.Module):
+    """V(s) = w·h + b on the base model's last hidden state (after the final norm)."""
+
+    def __init__(self, hidden_size: int, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 1, dtype=dtype)
+        nn.init.zeros_(self.proj.bias)
+        nn.init.normal_(self.proj.weight, std=hidden_size**-0.5)
+
+    def forward(self, hidden: Tensor) -> Tensor:  # (..., H) -> (...)
+        return self.proj(hidden).squeeze(-1)
+
+
+@dataclass
+class PackedOutput:
+    """Model outputs at the rows of one packed sequence."""
+
+    logprob: Tensor  # (C,) log π(token | its prefix)
+    entropy: Tensor  # (C,) entropy of π(· | the prefix), same slots
+    values: Tensor | None  # (V,) V(prefix before the value row's token), with a value head
+
+
+def tree_attention_mask(model: nn.Module, pack: PackedSequence, device: torch.device, dtype: torch.dtype):
+    """The mask argument for `model`'s base model: a tensor, a BlockMask, or a per-layer-type dict."""
+    cfg = model.config
+    impl = getattr(cfg, "_attn_implementation", "sdpa") or "sdpa"
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    unknown = layer_types - {"full_attention", "sliding_attention"}
+    if unknown:
+        raise FailedPrecondition(
+            f"tree packing supports full and sliding attention layers, not {sorted(unknown)}"
+        )
+
+    def make(w: int | None):
+        if impl == "sdpa":
+            return sdpa_mask(pack, w).to(device)
+        if impl == "eager":
+            return eager_mask(pack, dtype, w).to(device)
+        if impl == "flex_attention":
+            return flex_block_mask(pack, device, w)
+        raise FailedPrecondition(f"tree packing needs sdpa, eager or flex_attention, not {impl!r}")
+
+    if "sliding_attention" not in layer_types:
+        return make(None)
+    return {"full_attention": make(None), "sliding_attention": make(window)}
+
+
+def hidden_states(model: nn.Module, pack: PackedSequence) -> Tensor:
+    """(T, H) last hidden states of the base model on the packed tree."""
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    out = model.base_model(
+        input_ids=pack.input_ids[None].to(device),
+        position_ids=pack.position_ids[None].to(device),
+        attention_mask=tree_attention_mask(model, pack, device, dtype),
+        use_cache=False,
+    )
+    return out.last_hidden_state[0]
+
+
+def logprobs_and_entropy(
+    model: nn.Module, hidden: Tensor, context: Tensor, targets: Tensor, entropy_grad: bool = False
+) -> tuple[Tensor, Tensor]:
+    """log π(target | context slot) and the entropy there.  hidden: (T, H); context, targets: (C,)
+
+    The LM head runs once per distinct context slot, not on all T slots (a vocabulary of 50k
+    times a long tree would dominate memory). Half-precision logits are upcast before softmax.
+    The entropy carries a gradient only when `entropy_grad` (an entropy bonus is in the loss).
+    """
+    slots, inverse = torch.unique(context, return_inverse=True)
+    logits = model.get_output_embeddings()(hidden[slots])  # (K, vocab)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    logp_all = torch.log_softmax(logits, dim=-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(logp_all.exp() * logp_all).sum(-1)  # (K,)
+    return logp_all[inverse, targets], entropy[inverse]
+
+
+def packed_forward(
+    model: nn.Module, pack: PackedSequence, value_head: nn.Module | None = None, entropy_grad: bool = False
+) -> PackedOutput:
+    """Forward one packed sequence; outputs at its loss rows (and value rows with a value head)."""
+    hidden = hidden_states(model, pack)
+    device = hidden.device
+    token = pack.rows.token.to(device)
+    ids = pack.input_ids.to(device)
+    parent = pack.parent.to(device)
+    logprob, entropy = logprobs_and_entropy(model, hidden, parent[token], ids[token], entropy_grad)
+    values = None
+    if value_head is not None:
+        values = value_head(hidden[parent[pack.rows.value_token.to(device)]])
+    return PackedOutput(logprob=logprob, entropy=entropy, values=values)
+
+
+@torch.no_grad()
+def values_by_position(
+    model: nn.Module, value_head: nn.Module, packs: list[PackedSequence], n_positions: int
+) -> np.ndarray:
+    """float64 (U,): V_old(prefix before u) for every tree position u (NaN at depth 0), for GAE."""
+    out = np.full(n_positions, np.nan)
+    for pack in packs:
+        hidden = hidden_states(model, pack)
+        slots = torch.flatnonzero(pack.owned & (pack.parent >= 0))
+        v = value_head(hidden[pack.parent[slots].to(hidden.device)])
+        out[pack.tree_pos[slots].numpy()] = v.double().cpu().numpy()
+    return out
+
+
+@torch.no_grad()
+def old_logprobs(model: nn.Module, pack: PackedSequence) -> Tensor:
+    """(C,) logprobs of the current policy at the pack's rows, before an update (PPO's π_old)."""
+    return packed_forward(model, pack).logprob
