@@ -67,16 +67,16 @@ class Call:
     protocol: str
     request: dict[str, Any]
     response: dict[str, Any]
-    prompt_ids: np.ndarray       # int32 (P,)
-    output_ids: np.ndarray       # int32 (O,)
+    prompt_ids: np.ndarray  # int32 (P,)
+    output_ids: np.ndarray  # int32 (O,)
     output_logprobs: np.ndarray  # float32 (O,)
     output_versions: np.ndarray  # int32 (O,)
     policy_version: int
     finish_reason: str
     latency_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
-    id: str = ""                 # assigned by the store
-    created_at: float = 0.0      # assigned by the store
+    id: str = ""  # assigned by the store
+    created_at: float = 0.0  # assigned by the store
 
 
 @dataclass(frozen=True)

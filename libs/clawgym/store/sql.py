@@ -155,6 +155,7 @@ class SqlStore:
         return [RegisteredRollout(rollout_id=r.id, token=t) for r, t in zip(new, tokens, strict=True)]
 
     def resolve_token(self, token: str) -> Rollout:
+        token = validate.text("token", token)
         with self._read() as s:
             row = s.scalars(
                 select(RolloutRow).where(RolloutRow.token_hash == hash_token(token))

@@ -1,0 +1,206 @@
+"""`StoreClient`: the `TrajectoryStore` of a remote store service (`clawgym serve store`), over gRPC.
+
+Owns the channel, per-call deadlines and turning gRPC statuses back into the typed errors the
+server rendered (INVALID_ARGUMENT → InvalidArgument, …), so callers cannot tell it from an
+in-process `SqlStore`; not the mapping of fields (`clawgym.store.convert`).
+"""
+
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from clawgym.config import StoreConfig
+from clawgym.errors import (
+    AlreadyExists,
+    ClawgymError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unauthenticated,
+    Unavailable,
+)
+from clawgym.store import convert
+from clawgym.store.records import (
+    Call,
+    Checkpoint,
+    Group,
+    GroupReady,
+    RegisteredRollout,
+    Rollout,
+    RolloutSpec,
+    Run,
+)
+from clawgym.v1 import store_pb2 as pb
+from clawgym.v1.store_pb2_grpc import StoreStub
+
+T = TypeVar("T")
+
+ERRORS_BY_CODE: dict[str, type[ClawgymError]] = {
+    cls.grpc_code: cls
+    for cls in (InvalidArgument, NotFound, AlreadyExists, Unauthenticated, Unavailable, FailedPrecondition)
+}
+ERRORS_BY_CODE["DEADLINE_EXCEEDED"] = Unavailable
+
+
+def grpc_options(max_message_mb: int) -> list[tuple[str, int]]:
+    """Channel/server options shared by client and server: message limits large enough for a group."""
+    limit = max_message_mb * 2**20
+    return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+
+
+def error_from_rpc(e: grpc.RpcError) -> ClawgymError:
+    """The typed error a gRPC status stands for; unknown codes are a plain ClawgymError."""
+    code = e.code().name if e.code() is not None else "UNKNOWN"  # type: ignore[attr-defined]
+    return ERRORS_BY_CODE.get(code, ClawgymError)(f"store {code}: {e.details()}")  # type: ignore[attr-defined]
+
+
+class StoreClient:
+    """A `TrajectoryStore` backed by a store service at `target` ("host:port")."""
+
+    def __init__(self, target: str, *, timeout_s: float = 60.0, max_message_mb: int = 1024) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(target, options=grpc_options(max_message_mb))
+        self._stub = StoreStub(self._channel)
+
+    @classmethod
+    def from_config(cls, cfg: StoreConfig) -> "StoreClient":
+        if not cfg.grpc_url:
+            raise InvalidArgument("store.grpc_url is empty: there is no store service to connect to")
+        return cls(cfg.grpc_url, max_message_mb=cfg.grpc_max_message_mb)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "StoreClient":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., T], message: type | Any, **fields: Any) -> T:
+        """Sends `message` (a built message, or a message class and its `fields`), mapping errors."""
+        request = (
+            convert.encode(message.__name__, lambda: message(**fields))
+            if isinstance(message, type)
+            else message
+        )
+        # wait_for_ready: a store still starting (compose, a rolling restart) is waited for, up to the deadline.
+        try:
+            return method(request, timeout=self.timeout_s, wait_for_ready=True)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from None
+
+    # --- runs ---
+
+    def create_run(self, name: str, config: dict[str, Any] | None = None) -> Run:
+        config_json = convert.to_json("config", config)
+        return convert.run_from_proto(
+            self._call(self._stub.CreateRun, pb.CreateRunRequest, name=name, config_json=config_json)
+        )
+
+    def get_run(self, run_id: str) -> Run:
+        return convert.run_from_proto(self._call(self._stub.GetRun, pb.GetRunRequest, run_id=run_id))
+
+    def set_run_status(self, run_id: str, status: str) -> Run:
+        reply = self._call(self._stub.SetRunStatus, pb.SetRunStatusRequest, run_id=run_id, status=status)
+        return convert.run_from_proto(reply)
+
+    # --- rollouts ---
+
+    def register_rollouts(self, run_id: str, specs: list[RolloutSpec]) -> list[RegisteredRollout]:
+        protos = [convert.spec_to_proto(s) for s in specs]
+        reply = self._call(
+            self._stub.RegisterRollouts, pb.RegisterRolloutsRequest, run_id=run_id, rollouts=protos
+        )
+        return [convert.registered_from_proto(r) for r in reply.rollouts]
+
+    def resolve_token(self, token: str) -> Rollout:
+        return convert.rollout_from_proto(
+            self._call(self._stub.ResolveToken, pb.ResolveTokenRequest, token=token)
+        )
+
+    def get_rollout(self, rollout_id: str) -> Rollout:
+        reply = self._call(self._stub.GetRollout, pb.GetRolloutRequest, rollout_id=rollout_id)
+        return convert.rollout_from_proto(reply)
+
+    def start_rollout(self, rollout_id: str, sandbox: str = "") -> Rollout:
+        reply = self._call(
+            self._stub.StartRollout, pb.StartRolloutRequest, rollout_id=rollout_id, sandbox=sandbox
+        )
+        return convert.rollout_from_proto(reply)
+
+    def finish_rollout(
+        self,
+        rollout_id: str,
+        status: str,
+        reward: float | None = None,
+        passed: bool | None = None,
+        error: str = "",
+        timings: dict[str, float] | None = None,
+    ) -> Rollout:
+        reply = self._call(
+            self._stub.FinishRollout,
+            pb.FinishRolloutRequest,
+            rollout_id=rollout_id,
+            status=status,
+            reward=reward,  # None leaves the proto3 optional unset
+            passed=passed,
+            error=error,
+            timings_json=convert.to_json("timings", timings),
+        )
+        return convert.rollout_from_proto(reply)
+
+    # --- calls ---
+
+    def record_call(self, call: Call) -> str:
+        return self._call(self._stub.RecordCall, convert.call_to_proto(call)).call_id
+
+    def list_calls(self, rollout_id: str) -> list[Call]:
+        reply = self._call(self._stub.ListCalls, pb.ListCallsRequest, rollout_id=rollout_id)
+        return [convert.call_from_proto(c) for c in reply.calls]
+
+    # --- groups ---
+
+    def get_group(self, group_id: str) -> Group:
+        return convert.group_from_proto(
+            self._call(self._stub.GetGroup, pb.GetGroupRequest, group_id=group_id)
+        )
+
+    def watch_groups(
+        self, run_id: str, after_id: str = "", timeout_s: float | None = None
+    ) -> Iterator[GroupReady]:
+        """Groups as the server streams them; ends after `timeout_s` in total (None: when the caller stops)."""
+        request = convert.encode("watch", lambda: pb.WatchGroupsRequest(run_id=run_id, after_id=after_id))
+        stream = self._stub.WatchGroups(request, timeout=timeout_s, wait_for_ready=True)
+        try:
+            for message in stream:
+                yield convert.group_ready_from_proto(message)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
+                raise error_from_rpc(e) from None
+        finally:
+            stream.cancel()  # the caller stopped iterating: release the server's watcher
+
+    # --- checkpoints, steps, evals ---
+
+    def record_checkpoint(self, checkpoint: Checkpoint) -> Checkpoint:
+        reply = self._call(self._stub.RecordCheckpoint, convert.checkpoint_to_proto(checkpoint))
+        return convert.checkpoint_from_proto(reply)
+
+    def list_checkpoints(self, run_id: str) -> list[Checkpoint]:
+        reply = self._call(self._stub.ListCheckpoints, pb.ListCheckpointsRequest, run_id=run_id)
+        return [convert.checkpoint_from_proto(c) for c in reply.checkpoints]
+
+    def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
+        metrics_json = convert.to_json("metrics", metrics)
+        self._call(
+            self._stub.RecordTrainStep, pb.TrainStep, run_id=run_id, step=step, metrics_json=metrics_json
+        )
+
+    def record_eval(
+        self, run_id: str, version: int, suite: str, harness: str, metrics: dict[str, Any]
+    ) -> None:
+        fields = {"run_id": run_id, "version": version, "suite": suite, "harness": harness}
+        self._call(self._stub.RecordEval, pb.Eval, **fields, metrics_json=convert.to_json("metrics", metrics))

@@ -1,0 +1,175 @@
+"""The store service: `create_server(cfg)` serves a `TrajectoryStore` (SqlStore) over gRPC.
+
+A thin shell: each handler decodes the request (`clawgym.store.convert`), calls one store
+method and encodes the reply. Typed errors become their gRPC status (`ClawgymError.grpc_code`);
+anything else is INTERNAL, with the traceback in this service's log.
+"""
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from clawgym.config import StoreConfig
+from clawgym.errors import ClawgymError
+from clawgym.store import convert
+from clawgym.store.grpc_client import grpc_options
+from clawgym.store.interface import TrajectoryStore
+from clawgym.store.records import Checkpoint
+from clawgym.store.sql import SqlStore
+from clawgym.v1 import store_pb2 as pb
+from clawgym.v1 import store_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+# Each WatchGroups stream holds a worker thread for as long as the client watches.
+MAX_WORKERS = 64
+
+
+def _abort(context: grpc.ServicerContext, name: str, e: Exception) -> None:
+    if isinstance(e, ClawgymError):
+        context.abort(grpc.StatusCode[e.grpc_code], str(e))
+    log.exception("store %s failed", name, exc_info=e)
+    context.abort(
+        grpc.StatusCode.INTERNAL, f"store {name} failed: {type(e).__name__}; see the store service's log"
+    )
+
+
+def unary(handler: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(handler)
+    def wrapped(self: "StoreServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return handler(self, request, context)
+        except Exception as e:
+            _abort(context, handler.__name__, e)
+
+    return wrapped
+
+
+def streaming(handler: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+    @functools.wraps(handler)
+    def wrapped(self: "StoreServicer", request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from handler(self, request, context)
+        except Exception as e:
+            _abort(context, handler.__name__, e)
+
+    return wrapped
+
+
+class StoreServicer(store_pb2_grpc.StoreServicer):
+    def __init__(self, store: TrajectoryStore) -> None:
+        self.store = store
+
+    @unary
+    def CreateRun(self, request: pb.CreateRunRequest, context: grpc.ServicerContext) -> pb.Run:
+        run = self.store.create_run(request.name, convert.from_json("config_json", request.config_json))
+        return convert.run_to_proto(run)
+
+    @unary
+    def GetRun(self, request: pb.GetRunRequest, context: grpc.ServicerContext) -> pb.Run:
+        return convert.run_to_proto(self.store.get_run(request.run_id))
+
+    @unary
+    def SetRunStatus(self, request: pb.SetRunStatusRequest, context: grpc.ServicerContext) -> pb.Run:
+        return convert.run_to_proto(self.store.set_run_status(request.run_id, request.status))
+
+    @unary
+    def RegisterRollouts(
+        self, request: pb.RegisterRolloutsRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterRolloutsResponse:
+        specs = [convert.spec_from_proto(s) for s in request.rollouts]
+        registered = self.store.register_rollouts(request.run_id, specs)
+        return pb.RegisterRolloutsResponse(rollouts=[convert.registered_to_proto(r) for r in registered])
+
+    @unary
+    def ResolveToken(self, request: pb.ResolveTokenRequest, context: grpc.ServicerContext) -> pb.Rollout:
+        return convert.rollout_to_proto(self.store.resolve_token(request.token))
+
+    @unary
+    def GetRollout(self, request: pb.GetRolloutRequest, context: grpc.ServicerContext) -> pb.Rollout:
+        return convert.rollout_to_proto(self.store.get_rollout(request.rollout_id))
+
+    @unary
+    def StartRollout(self, request: pb.StartRolloutRequest, context: grpc.ServicerContext) -> pb.Rollout:
+        return convert.rollout_to_proto(self.store.start_rollout(request.rollout_id, request.sandbox))
+
+    @unary
+    def FinishRollout(self, request: pb.FinishRolloutRequest, context: grpc.ServicerContext) -> pb.Rollout:
+        rollout = self.store.finish_rollout(
+            request.rollout_id,
+            request.status,
+            reward=request.reward if request.HasField("reward") else None,
+            passed=request.passed if request.HasField("passed") else None,
+            error=request.error,
+            timings=convert.from_json("timings_json", request.timings_json),
+        )
+        return convert.rollout_to_proto(rollout)
+
+    @unary
+    def RecordCall(self, request: pb.Call, context: grpc.ServicerContext) -> pb.RecordCallResponse:
+        return pb.RecordCallResponse(call_id=self.store.record_call(convert.call_from_proto(request)))
+
+    @unary
+    def ListCalls(self, request: pb.ListCallsRequest, context: grpc.ServicerContext) -> pb.ListCallsResponse:
+        return pb.ListCallsResponse(
+            calls=[convert.call_to_proto(c) for c in self.store.list_calls(request.rollout_id)]
+        )
+
+    @unary
+    def GetGroup(self, request: pb.GetGroupRequest, context: grpc.ServicerContext) -> pb.Group:
+        return convert.group_to_proto(self.store.get_group(request.group_id))
+
+    @streaming
+    def WatchGroups(
+        self, request: pb.WatchGroupsRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.GroupReady]:
+        # Watch in 1 s slices so a client that went away frees this worker thread promptly.
+        after = request.after_id
+        self.store.get_run(request.run_id)
+        while context.is_active():
+            for ready in self.store.watch_groups(request.run_id, after, timeout_s=1.0):
+                after = ready.message_id
+                yield convert.group_ready_to_proto(ready)
+
+    @unary
+    def RecordCheckpoint(self, request: pb.Checkpoint, context: grpc.ServicerContext) -> pb.Checkpoint:
+        checkpoint: Checkpoint = convert.checkpoint_from_proto(request)
+        return convert.checkpoint_to_proto(self.store.record_checkpoint(checkpoint))
+
+    @unary
+    def ListCheckpoints(
+        self, request: pb.ListCheckpointsRequest, context: grpc.ServicerContext
+    ) -> pb.ListCheckpointsResponse:
+        found = self.store.list_checkpoints(request.run_id)
+        return pb.ListCheckpointsResponse(checkpoints=[convert.checkpoint_to_proto(c) for c in found])
+
+    @unary
+    def RecordTrainStep(self, request: pb.TrainStep, context: grpc.ServicerContext) -> pb.TrainStep:
+        metrics = convert.from_json("metrics_json", request.metrics_json)
+        self.store.record_train_step(request.run_id, request.step, metrics)
+        return request
+
+    @unary
+    def RecordEval(self, request: pb.Eval, context: grpc.ServicerContext) -> pb.Eval:
+        metrics = convert.from_json("metrics_json", request.metrics_json)
+        self.store.record_eval(request.run_id, request.version, request.suite, request.harness, metrics)
+        return request
+
+
+def create_server(
+    cfg: StoreConfig, host: str = "0.0.0.0", store: TrajectoryStore | None = None
+) -> grpc.Server:
+    """A gRPC server (not started) on host:cfg.port, serving `store` or a SqlStore built from `cfg`."""
+    store = store if store is not None else SqlStore.from_config(cfg)
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=MAX_WORKERS), options=grpc_options(cfg.grpc_max_message_mb)
+    )
+    store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store), server)
+    address = f"{host}:{cfg.port}"
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"store service cannot listen on {address}")
+    return server
