@@ -1,0 +1,39 @@
+"""Sandboxes: where a rollout's harness and verifier run. The interface, and a factory by config.
+
+`make_sandbox_backend(cfg)` returns the backend `cfg.backend` names; see `interface` for the
+contract, `local` and `kubernetes` for what each backend guarantees.
+"""
+
+from clawgym.sandbox.config import KubernetesSandboxConfig, LocalSandboxConfig, SandboxConfig
+from clawgym.sandbox.interface import (
+    ExecResult,
+    Resources,
+    Sandbox,
+    SandboxBackend,
+    SandboxFailed,
+    SandboxSpec,
+)
+
+__all__ = [
+    "ExecResult",
+    "KubernetesSandboxConfig",
+    "LocalSandboxConfig",
+    "Resources",
+    "Sandbox",
+    "SandboxBackend",
+    "SandboxConfig",
+    "SandboxFailed",
+    "SandboxSpec",
+    "make_sandbox_backend",
+]
+
+
+def make_sandbox_backend(cfg: SandboxConfig) -> SandboxBackend:
+    """The backend `cfg.backend` names, built from its section (kubernetes is imported only if used)."""
+    if cfg.backend == "kubernetes":
+        from clawgym.sandbox.kubernetes import KubernetesBackend
+
+        return KubernetesBackend(cfg)
+    from clawgym.sandbox.local import LocalBackend
+
+    return LocalBackend(cfg)

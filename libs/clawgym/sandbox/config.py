@@ -1,0 +1,102 @@
+"""The `sandbox` config section: which backend makes sandboxes, and each backend's knobs.
+
+Per-sandbox choices (limits, mounts, lifetime) are in `SandboxSpec`; this section holds what is
+fixed for a deployment (where workspaces live, which namespace and image, the warm pool).
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    # Same rule as clawgym.config.Section (unknown keys are errors); kept local so that
+    # clawgym.config can import this module without a cycle.
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalSandboxConfig(_Section):
+    root_dir: str = Field(
+        "", description="where workspaces live; empty = <system temp dir>/clawgym-sandboxes"
+    )
+    isolation: Literal["auto", "bwrap", "none"] = Field(
+        "auto",
+        description="bwrap: bubblewrap or fail; none: plain process groups (no isolation); "
+        "auto: bubblewrap when it works here, else none with a warning",
+    )
+    uid_base: int = Field(
+        1_800_000_000,
+        description="when run as root, each sandbox runs as its own unprivileged uid from "
+        "[uid_base, uid_base + uid_count) (appears as root inside), so limits and files never mix",
+    )
+    uid_count: int = Field(
+        65536, ge=1, description="size of the uid range (at most this many live sandboxes)"
+    )
+    system_paths: list[str] = Field(
+        default_factory=lambda: [
+            "/usr",
+            "/bin",
+            "/sbin",
+            "/lib",
+            "/lib32",
+            "/lib64",
+            "/libx32",
+            "/etc",
+            "/opt",
+            "/var",
+            "/srv",
+        ],
+        description="host paths visible read-only at the same place (symlinks are recreated as symlinks)",
+    )
+    ro_paths: list[str] = Field(
+        default_factory=lambda: ["~/.cache/clawgym/harnesses"],
+        description="more host paths visible read-only at the same place, e.g. installed harness CLIs; "
+        "missing ones are skipped; ~ is the host user's home (hidden otherwise)",
+    )
+
+
+class KubernetesSandboxConfig(_Section):
+    namespace: str = Field("default", description="namespace of the sandbox pods")
+    kubeconfig: str = Field(
+        "", description="kubeconfig file; empty = $KUBECONFIG / ~/.kube/config, else in-cluster"
+    )
+    context: str = Field("", description="kubeconfig context; empty = current")
+    image: str = Field("localhost/python-node:bookworm", description="image when the spec names none")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="imagePullPolicy"
+    )
+    host_network: bool = Field(
+        False,
+        description="run pods with hostNetwork (reach a proxy on the node's 127.0.0.1); "
+        "NetworkPolicy does not apply to such pods",
+    )
+    warm_pool: int = Field(0, ge=0, description="pods kept started ahead, per distinct pod shape; 0 = off")
+    request_fraction: float = Field(
+        0.25, gt=0, le=1, description="resource requests = limits x this (lets the scheduler overcommit)"
+    )
+    start_timeout_s: float = Field(180.0, gt=0, description="pod created -> Running, or SandboxFailed")
+    drop_capabilities: list[str] = Field(default_factory=lambda: ["ALL"], description="securityContext drop")
+    add_capabilities: list[str] = Field(
+        default_factory=lambda: ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"],
+        description="securityContext add (enough for package managers run as root; NET_RAW stays dropped)",
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
+    max_threads: int = Field(128, ge=4, description="threads for blocking API calls and exec streams")
+    name_prefix: str = Field("clawgym-sbx", description="pod name prefix")
+
+
+class SandboxConfig(_Section):
+    backend: Literal["local", "kubernetes"] = Field("local", description="where sandboxes run")
+    owner: str = Field(
+        "",
+        description="label on everything this process creates; `reap` deletes an owner's leftovers. "
+        "Keep it stable across restarts (e.g. the orchestrator's pod name); empty = host name",
+    )
+    max_output_bytes: int = Field(
+        16 << 20, ge=1024, description="stdout/stderr kept per exec; the rest is dropped"
+    )
+    max_get_bytes: int = Field(512 << 20, ge=1024, description="largest tar get_tar returns")
+    local: LocalSandboxConfig = Field(default_factory=LocalSandboxConfig, description="local backend")
+    kubernetes: KubernetesSandboxConfig = Field(
+        default_factory=KubernetesSandboxConfig, description="kubernetes backend"
+    )

@@ -1,0 +1,232 @@
+"""The sandbox interface: what the orchestrator needs to run one rollout somewhere isolated.
+
+A sandbox is a writable workspace plus a place to run commands in it: a bubblewrap-isolated
+process tree on this machine (`clawgym.sandbox.local`) or a Kubernetes pod
+(`clawgym.sandbox.kubernetes`). This module owns only the contract (the spec, the result of a
+command, the `Sandbox` and `SandboxBackend` protocols); it knows nothing of harnesses or tasks.
+
+Concurrency: every operation is a coroutine. One backend serves many sandboxes at once from one
+event loop (the orchestrator runs 32+); blocking work (processes, the Kubernetes client) happens in
+subprocesses or the backend's own thread pool, never on the loop.
+
+Paths are always *sandbox* paths (absolute, as the task sees them: `/app`, `/tests`,
+`/root/.openclaw/workspace`). The writable ones are the workspace (`spec.workdir`), every mount,
+`spec.home` and `/tmp`, each backed by its own directory of the sandbox's storage (a host directory
+on `local`, one emptyDir on `kubernetes`); everything else is the read-only system (the host's on `local`, the image's on
+`kubernetes`, where the container's own filesystem stays writable). Files are put and read only
+inside the writable paths, so code that must run on both backends keeps to them.
+"""
+
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from clawgym.errors import InvalidArgument, Unavailable
+
+Network = Literal["proxy", "none"]
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Kubernetes label syntax, used for every backend so labels mean the same everywhere.
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+OWNER_LABEL = "clawgym.dev/owner"
+SANDBOX_LABEL = "clawgym.dev/sandbox"
+HARNESS_LABEL = "clawgym.dev/harness"
+EGRESS_LABEL = "clawgym.dev/egress"
+
+
+class SandboxFailed(Unavailable):
+    """The sandbox machinery failed (pod never started, bubblewrap refused, the API went away).
+
+    An infrastructure failure: the orchestrator retries the rollout and never rewards it. A
+    command that runs and fails is not this; it is an `ExecResult` with a non-zero exit code.
+    """
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Limits of one sandbox. How each backend enforces each field is in its module docstring."""
+
+    cpus: float = 1.0  # kubernetes: limits.cpu; local: not enforced (see cpu_time_s)
+    memory_mb: int = 2048  # kubernetes: limits.memory per pod; local: RLIMIT_DATA per process
+    processes: int = 512  # local: RLIMIT_NPROC of the sandbox's own uid; kubernetes: node policy
+    open_files: int = 4096  # local: RLIMIT_NOFILE; kubernetes: the runtime's default
+    cpu_time_s: int | None = None  # local: RLIMIT_CPU per process (None: the sandbox's lifetime)
+    disk_mb: int | None = None  # kubernetes: emptyDir sizeLimit; local: not enforced
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to create. Only `workdir` is needed; the defaults suit a harness run."""
+
+    workdir: str = "/workspace"  # the workspace, writable
+    mounts: Sequence[str] = ()  # more writable dirs at task paths: /app, /tests
+    home: str = "/root"  # HOME, writable, private to this sandbox
+    env: Mapping[str, str] = field(default_factory=dict)  # for every exec (exec's env wins)
+    resources: Resources = field(default_factory=Resources)
+    timeout_s: float = 3600.0  # lifetime: no exec runs past it
+    network: Network = "proxy"  # "proxy": reach the proxy; "none": no network
+    labels: Mapping[str, str] = field(default_factory=dict)  # e.g. clawgym.dev/rollout; for GC and listing
+    harness: str = ""  # harness name, recorded as a label
+    image: str = ""  # kubernetes: container image ("" = default)
+
+    def validate(self) -> None:
+        """Raises InvalidArgument naming the first bad field."""
+        if isinstance(self.mounts, str):
+            raise InvalidArgument("mounts: a list of paths, not one string")
+        for name, path in [
+            ("workdir", self.workdir),
+            ("home", self.home),
+            *(("mounts", p) for p in self.mounts),
+        ]:
+            sandbox_path(path, what=name)
+        writable = [sandbox_path(p) for p in (self.workdir, self.home, *self.mounts)]
+        if len(set(writable)) != len(writable):
+            raise InvalidArgument(f"workdir, home and mounts must be distinct paths: {writable}")
+        for path in writable:
+            if path in ("/", "/tmp", "/proc", "/dev", "/sys") or path.startswith(
+                ("/proc/", "/dev/", "/sys/")
+            ):
+                raise InvalidArgument(f"{path} cannot be a sandbox directory")
+        for key in self.env:
+            if not ENV_NAME.match(key):
+                raise InvalidArgument(f"env: {key!r} is not a valid variable name")
+        check_labels(self.labels)
+        if self.harness and not LABEL_VALUE.match(self.harness):
+            raise InvalidArgument(f"harness: {self.harness!r} is not a valid label value")
+        if self.timeout_s <= 0:
+            raise InvalidArgument("timeout_s must be > 0")
+        if self.network not in ("proxy", "none"):
+            raise InvalidArgument(f"network: {self.network!r} is not one of proxy, none")
+        r = self.resources
+        if r.cpus <= 0 or r.memory_mb <= 0 or r.processes <= 0 or r.open_files <= 0:
+            raise InvalidArgument("resources: cpus, memory_mb, processes and open_files must be > 0")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How one command ended. `exit_code` follows the shell: 128 + N when killed by signal N."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration_s: float
+    timed_out: bool = False  # the wall-clock limit hit and the whole process tree was killed
+    truncated: bool = False  # stdout or stderr went past the backend's max_output_bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Sandbox(Protocol):
+    """One live sandbox. Every method may raise SandboxFailed; bad paths raise InvalidArgument."""
+
+    id: str
+    spec: SandboxSpec
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Writes `data` to the sandbox path `path` (parent directories are created)."""
+        ...
+
+    async def put_dir(self, local_dir: Path, dest: str) -> None:
+        """Copies the contents of a local directory into the sandbox directory `dest` (merged)."""
+        ...
+
+    async def exec(
+        self,
+        cmd: Sequence[str] | str,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_s: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Runs argv (or a shell string, through `sh -c`) and waits for it and all it started.
+
+        `cwd` defaults to `spec.workdir`. The timeout (capped by what is left of the sandbox's
+        lifetime) kills the whole process tree and returns `timed_out=True`; it never raises.
+        Cancelling the awaiting task kills the tree too.
+        """
+        ...
+
+    async def get_file(self, path: str) -> bytes:
+        """The bytes of one regular file; NotFound if it does not exist."""
+        ...
+
+    async def get_tar(self, path: str) -> bytes:
+        """An uncompressed tar of a file or directory, its members named relative to `path`'s parent."""
+        ...
+
+    async def destroy(self) -> None:
+        """Kills everything still running and deletes the sandbox. Idempotent."""
+        ...
+
+
+class SandboxBackend(Protocol):
+    """Makes sandboxes; one per orchestrator. `owner` labels everything it creates."""
+
+    name: str
+    owner: str
+
+    async def create(self, spec: SandboxSpec) -> Sandbox:
+        """Returns a sandbox ready to exec in. InvalidArgument for a bad spec, SandboxFailed otherwise."""
+        ...
+
+    async def reap(self, owner: str | None = None) -> int:
+        """Deletes sandboxes labelled with `owner` (default: ours) that this process does not hold.
+
+        Run at start-up: sandboxes a crashed predecessor left behind are garbage. Returns how many.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Destroys the sandboxes this backend still holds and frees its resources."""
+        ...
+
+
+# --- path and label checks shared by the backends ---
+
+
+def sandbox_path(path: str, *, what: str = "path") -> str:
+    """The normalised absolute sandbox path; InvalidArgument for relative paths or `..` tricks."""
+    if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+        raise InvalidArgument(f"{what}: {path!r} is not an absolute path")
+    norm = posixpath.normpath(path)
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    if ".." in norm.split("/"):
+        raise InvalidArgument(f"{what}: {path!r} escapes the root")
+    return norm
+
+
+def storage_layout(spec: SandboxSpec) -> list[tuple[str, str]]:
+    """(storage dir name, sandbox path) of every writable directory, parents before children.
+
+    Both backends back each writable sandbox path with its own directory of one storage area, so
+    `/app` and `/tests` never alias and the order makes nested paths (a mount under HOME) work.
+    """
+    dirs = [("work", spec.workdir), ("home", spec.home), ("tmp", "/tmp")]
+    dirs += [(f"mount{i}", path) for i, path in enumerate(spec.mounts)]
+    dirs = [(name, sandbox_path(path)) for name, path in dirs]
+    return sorted(dirs, key=lambda d: (d[1].count("/"), d[1]))
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """InvalidArgument unless every key and value is valid Kubernetes label syntax."""
+    for key, value in labels.items():
+        if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+            raise InvalidArgument(f"labels: {key}={value!r} is not a valid label")
+
+
+def label_value(text: str) -> str:
+    """`text` squeezed into a valid label value (used for owners derived from host names)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63].strip("-_.")
+    return value or "clawgym"

@@ -1,0 +1,461 @@
+"""The `local` sandbox backend: a storage directory on this machine and bubblewrap'd process trees.
+
+A sandbox is a directory `<root_dir>/<id>/` holding `meta.json` (owner, labels: what `reap`
+reads), the sandbox's passwd/group files, and `fs/<name>/`, one directory per writable sandbox
+path (see `interface.storage_layout`). Nothing runs between execs: each exec is its own bwrap (its
+own PID namespace), and everything it started dies with it. So put/get touch the storage directly,
+with symlink-safe path walking, and never race a sandboxed process.
+
+Limits (`Resources`) here: memory_mb is RLIMIT_DATA per process (it counts heap and private
+mappings but not the address space node reserves, so V8 works); processes is RLIMIT_NPROC of the
+sandbox's own uid; open_files is RLIMIT_NOFILE; cpu_time_s is RLIMIT_CPU per process (default: the
+sandbox's lifetime x cpus). cpus and disk_mb are not enforced. The wall-clock limit kills the tree.
+
+Isolation is described in `local_bwrap`. With `isolation="none"` (or "auto" where bubblewrap
+cannot run) commands run as plain process groups with the same rlimits and uid, see host paths,
+cannot use task mounts, and a descendant that calls setsid survives the timeout: tests and
+development only, and the backend logs a warning.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+import socket
+import stat
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
+from clawgym.sandbox import archive
+from clawgym.sandbox.config import SandboxConfig
+from clawgym.sandbox.interface import (
+    ExecResult,
+    SandboxFailed,
+    SandboxSpec,
+    check_labels,
+    label_value,
+    sandbox_path,
+    storage_layout,
+)
+from clawgym.sandbox.local_bwrap import (
+    SANDBOX_USER,
+    Bind,
+    UidPool,
+    bwrap_argv,
+    identity_files,
+    probe_bwrap,
+    rlimit_prefix,
+    system_binds,
+)
+from clawgym.sandbox.process import run_tree
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class LocalBackend:
+    """Makes local sandboxes. Construct once per process; it probes bubblewrap at construction."""
+
+    name = "local"
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self.cfg = cfg
+        self.owner = label_value(cfg.owner or socket.gethostname())
+        self.root = Path(cfg.local.root_dir or Path(tempfile.gettempdir()) / "clawgym-sandboxes")
+        self.as_root = os.geteuid() == 0
+        # 0711: a sandbox uid may traverse to its own storage but cannot list the others
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)
+        self.system = system_binds(cfg.local.system_paths)
+        self.ro_paths = [Path(p).expanduser() for p in cfg.local.ro_paths]
+        self.uids = (
+            UidPool(self.root / ".uids", cfg.local.uid_base, cfg.local.uid_count) if self.as_root else None
+        )
+        self.isolation = self._choose_isolation()
+        self._live: dict[str, LocalSandbox] = {}
+
+    def _choose_isolation(self) -> str:
+        wanted = self.cfg.local.isolation
+        if wanted == "none":
+            return "none"
+        problem = probe_bwrap(self.as_root, self.system)
+        if problem is None:
+            return "bwrap"
+        if wanted == "bwrap":
+            raise SandboxFailed(f"local sandboxes need bubblewrap: {problem}")
+        log.warning("local sandboxes run WITHOUT isolation (plain process groups): %s", problem)
+        return "none"
+
+    async def create(self, spec: SandboxSpec) -> "LocalSandbox":
+        spec.validate()
+        if self.isolation == "none" and spec.mounts:
+            raise FailedPrecondition(
+                "task mounts (/app, /tests, ...) need bubblewrap; this backend runs without it"
+            )
+        if self.isolation == "bwrap":
+            self._check_mount_points(spec)
+        sandbox_id = f"{int(time.time())}-{secrets.token_hex(6)}"
+        sandbox = await asyncio.to_thread(LocalSandbox.make, self, sandbox_id, spec)
+        self._live[sandbox_id] = sandbox
+        return sandbox
+
+    def _check_mount_points(self, spec: SandboxSpec) -> None:
+        # bwrap can only create a mount point on its tmpfs root, not inside a read-only system dir
+        system_roots = [p for p in self.cfg.local.system_paths if os.path.exists(p)]
+        for _, path in storage_layout(spec):
+            inside = [r for r in system_roots if path == r or path.startswith(r.rstrip("/") + "/")]
+            if inside and not os.path.isdir(path):
+                raise InvalidArgument(
+                    f"{path}: no such directory in the read-only system ({inside[0]}) to mount on"
+                )
+
+    async def reap(self, owner: str | None = None) -> int:
+        owner = owner or self.owner
+        return await asyncio.to_thread(self._reap, owner)
+
+    def _reap(self, owner: str) -> int:
+        reaped = 0
+        for entry in self.root.iterdir():
+            meta_path = entry / "meta.json"
+            if entry.name in self._live or not meta_path.is_file():
+                continue
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                continue
+            if meta.get("owner") == owner:
+                shutil.rmtree(entry, ignore_errors=True)
+                reaped += 1
+        return reaped
+
+    def forget(self, sandbox_id: str) -> None:
+        self._live.pop(sandbox_id, None)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(s.destroy() for s in list(self._live.values())), return_exceptions=True)
+
+    def base_env(self, spec: SandboxSpec, storage: Mapping[str, Path]) -> dict[str, str]:
+        """The environment every exec starts from (nothing of the host's leaks in)."""
+        home, tmp = spec.home, "/tmp"
+        if self.isolation == "none":
+            home, tmp = str(storage["home"]), str(storage["tmp"])
+        return {
+            "PATH": DEFAULT_PATH,
+            "HOME": home,
+            "TMPDIR": tmp,
+            "LANG": "C.UTF-8",
+            "SHELL": "/bin/sh",
+            "USER": SANDBOX_USER,
+            "LOGNAME": SANDBOX_USER,
+        }
+
+
+class LocalSandbox:
+    """One local sandbox. Build with `LocalBackend.create`."""
+
+    def __init__(
+        self,
+        backend: LocalBackend,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        storage: Path,
+        uid: int | None,
+        uid_lock: int | None,
+    ) -> None:
+        self.backend, self.id, self.spec, self.storage = backend, sandbox_id, spec, storage
+        self.uid, self._uid_lock = uid, uid_lock
+        self.layout = storage_layout(spec)
+        self.dirs = {name: storage / "fs" / name for name, _ in self.layout}
+        self.deadline = time.monotonic() + spec.timeout_s
+        self._running: set[asyncio.Task] = set()
+        self._destroyed = False
+
+    @classmethod
+    def make(cls, backend: LocalBackend, sandbox_id: str, spec: SandboxSpec) -> "LocalSandbox":
+        uid, lock = backend.uids.acquire() if backend.uids else (None, None)
+        storage = backend.root / sandbox_id
+        try:
+            (storage / "fs").mkdir(parents=True, mode=0o711)
+            os.chmod(storage, 0o711)
+            labels = {**spec.labels}
+            check_labels(labels)
+            meta = {
+                "id": sandbox_id,
+                "owner": backend.owner,
+                "labels": labels,
+                "harness": spec.harness,
+                "uid": uid,
+                "created": time.time(),
+                "pid": os.getpid(),
+            }
+            (storage / "meta.json").write_text(json.dumps(meta))
+            sandbox = cls(backend, sandbox_id, spec, storage, uid, lock)
+            for path in sandbox.dirs.values():
+                path.mkdir(mode=0o700)
+                sandbox._own(path)
+            if uid is not None:
+                identity_files(storage, uid, spec.home)
+            return sandbox
+        except BaseException:
+            shutil.rmtree(storage, ignore_errors=True)
+            if lock is not None:
+                os.close(lock)
+            raise
+
+    # --- paths: sandbox path -> storage, never following a link the sandbox planted ---
+
+    def _own(self, path: Path | str, dir_fd: int | None = None) -> None:
+        if self.uid is not None:
+            os.chown(path, self.uid, self.uid, dir_fd=dir_fd, follow_symlinks=False)
+
+    def _locate(self, path: str, strict: bool = False) -> tuple[Path, list[str]]:
+        """(storage dir, path components below it) of a sandbox path in a writable directory.
+
+        strict: only a directory strictly above `path` counts (where its mount point goes).
+        """
+        norm = sandbox_path(path)
+        best = None
+        for name, dest in self.layout:
+            inside = norm.startswith(dest.rstrip("/") + "/") or (norm == dest and not strict)
+            if inside and (best is None or len(dest) > len(best[1])):
+                best = (name, dest)
+        if best is None:
+            writable = ", ".join(dest for _, dest in self.layout)
+            raise InvalidArgument(f"{path} is outside the sandbox's writable directories ({writable})")
+        rest = norm[len(best[1]) :].strip("/")
+        return self.dirs[best[0]], [p for p in rest.split("/") if p]
+
+    def _open_dir(self, base: Path, parts: list[str], create: bool) -> int:
+        """An O_PATH-like fd of base/parts..., refusing symlinks at every step."""
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            for part in parts:
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        self._own(part, dir_fd=fd)
+                try:
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError as e:
+                    raise NotFound(f"{part}: no such directory in the sandbox") from e
+                except (NotADirectoryError, OSError) as e:
+                    raise InvalidArgument(
+                        f"{part} is not a directory (or is a symlink) in the sandbox"
+                    ) from e
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    # --- files ---
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        await asyncio.to_thread(self._put_file, path, data, mode)
+
+    def _put_file(self, path: str, data: bytes, mode: int) -> None:
+        base, parts = self._locate(path)
+        if not parts:
+            raise InvalidArgument(f"{path} is a sandbox directory, not a file path")
+        dfd = self._open_dir(base, parts[:-1], create=True)
+        try:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    os.unlink(parts[-1], dir_fd=dfd)  # replace a link, never write through it
+            fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode, dir_fd=dfd)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                os.fchmod(f.fileno(), mode)
+                if self.uid is not None:
+                    os.fchown(f.fileno(), self.uid, self.uid)
+        finally:
+            os.close(dfd)
+
+    async def put_dir(self, local_dir: Path, dest: str) -> None:
+        data = await asyncio.to_thread(archive.tar_of_dir, Path(local_dir))
+        await asyncio.to_thread(self._put_tar, data, dest)
+
+    def _put_tar(self, data: bytes, dest: str) -> None:
+        base, parts = self._locate(dest)
+        os.close(self._open_dir(base, parts, create=True))  # creates it, and checks no link on the way
+        target = base.joinpath(*parts)
+        names = archive.extract_tar(data, target)
+        if self.uid is not None:
+            for name in {n.split("/")[0] for n in names}:
+                self._chown_tree(target / name)
+
+    def _chown_tree(self, top: Path) -> None:
+        self._own(top)
+        if top.is_dir() and not top.is_symlink():
+            for dirpath, dirnames, filenames in os.walk(top):
+                for name in dirnames + filenames:
+                    self._own(os.path.join(dirpath, name))
+
+    async def get_file(self, path: str) -> bytes:
+        return await asyncio.to_thread(self._get_file, path)
+
+    def _get_file(self, path: str) -> bytes:
+        base, parts = self._locate(path)
+        if not parts:
+            raise InvalidArgument(f"{path} is a directory")
+        dfd = self._open_dir(base, parts[:-1], create=False)
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        except FileNotFoundError as e:
+            raise NotFound(f"{path}: no such file in the sandbox") from e
+        except OSError as e:
+            raise InvalidArgument(f"{path}: cannot read ({e.strerror}; symlinks are not followed)") from e
+        finally:
+            os.close(dfd)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise InvalidArgument(f"{path} is not a regular file")
+            return f.read()
+
+    async def get_tar(self, path: str) -> bytes:
+        return await asyncio.to_thread(self._get_tar, path)
+
+    def _get_tar(self, path: str) -> bytes:
+        base, parts = self._locate(path)
+        name = parts[-1] if parts else os.path.basename(sandbox_path(path)) or "root"
+        os.close(self._open_dir(base, parts[:-1], create=False))
+        target = base.joinpath(*parts)
+        if not os.path.lexists(target):
+            raise NotFound(f"{path}: nothing there in the sandbox")
+        limit = self.backend.cfg.max_get_bytes
+        buf = _BoundedBuffer(limit)
+        try:
+            with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                tf.add(target, arcname=name, recursive=True)  # links are stored, not followed
+        except _TooBig as e:
+            raise InvalidArgument(f"{path}: the archive is larger than max_get_bytes={limit}") from e
+        return buf.getvalue()
+
+    # --- running ---
+
+    async def exec(
+        self,
+        cmd: Sequence[str] | str,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_s: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        if self._destroyed:
+            raise FailedPrecondition(f"sandbox {self.id} is destroyed")
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if not argv:
+            raise InvalidArgument("exec: empty command")
+        cwd = sandbox_path(cwd or self.spec.workdir, what="cwd")
+        full_env = {**self.backend.base_env(self.spec, self.dirs), **self.spec.env, **(env or {})}
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return ExecResult(
+                exit_code=137,
+                stdout=b"",
+                stderr=b"sandbox lifetime exceeded\n",
+                duration_s=0.0,
+                timed_out=True,
+            )
+        limit = left if timeout_s is None else min(timeout_s, left)
+        r = self.spec.resources
+        cpu_time = r.cpu_time_s or math.ceil(self.spec.timeout_s * max(1.0, r.cpus))
+        prefix = rlimit_prefix(
+            processes=r.processes, memory_mb=r.memory_mb, open_files=r.open_files, cpu_time_s=cpu_time
+        )
+        host_cwd = None
+        if self.backend.isolation == "bwrap":
+            full = prefix + self._bwrap(argv, cwd)
+        else:
+            base, parts = self._locate(cwd)
+            host_cwd = str(base.joinpath(*parts))
+            full = prefix + argv
+        task = asyncio.ensure_future(
+            run_tree(
+                full,
+                env=full_env,
+                timeout_s=limit,
+                max_output_bytes=self.backend.cfg.max_output_bytes,
+                stdin=stdin,
+                cwd=host_cwd,
+                user=self.uid if self.backend.isolation == "none" else None,
+                kill_group_after_exit=self.backend.isolation == "none",
+            )
+        )
+        self._running.add(task)
+        try:
+            return await task
+        finally:
+            self._running.discard(task)
+
+    def _bwrap(self, argv: list[str], cwd: str) -> list[str]:
+        binds = [Bind(self.dirs[name], dest, True) for name, dest in self.layout]
+        binds += [Bind(p, str(p), False) for p in self.backend.ro_paths if p.exists()]
+        self._make_mount_points(binds)
+        identity = (self.storage / "passwd", self.storage / "group") if self.uid is not None else None
+        return bwrap_argv(
+            system=self.backend.system,
+            binds=binds,
+            network=self.spec.network == "proxy",
+            cwd=cwd,
+            argv=argv,
+            uid=self.uid,
+            identity=identity,
+        )
+
+    def _make_mount_points(self, binds: list[Bind]) -> None:
+        # A bind nested in a writable dir (/root/.openclaw/workspace in HOME) needs its mount point
+        # there; made by bwrap it would belong to root and lock the sandbox out of its own HOME.
+        for bind in binds:
+            with contextlib.suppress(InvalidArgument):
+                base, parts = self._locate(bind.dest, strict=True)
+                os.close(self._open_dir(base, parts, create=True))
+
+    async def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        for task in list(self._running):
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        await asyncio.to_thread(shutil.rmtree, self.storage, True)
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)
+            self._uid_lock = None
+        self.backend.forget(self.id)
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _BoundedBuffer:
+    """A write-only file object for tarfile that stops at `limit` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.parts, self.size = limit, [], 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise _TooBig
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def getvalue(self) -> bytes:
+        return b"".join(self.parts)

@@ -1,0 +1,154 @@
+"""How a local sandbox is isolated: the bubblewrap command line, the sandbox's uid, and the probe.
+
+The sandbox's filesystem is a fresh tmpfs root holding: the host's system directories read-only
+(`system_paths`; `/root`, `/home`, `/tmp`, `/run` and everything else are simply absent), the
+extra read-only host paths (`ro_paths`, e.g. installed harness CLIs), a new `/proc` and a minimal
+`/dev`, and the sandbox's own writable directories (workspace, HOME, `/tmp`, task mounts), each
+bound from the sandbox's storage. It gets new PID, IPC, UTS and cgroup namespaces, and a new, empty
+network namespace when `network="none"`; with `network="proxy"` it keeps the host's, so the proxy on
+127.0.0.1 is reachable and egress is NOT restricted any further by this backend.
+
+Identity. Run as root, bubblewrap mounts with root's powers (so it can bind paths only root can
+reach), then `setpriv` drops the command to the sandbox's own unprivileged uid with no
+capabilities, no supplementary groups and no_new_privs. That uid is unique per live sandbox
+(`UidPool`), so RLIMIT_NPROC counts only this sandbox's processes, and files of one sandbox are
+unreadable to another even by path. A synthetic `/etc/passwd` names it `sandbox` with HOME as its
+home. Run as a normal user, bubblewrap uses an unprivileged user namespace and the command keeps
+that user's uid (limits then count all of that user's processes).
+"""
+
+import fcntl
+import os
+import random
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from clawgym.sandbox.interface import SandboxFailed
+
+SANDBOX_USER = "sandbox"
+
+
+@dataclass(frozen=True)
+class Bind:
+    source: Path  # host directory
+    dest: str  # sandbox path
+    writable: bool
+
+
+class UidPool:
+    """Hands out uids from [base, base+count), one per live sandbox, across processes (flock)."""
+
+    def __init__(self, lock_dir: Path, base: int, count: int) -> None:
+        self.lock_dir, self.base, self.count = lock_dir, base, count
+        lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def acquire(self) -> tuple[int, int]:
+        """(uid, lock fd): the uid is ours until the fd is closed (or this process dies)."""
+        start = random.randrange(self.count)
+        for i in range(self.count):
+            uid = self.base + (start + i) % self.count
+            fd = os.open(self.lock_dir / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return uid, fd
+        raise SandboxFailed(f"all {self.count} sandbox uids from {self.base} are in use")
+
+
+def system_binds(paths: list[str]) -> list[str]:
+    """bwrap arguments that show each host path read-only at the same place (links as links)."""
+    args: list[str] = []
+    for path in paths:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def identity_files(storage: Path, uid: int, home: str) -> tuple[Path, Path]:
+    """Writes the passwd and group files the sandbox sees; returns their host paths."""
+    passwd, group = storage / "passwd", storage / "group"
+    passwd.write_text(
+        f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n{SANDBOX_USER}:x:{uid}:{uid}::{home}:/bin/sh\n"
+        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    )
+    group.write_text(f"root:x:0:\n{SANDBOX_USER}:x:{uid}:\nnogroup:x:65534:\n")
+    return passwd, group
+
+
+def bwrap_argv(
+    *,
+    system: list[str],
+    binds: list[Bind],
+    network: bool,
+    cwd: str,
+    argv: list[str],
+    uid: int | None,
+    identity: tuple[Path, Path] | None,
+) -> list[str]:
+    """The full command line: bwrap, then (as root) setpriv down to `uid`, then `argv`."""
+    args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not network:
+        args.append("--unshare-net")
+    args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--tmpfs", "/", *system]
+    if identity is not None:
+        args += ["--ro-bind", str(identity[0]), "/etc/passwd", "--ro-bind", str(identity[1]), "/etc/group"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # parents before children, so a mount under HOME lands on top of HOME
+    for bind in sorted(binds, key=lambda b: (b.dest.count("/"), b.dest)):
+        args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.dest]
+    args += ["--chdir", cwd]
+    if uid is None:
+        return [*args, "--", *argv]
+    drop = [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ]
+    return [*args, "--cap-add", "CAP_SETUID,CAP_SETGID,CAP_SETPCAP", "--", *drop, "--", *argv]
+
+
+def rlimit_prefix(*, processes: int, memory_mb: int, open_files: int, cpu_time_s: int) -> list[str]:
+    """`prlimit` arguments for one sandbox (they hold for bwrap and everything it starts)."""
+    mem = memory_mb << 20
+    return [
+        "prlimit",
+        f"--nproc={processes}:{processes}",
+        f"--data={mem}:{mem}",
+        f"--nofile={open_files}:{open_files}",
+        f"--cpu={cpu_time_s}:{cpu_time_s + 5}",
+        "--core=0:0",
+        "--",
+    ]
+
+
+def probe_bwrap(as_root: bool, system: list[str]) -> str | None:
+    """None if bubblewrap can run a command here the way we use it; else why not."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed (Debian: apt-get install bubblewrap)"
+    if shutil.which("prlimit") is None or (as_root and shutil.which("setpriv") is None):
+        return "prlimit/setpriv (util-linux) are missing"
+    argv = bwrap_argv(
+        system=system,
+        binds=[],
+        network=True,
+        cwd="/",
+        argv=["true"],
+        uid=65534 if as_root else None,
+        identity=None,
+    )
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap failed to start: {e}"
+    if done.returncode != 0:
+        return f"bwrap cannot create a sandbox here: {done.stderr.decode(errors='replace').strip()}"
+    return None

@@ -1,0 +1,122 @@
+"""Running one local process tree to completion: output capture, a wall-clock limit, tree kill.
+
+Owns the mechanics shared by every local exec (the sandbox's argv comes from `local_bwrap`): the
+process starts as the leader of a new process group; on timeout or cancellation the group gets
+SIGKILL. Under bubblewrap the group's leader is `bwrap` itself, whose death takes the sandbox's
+PID namespace, and so every descendant, with it (`--die-with-parent`); without bubblewrap a
+descendant that left the group (setsid) can survive, which is why that mode warns.
+"""
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+
+from clawgym.sandbox.interface import ExecResult
+
+# After the tree is dead, pipes close at once; a descendant that escaped the group (no bwrap)
+# may hold them open, so reading its leftovers is bounded.
+_DRAIN_AFTER_EXIT_S = 2.0
+
+
+class _Capture:
+    """Keeps the first `limit` bytes of a stream and notes whether more came."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.data, self.truncated = limit, bytearray(), False
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(1 << 16):
+            room = self.limit - len(self.data)
+            if room > 0:
+                self.data += chunk[:room]
+            if len(chunk) > room:
+                self.truncated = True
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    # The command may exit without reading its input; that is its business, not an error.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.write(data)
+        await stdin.drain()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stdin.close()
+
+
+async def run_tree(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    timeout_s: float,
+    max_output_bytes: int,
+    stdin: bytes | None = None,
+    cwd: str | None = None,
+    user: int | None = None,
+    pass_fds: Sequence[int] = (),
+    kill_group_after_exit: bool = False,
+) -> ExecResult:
+    """Runs `argv` as a new process group and returns when it and its output are done.
+
+    `user`: switch to this uid/gid (no supplementary groups) before exec; needs root.
+    `kill_group_after_exit`: also SIGKILL what the leader left running in its group (used when
+    no PID namespace does that for us).
+    """
+    start = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env),
+        cwd=cwd,
+        process_group=0,
+        user=user,
+        group=user,
+        extra_groups=[] if user is not None else None,
+        pass_fds=tuple(pass_fds),
+    )
+    out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [asyncio.ensure_future(out.drain(proc.stdout)), asyncio.ensure_future(err.drain(proc.stderr))]
+    feeder = (
+        asyncio.ensure_future(_feed(proc.stdin, stdin))
+        if proc.stdin is not None and stdin is not None
+        else None
+    )
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=max(timeout_s, 0.0))
+        except TimeoutError:
+            timed_out = True
+            _kill_group(proc.pid)  # the leader is not reaped yet, so the group id is still ours
+            await proc.wait()
+        else:
+            if kill_group_after_exit:
+                _kill_group(proc.pid)
+        _, pending = await asyncio.wait(readers, timeout=_DRAIN_AFTER_EXIT_S)
+        for task in pending:
+            task.cancel()
+    finally:
+        if proc.returncode is None:  # cancelled (or failed) while running: take the tree down
+            _kill_group(proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                await asyncio.shield(proc.wait())
+        for task in (*readers, *([feeder] if feeder else [])):
+            task.cancel()
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    return ExecResult(
+        exit_code=code,
+        stdout=bytes(out.data),
+        stderr=bytes(err.data),
+        duration_s=time.monotonic() - start,
+        timed_out=timed_out,
+        truncated=out.truncated or err.truncated,
+    )
