@@ -1,0 +1,78 @@
+"""Reading a weights checkpoint (an HF safetensors folder, local path or fsspec URI) and checking it fits a model.
+
+Owns "does this checkpoint fit": every tensor name known, none missing, every shape equal. It does
+not swap weights into a running engine; the engines do that between decode steps.
+"""
+
+from pathlib import PurePosixPath
+
+import fsspec
+import torch
+from safetensors.torch import load, load_file
+
+from clawgym.errors import FailedPrecondition
+
+
+def read_safetensors(uri: str) -> dict[str, torch.Tensor]:
+    """All tensors of the `*.safetensors` files in the folder at `uri`; FailedPrecondition if none or unreadable."""
+    try:
+        fs, root = fsspec.core.url_to_fs(uri)
+        files = sorted(p for p in fs.ls(root, detail=False) if str(p).endswith(".safetensors"))
+    except (OSError, ValueError) as e:
+        raise FailedPrecondition(f"cannot list checkpoint {uri!r}: {e}") from e
+    if not files:
+        raise FailedPrecondition(f"checkpoint {uri!r} has no *.safetensors files")
+    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        try:
+            # Local files are memory-mapped by safetensors; remote ones are read whole.
+            part = load_file(path) if local else load(fs.cat_file(path))
+        except Exception as e:  # safetensors raises its own error types for corrupt headers
+            raise FailedPrecondition(f"cannot read {PurePosixPath(path).name} of {uri!r}: {e}") from e
+        tensors.update(part)
+    return tensors
+
+
+def weight_targets(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set[str]]:
+    """The model's persistent tensors by checkpoint name, and the names that alias another (tied weights)."""
+    targets: dict[str, torch.Tensor] = {}
+    aliases: set[str] = set()
+    seen: dict[int, str] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        ptr = tensor.data_ptr()
+        if ptr in seen:
+            aliases.add(
+                name
+            )  # e.g. lm_head.weight tied to model.embed_tokens.weight: save_pretrained drops it
+            continue
+        seen[ptr] = name
+        targets[name] = tensor
+    return targets, aliases
+
+
+def fit_checkpoint(
+    tensors: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], aliases: set[str], uri: str
+) -> dict[str, torch.Tensor]:
+    """Checks names and shapes, and returns owned copies in each target's dtype and device."""
+    unknown = sorted(set(tensors) - set(targets) - aliases)
+    missing = sorted(set(targets) - set(tensors))
+    wrong = sorted(
+        f"{name} {tuple(tensors[name].shape)} != {tuple(t.shape)}"
+        for name, t in targets.items()
+        if name in tensors and tensors[name].shape != t.shape
+    )
+    problems = []
+    if unknown:
+        problems.append(f"{len(unknown)} unknown tensors ({', '.join(unknown[:3])}…)")
+    if missing:
+        problems.append(f"{len(missing)} missing tensors ({', '.join(missing[:3])}…)")
+    if wrong:
+        problems.append(f"{len(wrong)} shape mismatches ({'; '.join(wrong[:3])})")
+    if problems:
+        raise FailedPrecondition(f"checkpoint {uri!r} does not fit the served model: {', '.join(problems)}")
+    # Owned copies: the served weights must not stay mapped to a file the trainer may overwrite.
+    return {
+        name: tensors[name].to(device=t.device, dtype=t.dtype, copy=True).contiguous()
+        for name, t in targets.items()
+    }
