@@ -1,12 +1,14 @@
 # syntax=docker/dockerfile:1.7
-# The shared clawgym image: Python 3.11, CPU torch from the PyTorch CPU index, the project installed
-# (not editable) into /opt/clawgym, and an unprivileged user. Every service image starts FROM it.
+# The whole of clawgym in one image: Python 3.11, CPU torch from the PyTorch CPU index, the project
+# installed (not editable) into /opt/clawgym, and an unprivileged user. Any service runs from it
+# (`docker run clawgym/clawgym:0.1.0 serve proxy ...`); the services' own Dockerfiles
+# (services/<name>/Dockerfile) build the same venv, or a slimmer one where torch is not needed.
 #
-#   docker build -f deploy/docker/base.Dockerfile -t clawgym/base:0.1.0 .
+#   docker build -f deploy/docker/base.Dockerfile -t clawgym/clawgym:0.1.0 .
 #
 # Build context: the repository root (deploy/docker/base.Dockerfile.dockerignore keeps .venv and
 # caches out). For GPU trainer nodes, build with the CUDA wheel index instead:
-#   --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t clawgym/base:0.1.0-cu128
+#   --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t clawgym/clawgym:0.1.0-cu128
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 

@@ -1,0 +1,253 @@
+{{/*
+Shared helpers of the clawgym chart: names, labels, images, addresses, the CLAWGYM_* environment,
+and the API versions that differ between Kubernetes 1.20 and current releases.
+*/}}
+
+{{- define "clawgym.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "clawgym.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "clawgym.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "clawgym.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<fullname>-<component>": the name of a component's workload and Service. Args: root, component. */}}
+{{- define "clawgym.component" -}}
+{{- printf "%s-%s" (include "clawgym.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "clawgym.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "clawgym.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: clawgym
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component. Args: root, component. */}}
+{{- define "clawgym.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "clawgym.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* All labels of one component's objects. Args: root, component. */}}
+{{- define "clawgym.componentLabels" -}}
+{{ include "clawgym.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* A component's image. Args: root, values (the component's values). */}}
+{{- define "clawgym.image" -}}
+{{- $img := .values.image -}}
+{{- $tag := $img.tag | default .root.Values.image.tag | default .root.Chart.AppVersion -}}
+{{- if $img.repository -}}
+{{- printf "%s:%s" $img.repository $tag -}}
+{{- else -}}
+{{- printf "%s/%s%s:%s" .root.Values.image.registry .root.Values.image.namePrefix $img.name $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The host other pods use to reach a component: its Service, or 127.0.0.1 under hostNetwork. Args: root, component. */}}
+{{- define "clawgym.host" -}}
+{{- if .root.Values.hostNetwork -}}127.0.0.1{{- else -}}{{ include "clawgym.component" . }}{{- end -}}
+{{- end -}}
+
+{{- define "clawgym.sandboxNamespace" -}}
+{{- .Values.orchestrator.sandbox.namespace | default (printf "%s-sandboxes" .Release.Namespace) -}}
+{{- end -}}
+
+{{/* The proxy URL as sandbox pods see it: fully qualified, since they live in another namespace. */}}
+{{- define "clawgym.proxyUrlForSandboxes" -}}
+{{- if .Values.hostNetwork -}}
+http://127.0.0.1:{{ .Values.proxy.port }}
+{{- else -}}
+http://{{ include "clawgym.component" (dict "root" . "component" "proxy") }}.{{ .Release.Namespace }}.svc:{{ .Values.proxy.port }}
+{{- end -}}
+{{- end -}}
+
+{{/* --- database and bus ----------------------------------------------------------------------- */}}
+
+{{- define "clawgym.dbSecretName" -}}
+{{- if .Values.postgresql.enabled -}}
+{{- .Values.postgresql.existingSecret | default (printf "%s-db" (include "clawgym.fullname" .)) -}}
+{{- else if .Values.externalDatabase.existingSecret -}}
+{{- .Values.externalDatabase.existingSecret -}}
+{{- else if .Values.externalDatabase.password -}}
+{{- printf "%s-db" (include "clawgym.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The SQLAlchemy URL without the password: psycopg takes it from PGPASSWORD (set from the Secret),
+     so a password needs no URL escaping and never appears in a pod spec. */}}
+{{- define "clawgym.storeUrl" -}}
+{{- if .Values.postgresql.enabled -}}
+postgresql+psycopg://{{ .Values.postgresql.username }}@{{ include "clawgym.host" (dict "root" . "component" "postgresql") }}:5432/{{ .Values.postgresql.database }}
+{{- else -}}
+{{- $db := .Values.externalDatabase -}}
+{{- if not $db.host -}}{{- fail "postgresql.enabled=false needs externalDatabase.host" -}}{{- end -}}
+postgresql+psycopg://{{ $db.username }}@{{ $db.host }}:{{ $db.port }}/{{ $db.database }}{{ if $db.sslmode }}?sslmode={{ $db.sslmode }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{- define "clawgym.busUrl" -}}
+{{- if .Values.redis.enabled -}}
+redis://{{ include "clawgym.host" (dict "root" . "component" "redis") }}:6379/0
+{{- else -}}
+{{- required "redis.enabled=false needs externalRedis.url" .Values.externalRedis.url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The environment every clawgym component gets: where the store, bus and the other services are. */}}
+{{- define "clawgym.env" -}}
+{{- $secret := include "clawgym.dbSecretName" . -}}
+{{- if $secret }}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ $secret }}, key: password}
+{{- end }}
+- name: CLAWGYM_STORE__URL
+  value: {{ include "clawgym.storeUrl" . | quote }}
+- name: CLAWGYM_STORE__BUS_URL
+  value: {{ include "clawgym.busUrl" . | quote }}
+{{- range $name := list "store" "inference" "orchestrator" "trainer" }}
+{{- $c := index $.Values $name }}
+{{- if $c.enabled }}
+- name: CLAWGYM_{{ upper $name }}__GRPC_URL
+  value: "{{ if and (eq $name "inference") (not $.Values.hostNetwork) }}dns:///{{ end }}{{ include "clawgym.host" (dict "root" $ "component" $name) }}:{{ $c.port }}"
+{{- end }}
+{{- end }}
+{{- if .Values.proxy.enabled }}
+- name: CLAWGYM_PROXY__URL
+  value: "http://{{ include "clawgym.host" (dict "root" . "component" "proxy") }}:{{ .Values.proxy.port }}"
+{{- end }}
+{{- range $k, $v := .Values.extraEnv }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A component's own env map as env entries. Args: the map. */}}
+{{- define "clawgym.envMap" -}}
+{{- range $k, $v := . }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* --- pods --------------------------------------------------------------------------------------- */}}
+
+{{/* Pod-level settings shared by every clawgym pod. */}}
+{{- define "clawgym.podCommon" -}}
+{{- if .Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+{{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* Prometheus scrape annotations plus the user's pod annotations. Args: root, port. */}}
+{{- define "clawgym.podAnnotations" -}}
+{{- if and .root.Values.metrics.annotations .port }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- with .root.Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Scheduling of a component. Args: the component's values. */}}
+{{- define "clawgym.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Container resources, with nvidia.com/gpu added when gpus > 0. Args: the component's values. */}}
+{{- define "clawgym.resources" -}}
+{{- $res := deepCopy (.resources | default dict) -}}
+{{- if gt (int (.gpus | default 0)) 0 -}}
+{{- $limits := $res.limits | default dict -}}
+{{- $_ := set $limits "nvidia.com/gpu" (int .gpus) -}}
+{{- $_ := set $res "limits" $limits -}}
+{{- end -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{/* --- API versions: what Kubernetes 1.20 lacks, chosen from the server's APIs ------------------- */}}
+
+{{- define "clawgym.pdb.apiVersion" -}}
+{{- if .Capabilities.APIVersions.Has "policy/v1" -}}policy/v1{{- else -}}policy/v1beta1{{- end -}}
+{{- end -}}
+
+{{- define "clawgym.hpa.apiVersion" -}}
+{{- if .Capabilities.APIVersions.Has "autoscaling/v2" -}}autoscaling/v2{{- else -}}autoscaling/v2beta2{{- end -}}
+{{- end -}}
+
+{{/* A namespaceSelector for one namespace. The kubernetes.io/metadata.name label exists from 1.21;
+     on older clusters the chart selects clawgym.dev/namespace, which it puts on the namespaces it
+     creates (label the release namespace yourself there, README "Kubernetes versions"). Args: root, namespace. */}}
+{{- define "clawgym.namespaceSelector" -}}
+{{- if semverCompare ">=1.21-0" .root.Capabilities.KubeVersion.Version -}}
+kubernetes.io/metadata.name: {{ .namespace }}
+{{- else -}}
+clawgym.dev/namespace: {{ .namespace }}
+{{- end -}}
+{{- end -}}
+
+{{/* --- checkpoints: object store, shared PVC, hostPath or emptyDir -------------------------------- */}}
+
+{{- define "clawgym.checkpoints.useVolume" -}}
+{{- if not .Values.checkpoints.uri -}}true{{- end -}}
+{{- end -}}
+
+{{- define "clawgym.checkpoints.volume" -}}
+- name: checkpoints
+{{- if .Values.checkpoints.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ .Values.checkpoints.persistence.existingClaim | default (printf "%s-checkpoints" (include "clawgym.fullname" .)) }}
+{{- else if .Values.checkpoints.hostPath }}
+  hostPath: {path: {{ .Values.checkpoints.hostPath }}, type: DirectoryOrCreate}
+{{- else }}
+  emptyDir: {}
+{{- end }}
+{{- end -}}
+
+{{/* Env telling trainer and inference where checkpoints live. */}}
+{{- define "clawgym.checkpoints.env" -}}
+- name: CLAWGYM_TRAINER__CHECKPOINT_URI
+  value: {{ .Values.checkpoints.uri | default "/data/checkpoints" | quote }}
+{{- end -}}
+
+{{- define "clawgym.checkpoints.envFrom" -}}
+{{- with .Values.checkpoints.credentialsSecret }}
+envFrom:
+  - secretRef: {name: {{ . }}}
+{{- end }}
+{{- end -}}
