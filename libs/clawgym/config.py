@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from clawgym.engine.config import InferenceConfig
 from clawgym.errors import InvalidArgument
 
 
@@ -39,6 +40,7 @@ class ClawgymConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLAWGYM_", env_nested_delimiter="__", extra="forbid")
 
     store: StoreConfig = Field(default_factory=StoreConfig, description="trajectory store and event bus")
+    inference: InferenceConfig = Field(default_factory=InferenceConfig, description="policy serving engine")
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConfig:

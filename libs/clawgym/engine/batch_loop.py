@@ -16,6 +16,7 @@ keep their KV cache from the old weights (as vLLM does); their new tokens carry 
 """
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import threading
@@ -73,10 +74,8 @@ class Request:
 
     def end(self, outcome: "FinishReason | Exception") -> None:
         """Tells the consumer the request ended without a token: `abort` at shutdown, or the loop's error."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the consumer's loop is gone: nobody to tell
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (None, 0.0, 0, outcome))
-        except RuntimeError:
-            pass
 
 
 @dataclass(eq=False)

@@ -1,0 +1,51 @@
+"""The `inference` config section: which policy is served, by which engine, where, and how batched.
+
+Owns the fields and their defaults; `clawgym.config.ClawgymConfig.inference` holds one. Env
+variables map in as `CLAWGYM_INFERENCE__MODEL=tiny-qwen3`, `CLAWGYM_INFERENCE__CACHE_DIR=/models`.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class InferenceConfig(BaseModel):
+    """What `clawgym serve inference` serves, and how an in-process engine or a client is built."""
+
+    # Same rule as clawgym.config.Section (unknown keys are errors); defined here so that
+    # clawgym.config can import this section without an import cycle.
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        "smollm2-135m", description="model spec: smollm2-135m, tiny-qwen3, or a local HF folder"
+    )
+    engine: Literal["torch", "vllm"] = Field("torch", description="torch (CPU, embedded) or vllm (GPU)")
+    grpc_url: str = Field(
+        "", description="address of the inference service (host:port); empty = in-process engine"
+    )
+    host: str = Field("0.0.0.0", description="address `clawgym serve inference` listens on")
+    port: int = Field(50052, description="gRPC port `clawgym serve inference` listens on")
+    metrics_port: int = Field(
+        9102, ge=0, description="Prometheus /metrics HTTP port of the service; 0 = none"
+    )
+    cache_dir: str = Field(
+        "~/.cache/clawgym/models", description="where built-in policies are built once and cached"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="weights and compute dtype"
+    )
+    policy_version: int = Field(0, ge=0, description="version number of the weights served at start")
+    max_batch: int = Field(32, ge=1, description="requests decoded together at most (torch engine)")
+    max_batch_tokens: int = Field(
+        262_144,
+        ge=1,
+        description="torch engine: running rows × padded KV width admitted at most (memory bound)",
+    )
+    prefill_chunk: int = Field(512, ge=1, description="torch engine: prompt tokens per prefill forward")
+    grpc_max_message_mb: int = Field(
+        64, ge=1, le=2047, description="largest gRPC message (a 64k-token prompt is 256 kB)"
+    )
+    gpu_memory_utilization: float = Field(
+        0.85, gt=0, le=1, description="vLLM: fraction of GPU memory it may use"
+    )
+    max_model_len: int = Field(0, ge=0, description="vLLM: context length; 0 = the model's")
