@@ -100,7 +100,9 @@ def bwrap_argv(
         args += ["--ro-bind", str(identity[0]), "/etc/passwd", "--ro-bind", str(identity[1]), "/etc/group"]
     args += ["--proc", "/proc", "--dev", "/dev"]
     # parents before children, so a mount under HOME lands on top of HOME
+    made = {"/"}
     for bind in sorted(binds, key=lambda b: (b.dest.count("/"), b.dest)):
+        args += _parent_dirs(bind.dest, binds, system, made)
         args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.dest]
     args += ["--chdir", cwd]
     if uid is None:
@@ -114,6 +116,21 @@ def bwrap_argv(
         "--bounding-set=-all",
     ]
     return [*args, "--cap-add", "CAP_SETUID,CAP_SETGID,CAP_SETPCAP", "--", *drop, "--", *argv]
+
+
+def _parent_dirs(dest: str, binds: list[Bind], system: list[str], made: set[str]) -> list[str]:
+    """`--dir`s for the parents of `dest` on the tmpfs root (bwrap would make them 0700 root)."""
+    covered = {b.dest for b in binds} | set(system)
+    args: list[str] = []
+    parts = dest.strip("/").split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        parent = "/" + "/".join(parts[:i])
+        if parent in covered or any(parent.startswith(c.rstrip("/") + "/") for c in covered):
+            break  # inside a bind (or the system): its own directories already exist
+        if parent not in made:
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", parent]
+    return args
 
 
 def rlimit_prefix(*, processes: int, memory_mb: int, open_files: int, cpu_time_s: int) -> list[str]:

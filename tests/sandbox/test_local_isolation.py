@@ -1,0 +1,328 @@
+"""The local backend's isolation: filesystem, other sandboxes, identity, network, timeouts, rlimits.
+
+Every test runs real bubblewrap (`isolation="bwrap"` fails rather than falls back) as the user
+the tests run as; the uid assertions need root, which is how CI runs.
+"""
+
+import asyncio
+import http.server
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from clawgym.sandbox import Resources, SandboxSpec
+
+AS_ROOT = os.geteuid() == 0
+
+
+def test_a_task_cannot_write_outside_its_writable_directories(make_local, tmp_path: Path):
+    """The system is read-only and absent host paths stay absent: writes fail and leave no trace."""
+    backend = make_local()
+    targets = ["/usr/clawgym-x", "/etc/clawgym-x", "/opt/clawgym-x", "/var/clawgym-x", "/clawgym-x"]
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec())
+        try:
+            script = "; ".join(f"echo pwned > {t} 2>/dev/null && echo WROTE {t}" for t in targets)
+            result = await sandbox.exec(script + "; echo ok > /workspace/mine")
+            mine = await sandbox.get_file("/workspace/mine")
+            return result, mine
+        finally:
+            await sandbox.destroy()
+
+    result, mine = asyncio.run(scenario())
+    assert b"WROTE" not in result.stdout, f"a write outside the workspace succeeded: {result.stdout!r}"
+    for target in targets:
+        assert not os.path.exists(target), f"{target} appeared on the host"
+    assert mine == b"ok\n", "the workspace itself must stay writable"
+
+
+def test_a_sandbox_cannot_read_another_rollouts_workspace_or_the_hosts_home(make_local):
+    """Neither by its sandbox path, nor by the other's host storage path, nor via /root or /tmp."""
+    backend = make_local()
+    secret = "s3cret-" + os.urandom(8).hex()
+    marker = Path("/tmp") / f"clawgym-host-marker-{os.getpid()}"
+    marker.write_text(secret)
+
+    async def scenario():
+        victim = await backend.create(SandboxSpec(mounts=["/app"]))
+        thief = await backend.create(SandboxSpec(mounts=["/app"]))
+        try:
+            await victim.put_file("/workspace/secret.txt", secret.encode())
+            await victim.put_file("/app/secret.txt", secret.encode())
+            host_copy = victim.storage / "fs" / "work" / "secret.txt"
+            assert host_copy.read_text() == secret, "the victim's file must exist on the host for the test"
+            script = (
+                f"cat {host_copy} /workspace/secret.txt /app/secret.txt {marker} 2>&1; "
+                f"ls -a {backend.root} /root /tmp 2>&1; "
+                "grep -rs s3cret- /workspace /app /root /tmp /home /run /var/tmp 2>&1; true"
+            )
+            return await thief.exec(script)
+        finally:
+            await victim.destroy()
+            await thief.destroy()
+
+    try:
+        result = asyncio.run(scenario())
+    finally:
+        marker.unlink()
+    assert secret.encode() not in result.stdout, f"the other sandbox's secret leaked: {result.stdout!r}"
+    assert b".cache" not in result.stdout, f"the host's /root is visible: {result.stdout!r}"
+
+
+def test_tmp_is_private_to_a_sandbox_and_persists_between_its_execs(make_local):
+    backend = make_local()
+
+    async def scenario():
+        a = await backend.create(SandboxSpec())
+        b = await backend.create(SandboxSpec())
+        try:
+            await a.exec("echo a-was-here > /tmp/note")
+            again = await a.exec("cat /tmp/note")
+            other = await b.exec("ls -A /tmp; cat /tmp/note")
+            return again, other
+        finally:
+            await a.destroy()
+            await b.destroy()
+
+    again, other = asyncio.run(scenario())
+    assert again.stdout == b"a-was-here\n", "a sandbox's /tmp must keep its files between execs"
+    assert b"a-was-here" not in other.stdout and other.exit_code != 0, "another sandbox must not see them"
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="per-sandbox uids need root")
+def test_commands_run_as_a_per_sandbox_unprivileged_uid_without_capabilities(make_local):
+    backend = make_local()
+
+    async def scenario():
+        sandboxes = [await backend.create(SandboxSpec()) for _ in range(2)]
+        try:
+            return sandboxes, [
+                await s.exec("id -u; grep -E 'CapEff|NoNewPrivs' /proc/self/status; whoami")
+                for s in sandboxes
+            ]
+        finally:
+            for s in sandboxes:
+                await s.destroy()
+
+    sandboxes, results = asyncio.run(scenario())
+    uids = [int(r.stdout.split()[0]) for r in results]
+    assert uids == [s.uid for s in sandboxes], f"commands must run as the sandbox's uid: {uids}"
+    assert len(set(uids)) == 2 and 0 not in uids, f"each sandbox needs its own non-root uid: {uids}"
+    for r in results:
+        text = r.stdout.decode()
+        assert "CapEff:\t0000000000000000" in text, f"the sandbox must hold no capabilities: {text}"
+        assert "NoNewPrivs:\t1" in text, f"setuid binaries must not raise privileges: {text}"
+        assert text.strip().endswith("sandbox"), f"the uid needs a passwd entry (node's userInfo): {text}"
+
+
+def test_the_host_environment_does_not_leak_but_spec_and_exec_env_apply(make_local, monkeypatch):
+    monkeypatch.setenv("CLAWGYM_HOST_ONLY", "leaky")
+    backend = make_local()
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec(env={"A": "spec", "B": "spec"}))
+        try:
+            return await sandbox.exec("env", env={"B": "exec"})
+        finally:
+            await sandbox.destroy()
+
+    env = dict(
+        line.split("=", 1) for line in asyncio.run(scenario()).stdout.decode().splitlines() if "=" in line
+    )
+    assert "CLAWGYM_HOST_ONLY" not in env, "the orchestrator's environment must not reach the task"
+    assert (env.get("A"), env.get("B")) == ("spec", "exec"), f"spec env, overridden by exec env: {env}"
+    assert env.get("HOME") == "/root", f"HOME must be the spec's home: {env.get('HOME')}"
+
+
+def test_network_proxy_reaches_loopback_and_network_none_reaches_nothing(make_local):
+    """Stands in for the proxy with a real HTTP server on 127.0.0.1."""
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello-from-proxy")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    fetch = f"python3 -c 'import urllib.request; print(urllib.request.urlopen(\"{url}\", timeout=5).read().decode())'"
+    backend = make_local()
+
+    async def scenario():
+        online = await backend.create(SandboxSpec(network="proxy"))
+        offline = await backend.create(SandboxSpec(network="none"))
+        try:
+            return await online.exec(fetch), await offline.exec(fetch)
+        finally:
+            await online.destroy()
+            await offline.destroy()
+
+    try:
+        online, offline = asyncio.run(scenario())
+    finally:
+        server.shutdown()
+    assert online.stdout.strip() == b"hello-from-proxy", f"network=proxy must reach 127.0.0.1: {online}"
+    assert offline.exit_code != 0 and b"hello" not in offline.stdout, "network=none must reach nothing"
+
+
+def _pids_running(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def test_the_timeout_kills_grandchildren_even_when_they_leave_the_session(make_local):
+    """A daemonised grandchild (setsid + background) is gone after the timeout, and timed_out is set."""
+    backend = make_local()
+    marker = str(900_000 + os.getpid() % 99_999)  # a distinctive `sleep` argument to find the process by
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec())
+        try:
+            run = asyncio.ensure_future(
+                sandbox.exec(f"setsid sh -c 'sleep {marker} & sleep {marker}' & sleep 600", timeout_s=3)
+            )
+            seen = []
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                seen = _pids_running(f"sleep {marker}")
+                if len(seen) >= 2:
+                    break
+            result = await run
+            await asyncio.sleep(0.2)
+            return seen, result, _pids_running(f"sleep {marker}")
+        finally:
+            await sandbox.destroy()
+
+    seen, result, after = asyncio.run(scenario())
+    assert len(seen) >= 2, "the grandchildren must have been running (else the test proves nothing)"
+    assert result.timed_out and result.exit_code == 137, f"the exec must report the timeout: {result}"
+    assert 2.5 < result.duration_s < 30, (
+        f"it must end at the limit, not before or long after: {result.duration_s}"
+    )
+    assert after == [], f"grandchildren survived the timeout: pids {after}"
+
+
+def test_cancelling_an_exec_kills_its_process_tree(make_local):
+    backend = make_local()
+    marker = str(800_000 + os.getpid() % 99_999)
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec())
+        try:
+            run = asyncio.ensure_future(sandbox.exec(f"sleep {marker} & sleep {marker}"))
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                if len(_pids_running(f"sleep {marker}")) >= 2:
+                    break
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            await asyncio.sleep(0.2)
+            return _pids_running(f"sleep {marker}")
+        finally:
+            await sandbox.destroy()
+
+    assert asyncio.run(scenario()) == [], "cancelling the exec must kill everything it started"
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="RLIMIT_NPROC per sandbox needs a per-sandbox uid (root)")
+def test_a_fork_bomb_hits_the_process_limit_and_the_exec_still_ends(make_local):
+    backend = make_local()
+    bomb = (
+        "import subprocess\n"
+        "procs, error = [], None\n"
+        "try:\n"
+        "    for _ in range(200):\n"
+        "        procs.append(subprocess.Popen(['sleep', '30']))\n"
+        "except OSError as e:\n"
+        "    error = e.errno\n"
+        "print(len(procs), error)\n"
+        "for p in procs: p.kill()\n"
+    )
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec(resources=Resources(processes=24)))
+        try:
+            bombed = await sandbox.exec(["python3", "-c", bomb], timeout_s=60)
+            shell_bomb = await sandbox.exec("f() { f | f & }; f; sleep 2", timeout_s=8)
+            after = await sandbox.exec("echo alive")
+            return bombed, shell_bomb, after
+        finally:
+            await sandbox.destroy()
+
+    bombed, shell_bomb, after = asyncio.run(scenario())
+    started, errno = bombed.stdout.split()
+    assert int(started) < 24, f"more processes than the limit started: {bombed.stdout!r}"
+    assert errno == b"11", f"the limit must surface as EAGAIN: {bombed.stdout!r} {bombed.stderr[-300:]!r}"
+    assert shell_bomb.duration_s < 60, "a shell fork bomb must end by the wall-clock limit at the latest"
+    assert after.stdout == b"alive\n", "the sandbox must work again after the bomb"
+
+
+def test_a_memory_hog_fails_with_memory_error(make_local):
+    backend = make_local()
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec(resources=Resources(memory_mb=200)))
+        try:
+            hog = await sandbox.exec(["python3", "-c", "b = bytearray(1 << 30); print('allocated')"])
+            small = await sandbox.exec(["python3", "-c", "b = bytearray(50 << 20); print('fine')"])
+            return hog, small
+        finally:
+            await sandbox.destroy()
+
+    hog, small = asyncio.run(scenario())
+    assert hog.exit_code == 1 and b"MemoryError" in hog.stderr, f"1 GiB under a 200 MB limit must fail: {hog}"
+    assert small.stdout == b"fine\n", f"50 MB under a 200 MB limit must work: {small}"
+
+
+def test_open_files_and_cpu_time_limits_bite(make_local):
+    backend = make_local()
+    opener = "import os\nfds = []\ntry:\n    while True: fds.append(os.open('/dev/null', 0))\nexcept OSError as e: print(len(fds), e.errno)"
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec(resources=Resources(open_files=64, cpu_time_s=1)))
+        try:
+            files = await sandbox.exec(["python3", "-c", opener])
+            spin = await sandbox.exec(["python3", "-c", "while True: pass"], timeout_s=60)
+            return files, spin
+        finally:
+            await sandbox.destroy()
+
+    files, spin = asyncio.run(scenario())
+    count, errno = files.stdout.split()
+    assert int(count) < 64 and errno == b"24", f"RLIMIT_NOFILE=64 must stop at EMFILE: {files.stdout!r}"
+    assert spin.exit_code == 128 + 24 and not spin.timed_out, f"RLIMIT_CPU must SIGXCPU the spinner: {spin}"
+
+
+def test_the_sandbox_lifetime_caps_every_exec(make_local):
+    backend = make_local()
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec(timeout_s=2))
+        try:
+            first = await sandbox.exec("sleep 30", timeout_s=60)
+            second = await sandbox.exec("echo too-late")
+            return first, second
+        finally:
+            await sandbox.destroy()
+
+    started = time.monotonic()
+    first, second = asyncio.run(scenario())
+    assert first.timed_out and time.monotonic() - started < 20, f"the lifetime must cut the exec: {first}"
+    assert second.timed_out and second.stdout == b"", "nothing may run after the lifetime"
