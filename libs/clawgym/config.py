@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from clawgym.capture.config import ProxyConfig
 from clawgym.engine.config import InferenceConfig
 from clawgym.errors import InvalidArgument
 
@@ -41,6 +42,7 @@ class ClawgymConfig(BaseSettings):
 
     store: StoreConfig = Field(default_factory=StoreConfig, description="trajectory store and event bus")
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="policy serving engine")
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="capturing serving proxy")
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConfig:

@@ -1,0 +1,42 @@
+"""Incremental detokenization: token ids arrive one by one, text leaves without splitting a character.
+
+Owns the streaming decode only. Byte-level BPE splits a multi-byte UTF-8 character over several
+tokens; decoding a token alone yields U+FFFD. So each step decodes a short window of recent
+tokens and releases only text that no longer ends in a replacement character (the offsets
+scheme of vLLM / TGI). Cost per token is constant: the window never covers the whole output.
+"""
+
+from transformers import PreTrainedTokenizerBase
+
+REPLACEMENT = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    """Feed ids with `push`; each call returns the newly completed text (possibly "")."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        self._tok = tokenizer
+        self._ids: list[int] = []
+        self._prefix = 0  # start of the decode window
+        self._read = 0  # ids up to here have been released as text
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def push(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        before = self._decode(self._ids[self._prefix : self._read])
+        after = self._decode(self._ids[self._prefix :])
+        if len(after) <= len(before) or after.endswith(REPLACEMENT):
+            return ""  # an incomplete character: wait for the next token
+        self._prefix, self._read = self._read, len(self._ids)
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """Whatever is still held at the end of the turn (an incomplete character stays U+FFFD)."""
+        if self._read == len(self._ids):
+            return ""
+        before = self._decode(self._ids[self._prefix : self._read])
+        after = self._decode(self._ids[self._prefix :])
+        self._prefix = self._read = len(self._ids)
+        return after[len(before) :]

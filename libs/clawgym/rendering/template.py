@@ -1,0 +1,204 @@
+"""The policy's chat template applied to canonical conversations, and what the renderer must know of it.
+
+Owns `ChatTemplate`: canonical `Message`s → the dicts `tokenizer.apply_chat_template` expects →
+text → token ids. What a template does is probed once by rendering small placeholder
+conversations (does it render `tools=`? assistant `tool_calls`? what closes an assistant turn?),
+never by branching on a model name. A template without tool support gets the tools described in
+its system prompt in the Hermes/Qwen `<tool_call>` convention, its assistants' tool calls written
+out as text and tool results as `<tool_response>` user turns, so the same output parser applies.
+It does not splice generated ids; `clawgym.rendering.splice` does.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from clawgym.errors import InvalidArgument
+from clawgym.protocols.conversation import Message, Tool
+
+MARK = "CLAWGYMSPLICEMARK7f3a"  # placeholder text located in rendered probes
+_PROBE_TOOL = Tool(
+    name="clawgym_probe_fn", description="probe", parameters={"type": "object", "properties": {}}
+)
+
+TOOLS_PREAMBLE = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+TOOLS_POSTAMBLE = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call>"
+)
+
+
+def tool_schema(tool: Tool) -> dict[str, Any]:
+    """The OpenAI-style function schema templates expect in `tools=`."""
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
+    }
+
+
+def tools_system_text(tools: Sequence[Tool]) -> str:
+    """Tool descriptions for a system prompt, in the Hermes/Qwen convention."""
+    lines = "".join("\n" + json.dumps(tool_schema(t), ensure_ascii=False) for t in tools)
+    return TOOLS_PREAMBLE + lines + TOOLS_POSTAMBLE
+
+
+def tool_call_text(name: str, arguments: Any) -> str:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return (
+        f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {args}}}\n</tool_call>'
+    )
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    """What probing the template found."""
+
+    renders_tools: bool  # `tools=` appears in the rendered prompt
+    renders_tool_calls: bool  # assistant `tool_calls` appear in the rendered prompt
+    tools_header_only: bool  # tools change only the prompt's head, not how later turns render
+    close_text: str  # what follows an assistant turn's content, e.g. "<|im_end|>\n"
+    generation_prompt: str  # what add_generation_prompt appends, e.g. "<|im_start|>assistant\n"
+    starts_in_thinking: bool  # the generation prompt opens a <think> block
+    stop_token_ids: tuple[int, ...]  # tokens that end a generated turn
+
+
+class ChatTemplate:
+    """One tokenizer's chat template, with the probing done once at construction."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, supports_tools: bool | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.info = self._probe(supports_tools)
+
+    # --- canonical messages → template dicts ---
+
+    def template_messages(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[dict[str, Any]]:
+        """The message dicts for `apply_chat_template`, tools folded in as text where the template can't."""
+        renders_calls = self.info.renders_tool_calls
+        out: list[dict[str, Any]] = []
+        for m in messages:
+            if m.role == "assistant":
+                d: dict[str, Any] = {"role": "assistant", "content": m.content}
+                if m.thinking:
+                    d["reasoning_content"] = m.thinking
+                if m.tool_calls and renders_calls:
+                    d["tool_calls"] = [
+                        {
+                            "type": "function",
+                            "id": c.id,
+                            "function": {"name": c.name, "arguments": c.arguments_value()},
+                        }
+                        for c in m.tool_calls
+                    ]
+                elif m.tool_calls:
+                    calls = "\n".join(tool_call_text(c.name, c.arguments_value()) for c in m.tool_calls)
+                    d["content"] = f"{m.content}\n{calls}" if m.content else calls
+                out.append(d)
+            elif m.role == "tool" and not renders_calls:
+                block = f"<tool_response>\n{m.content}\n</tool_response>"
+                if out and out[-1].get("_tool_group"):
+                    out[-1]["content"] += "\n" + block
+                else:
+                    out.append({"role": "user", "content": block, "_tool_group": True})
+            elif m.role == "tool":
+                out.append({"role": "tool", "content": m.content, "tool_call_id": m.tool_call_id})
+            else:
+                out.append({"role": m.role, "content": m.content})
+        for d in out:
+            d.pop("_tool_group", None)
+        if tools and not self.info.renders_tools:
+            described = tools_system_text(tools)
+            if out and out[0]["role"] == "system":
+                out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{described}"}
+            else:
+                out.insert(0, {"role": "system", "content": described})
+        return out
+
+    # --- rendering and encoding ---
+
+    def render(
+        self, messages: Sequence[Message], tools: Sequence[Tool], add_generation_prompt: bool = True
+    ) -> str:
+        """Template text of a conversation; InvalidArgument if the template rejects it."""
+        dicts = self.template_messages(messages, tools)
+        return self._apply(dicts, tools, add_generation_prompt)
+
+    def _apply(self, dicts: list[dict[str, Any]], tools: Sequence[Tool], add_generation_prompt: bool) -> str:
+        passed = [tool_schema(t) for t in tools] if tools and self.info.renders_tools else None
+        try:
+            text = self.tokenizer.apply_chat_template(
+                dicts, tools=passed, add_generation_prompt=add_generation_prompt, tokenize=False
+            )
+        except Exception as e:  # jinja raises TemplateError, TypeError, … for conversations it rejects
+            raise InvalidArgument(f"the policy's chat template rejected the conversation: {e}") from e
+        if not isinstance(text, str):
+            raise InvalidArgument("the policy's chat template did not render text")
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of rendered text; the template already placed any BOS, so none is added."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    # --- probing ---
+
+    def _probe(self, supports_tools: bool | None) -> TemplateInfo:
+        user = {"role": "user", "content": "ping"}
+        if supports_tools is None:
+            renders_tools = self._renders([user], [_PROBE_TOOL], "clawgym_probe_fn")
+            call = {"type": "function", "function": {"name": "clawgym_probe_call", "arguments": {}}}
+            renders_calls = self._renders(
+                [user, {"role": "assistant", "content": "", "tool_calls": [call]}], [], "clawgym_probe_call"
+            )
+        else:
+            renders_tools = renders_calls = supports_tools
+        closed = self._try([user, {"role": "assistant", "content": MARK}], (), False)
+        close_text = closed.split(MARK, 1)[1] if MARK in closed else ""
+        bare = self._try([user], (), False)
+        prompted = self._try([user], (), True)
+        generation_prompt = prompted[len(bare) :] if prompted.startswith(bare) else ""
+        tok = self.tokenizer
+        stops = []
+        for token in (tok.eos_token, close_text.strip()[:32], "<|endoftext|>", "<|im_end|>", "<|eot_id|>"):
+            token_id = tok.convert_tokens_to_ids(token) if token else None
+            if isinstance(token_id, int) and token_id != tok.unk_token_id and token in tok.get_vocab():
+                stops.append(token_id)
+        # tools_header_only: do tools change how a turn after an assistant turn renders?
+        header_only = True
+        if renders_tools:
+            rest = [{"role": "tool", "content": "r"}, {"role": "user", "content": "u"}]
+            stub = [user, {"role": "assistant", "content": MARK}, *rest]
+            with_tools = self._try(stub, (_PROBE_TOOL,), True, renders_tools)
+            without = self._try(stub, (), True, renders_tools)
+            header_only = with_tools.split(MARK, 1)[-1] == without.split(MARK, 1)[-1]
+        return TemplateInfo(
+            renders_tools=renders_tools,
+            renders_tool_calls=renders_calls,
+            tools_header_only=header_only,
+            close_text=close_text,
+            generation_prompt=generation_prompt,
+            starts_in_thinking=generation_prompt.rstrip().endswith("<think>"),
+            stop_token_ids=tuple(dict.fromkeys(stops)),
+        )
+
+    def _try(
+        self, dicts: list[dict[str, Any]], tools: Sequence[Tool], gen: bool, pass_tools: bool = True
+    ) -> str:
+        try:
+            text = self.tokenizer.apply_chat_template(
+                dicts,
+                tools=[tool_schema(t) for t in tools] if tools and pass_tools else None,
+                add_generation_prompt=gen,
+                tokenize=False,
+            )
+        except Exception:  # a template that rejects a probe just lacks that feature
+            return ""
+        return text if isinstance(text, str) else ""
+
+    def _renders(self, dicts: list[dict[str, Any]], tools: Sequence[Tool], needle: str) -> bool:
+        return needle in self._try(dicts, tools, False)

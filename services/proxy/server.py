@@ -1,0 +1,125 @@
+"""The proxy service: `create_app(cfg, engine, store, tokenizer)` → a FastAPI app.
+
+A thin shell around `clawgym.capture.gateway.Gateway`: each route reads the raw body (so
+malformed bodies are the protocol's 400, never FastAPI's 422), calls one gateway method and
+turns its `JsonReply` / `StreamReply` into a response. Routes exist with and without the `/v1`
+prefix because harnesses differ in how they join base URL and path (HARNESSES.md).
+"""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from transformers import PreTrainedTokenizerBase
+
+from clawgym.capture.config import ProxyConfig
+from clawgym.capture.gateway import Gateway, JsonReply, StreamReply
+from clawgym.capture.live import LiveState, make_live_state
+from clawgym.capture.metrics import ProxyMetrics
+from clawgym.config import ClawgymConfig
+from clawgym.engine.interface import Engine
+from clawgym.protocols.anthropic_messages import AnthropicMessages
+from clawgym.protocols.openai_chat import OpenAIChat
+from clawgym.protocols.openai_responses import OpenAIResponses
+from clawgym.protocols.wire import WireProtocol
+from clawgym.store.interface import TrajectoryStore
+
+
+def to_response(reply: JsonReply | StreamReply) -> Response:
+    if isinstance(reply, JsonReply):
+        return JSONResponse(reply.body, reply.status, headers=reply.headers)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in reply.chunks:
+                yield chunk
+        finally:  # also when the client disconnected and this stream was cancelled
+            reply.on_close()
+
+    headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
+
+
+def create_app(
+    cfg: ProxyConfig,
+    engine: Engine,
+    store: TrajectoryStore,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    live: LiveState | None = None,
+    registry: CollectorRegistry | None = None,
+    supports_tools: bool | None = None,
+) -> FastAPI:
+    """The proxy app; `live` defaults to Redis when `cfg.redis_url` is set, else in-process."""
+    metrics = ProxyMetrics(registry)
+    if live is None:
+        live = make_live_state(cfg.redis_url, cfg.redis_prefix, cfg.turn_cache_ttl_s, cfg.memory_max_rollouts)
+    gateway = Gateway(cfg, engine, store, tokenizer, live, metrics, supports_tools=supports_tools)
+    anthropic, chat, responses = AnthropicMessages(), OpenAIChat(), OpenAIResponses()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await gateway.aclose()
+
+    app = FastAPI(title="clawgym proxy", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.gateway = gateway
+
+    def model_call(protocol: WireProtocol):
+        async def handler(request: Request) -> Response:
+            body = await request.body()
+            return to_response(await gateway.handle(protocol, body, request.headers, request.is_disconnected))
+
+        return handler
+
+    for prefix in ("/v1", ""):
+        app.add_api_route(f"{prefix}/messages", model_call(anthropic), methods=["POST"])
+        app.add_api_route(f"{prefix}/chat/completions", model_call(chat), methods=["POST"])
+        app.add_api_route(f"{prefix}/responses", model_call(responses), methods=["POST"])
+
+        async def count_tokens(request: Request) -> Response:
+            return to_response(await gateway.count_tokens(anthropic, await request.body(), request.headers))
+
+        async def models() -> dict:
+            return await gateway.models()
+
+        app.add_api_route(f"{prefix}/messages/count_tokens", count_tokens, methods=["POST"])
+        app.add_api_route(f"{prefix}/models", models, methods=["GET"])
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return to_response(await gateway.health())
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.api_route("/api/hello", methods=["GET", "HEAD"])
+    @app.api_route("/", methods=["GET", "HEAD"])
+    async def probe() -> dict:
+        """Harmless reachability probes (Claude Code's `HEAD /api/hello`)."""
+        return {"status": "ok"}
+
+    return app
+
+
+def create_app_from_config(cfg: ClawgymConfig) -> FastAPI:
+    """The app with its dependencies built from config: the policy's tokenizer, the engine
+    (in-process unless `proxy.inference_url`), the store (SQL unless `store.grpc_url`)."""
+    from clawgym.engine.factory import connect_engine
+    from clawgym.models import load_tokenizer, policy_spec
+
+    p = cfg.proxy
+    engine = connect_engine(cfg.inference.model_copy(update={"model": p.model, "grpc_url": p.inference_url}))
+    if cfg.store.grpc_url:
+        from clawgym.store.grpc_client import StoreClient
+
+        store: TrajectoryStore = StoreClient(cfg.store.grpc_url)
+    else:
+        from clawgym.store.sql import SqlStore
+
+        store = SqlStore.from_config(cfg.store)
+    tokenizer = load_tokenizer(p.model, cache_dir=cfg.inference.cache_dir)
+    return create_app(p, engine, store, tokenizer, supports_tools=policy_spec(p.model).supports_tools)
