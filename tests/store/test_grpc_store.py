@@ -1,0 +1,220 @@
+"""The store service on a loopback port: the typed client against the real gRPC server, both backends."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from clawgym.config import StoreConfig
+from clawgym.errors import AlreadyExists, ClawgymError, InvalidArgument, NotFound
+from clawgym.store import convert
+from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.grpc_client import StoreClient
+from clawgym.store.records import Checkpoint, GroupReady, RolloutSpec
+from clawgym.store.sql import SqlStore
+from clawgym.v1 import store_pb2 as pb
+from clawgym.v1.store_pb2_grpc import StoreStub
+from clawgym_services.store.server import create_server
+
+MAX_CALL_MB = 1
+
+
+@pytest.fixture
+def service(store_url: str, free_port: int) -> Iterator[tuple[SqlStore, str]]:
+    """A started store service on 127.0.0.1:free_port over a fresh database; yields (store, target)."""
+    cfg = StoreConfig(url=store_url, port=free_port, max_call_mb=MAX_CALL_MB)
+    store = SqlStore(store_url, MemoryBus(), max_call_bytes=MAX_CALL_MB * 2**20)
+    server = create_server(cfg, host="127.0.0.1", store=store)
+    server.start()
+    yield store, f"127.0.0.1:{free_port}"
+    server.stop(grace=None)
+    store.close()
+
+
+@pytest.fixture
+def client(service: tuple[SqlStore, str]) -> Iterator[StoreClient]:
+    with StoreClient(service[1], timeout_s=30) as c:
+        yield c
+
+
+def test_a_run_goes_through_the_grpc_store_and_its_group_comes_back(client: StoreClient, make_call) -> None:
+    """Create run, register, record calls (one with a 20k-token prompt), finish, watch, read the group back."""
+    run = client.create_run("over-grpc", {"algo": "grpo"})
+    assert client.get_run(run.id) == run, "a run must round-trip through the service unchanged"
+    registered = client.register_rollouts(
+        run.id, [RolloutSpec("g", "task", "reference", 2) for _ in range(3)]
+    )
+    watched: list[GroupReady] = []
+
+    def watch() -> None:
+        for ready in client.watch_groups(run.id, timeout_s=20):
+            watched.append(ready)
+            return  # leaving the loop cancels the stream
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+
+    sent = {}
+    for i, reg in enumerate(registered):
+        assert client.resolve_token(reg.token).id == reg.rollout_id, (
+            "a token must resolve to its rollout over gRPC"
+        )
+        client.start_rollout(reg.rollout_id, sandbox=f"local:{i}")
+        for seq in range(3):
+            n_prompt = 20_000 if (i, seq) == (0, 2) else 200
+            call = make_call(reg.rollout_id, seq, key=10 * i + seq, n_prompt=n_prompt, n_output=32)
+            client.record_call(call)
+            sent[(reg.rollout_id, seq)] = call
+    for i, reg in enumerate(registered):
+        client.finish_rollout(
+            reg.rollout_id, "finished", reward=float(i), passed=i > 0, timings={"harness_s": 1.0}
+        )
+
+    watcher.join(timeout=30)
+    assert [(w.group_id, w.run_id) for w in watched] == [("g", run.id)], (
+        "watch_groups must stream the ready group"
+    )
+    group = client.get_group("g")
+    assert [r.rollout.id for r in group.rollouts] == [r.rollout_id for r in registered], (
+        "rollouts in registration order"
+    )
+    assert [r.rollout.reward for r in group.rollouts] == [0.0, 1.0, 2.0], "rewards must survive the wire"
+    assert [r.rollout.passed for r in group.rollouts] == [False, True, True], "passed must survive the wire"
+    for member in group.rollouts:
+        assert [c.seq for c in member.calls] == [0, 1, 2], "calls in seq order"
+        for c in member.calls:
+            original = sent[(c.rollout_id, c.seq)]
+            assert (c.request, c.response, c.headers) == (
+                original.request,
+                original.response,
+                original.headers,
+            )
+            for field in ("prompt_ids", "output_ids", "output_logprobs", "output_versions"):
+                assert getattr(c, field).tobytes() == getattr(original, field).tobytes(), (
+                    f"{field} changed on the wire"
+                )
+
+    resumed = list(client.watch_groups(run.id, after_id=watched[0].message_id, timeout_s=1.5))
+    assert resumed == [], "watching after the group's message id must not repeat it"
+    client.record_checkpoint(Checkpoint(run.id, 1, 5, "file:///ckpt/1", {"loss": 0.1}))
+    assert [c.uri for c in client.list_checkpoints(run.id)] == ["file:///ckpt/1"], "checkpoints over gRPC"
+    client.record_train_step(run.id, 5, {"loss": 0.1})
+    client.record_eval(run.id, 1, "mini", "reference", {"pass@1": 0.5})
+    assert client.set_run_status(run.id, "finished").status == "finished", "run status over gRPC"
+
+
+def test_bad_input_over_grpc_gets_its_status_code_and_writes_nothing(
+    service: tuple[SqlStore, str], client: StoreClient, make_call
+) -> None:
+    """Unknown rollout → NOT_FOUND, bad arrays/names/size → INVALID_ARGUMENT, duplicate → ALREADY_EXISTS."""
+    store, target = service
+    run = client.create_run("bad-input")
+    (reg,) = client.register_rollouts(run.id, [RolloutSpec("g", "t", "h")])
+    good = make_call(reg.rollout_id, 0, key=1)
+    client.record_call(good)
+
+    def raw(**changes) -> pb.Call:
+        message = convert.call_to_proto(make_call(reg.rollout_id, 1, key=2))
+        for field, value in changes.items():
+            setattr(message, field, value)
+        return message
+
+    cases = {
+        "unknown rollout": (grpc.StatusCode.NOT_FOUND, raw(rollout_id="f" * 32)),
+        "ids not a multiple of 4 bytes": (grpc.StatusCode.INVALID_ARGUMENT, raw(prompt_ids=b"\x01\x02\x03")),
+        "logprobs shorter than output": (grpc.StatusCode.INVALID_ARGUMENT, raw(output_logprobs=b"\x00" * 4)),
+        "versions longer than output": (grpc.StatusCode.INVALID_ARGUMENT, raw(output_versions=b"\x00" * 400)),
+        "unknown protocol": (grpc.StatusCode.INVALID_ARGUMENT, raw(protocol="smtp")),
+        "unknown finish reason": (grpc.StatusCode.INVALID_ARGUMENT, raw(finish_reason="")),
+        "request not JSON": (grpc.StatusCode.INVALID_ARGUMENT, raw(request_json="{not json")),
+        "oversized": (grpc.StatusCode.INVALID_ARGUMENT, raw(prompt_ids=b"\x00" * (MAX_CALL_MB * 2**20 + 4))),
+        "duplicate seq": (grpc.StatusCode.ALREADY_EXISTS, raw(seq=0)),
+    }
+    with grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 * 2**20)]) as channel:
+        stub = StoreStub(channel)
+        for what, (code, message) in cases.items():
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.RecordCall(message, timeout=30)
+            assert caught.value.code() == code, (
+                f"{what}: expected {code.name}, got {caught.value.code().name}"
+            )
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.RegisterRollouts(
+                pb.RegisterRolloutsRequest(
+                    run_id="nope", rollouts=[pb.RolloutSpec(group_id="x", task_id="t", harness="h")]
+                )
+            )
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND, (
+            "registering under an unknown run is NOT_FOUND"
+        )
+
+    # The typed client raises the same typed errors as the in-process store.
+    for error, call in (
+        (InvalidArgument, make_call(reg.rollout_id, 1, prompt_ids=np.zeros(4, np.float64))),
+        (NotFound, make_call("0" * 32, 0)),
+        (AlreadyExists, make_call(reg.rollout_id, 0, key=3)),
+    ):
+        with pytest.raises(error):
+            client.record_call(call)
+    with pytest.raises(NotFound):
+        client.get_group("no-such-group")
+
+    (only,) = store.list_calls(reg.rollout_id)
+    assert only.seq == 0 and only.prompt_ids.tobytes() == good.prompt_ids.tobytes(), (
+        "rejected calls must write nothing and leave the recorded call untouched"
+    )
+    assert [g.id for g in [store.get_group("g")]] == ["g"] and len(store.get_group("g").rollouts) == 1, (
+        "a rejected registration must not add rollouts"
+    )
+
+
+class BrokenStore:
+    """A store whose every read fails with an untyped error: what the shell does with a bug."""
+
+    def get_run(self, run_id: str):
+        raise KeyError(run_id)
+
+
+def test_an_untyped_failure_is_internal_and_the_service_keeps_serving(free_port: int) -> None:
+    server = create_server(StoreConfig(port=free_port), host="127.0.0.1", store=BrokenStore())  # type: ignore[arg-type]
+    server.start()
+    try:
+        with StoreClient(f"127.0.0.1:{free_port}", timeout_s=10) as c:
+            for _ in range(2):
+                with pytest.raises(ClawgymError) as caught:
+                    c.get_run("r")
+                assert type(caught.value) is ClawgymError and "INTERNAL" in str(caught.value), (
+                    f"an untyped server error must arrive as INTERNAL, got {caught.value!r}"
+                )
+    finally:
+        server.stop(grace=None)
+
+
+def test_clawgym_serve_store_serves_until_sigterm(sqlite_url: str, free_port: int) -> None:
+    """`clawgym serve store --url … --port N` answers the typed client, and exits 0 on SIGTERM."""
+    cli = Path(sys.executable).with_name("clawgym")
+    proc = subprocess.Popen(
+        [str(cli), "serve", "store", "--url", sqlite_url, "--port", str(free_port), "--host", "127.0.0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with StoreClient(f"127.0.0.1:{free_port}", timeout_s=60) as c:
+            run = c.create_run("from-the-cli")
+            assert c.get_run(run.id).name == "from-the-cli", "the served store must persist runs"
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, (
+            f"the service must exit 0 on SIGTERM; output:\n{proc.stdout.read()}"
+        )  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

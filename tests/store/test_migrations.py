@@ -1,0 +1,43 @@
+"""The schema comes from the shipped Alembic migrations, and they match the SQLAlchemy models."""
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect
+
+from clawgym.store.database import create_store_engine
+from clawgym.store.migrations import current_revision, head_revision, migrate
+from clawgym.store.models import Base
+from clawgym.store.sql import SqlStore
+
+
+def test_migrations_build_exactly_the_models_schema(store_url: str) -> None:
+    """Upgrading an empty database to head gives the models' tables, indexes and types: no autogenerate diff."""
+    migrate(store_url)
+    engine = create_store_engine(store_url, pool_size=1)
+    try:
+        assert current_revision(engine) == head_revision(), (
+            "migrate() must upgrade to the newest shipped revision"
+        )
+        with engine.connect() as conn:
+            diff = compare_metadata(
+                MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata
+            )
+            tables = set(inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+    assert diff == [], f"models.py and migrations/versions disagree; add a migration: {diff}"
+    assert {"runs", "groups", "rollouts", "calls", "checkpoints", "train_steps", "evals"} <= tables, (
+        f"the migrations must create every table of the data model, got {sorted(tables)}"
+    )
+
+
+def test_opening_a_store_twice_keeps_the_schema_and_the_data(store_url: str) -> None:
+    """A second SqlStore on the same database finds it at head and changes nothing."""
+    first = SqlStore(store_url)
+    run = first.create_run("kept")
+    first.close()
+    second = SqlStore(store_url)
+    try:
+        assert second.get_run(run.id) == run, "re-opening a store must keep what was written"
+    finally:
+        second.close()
