@@ -1,0 +1,182 @@
+"""Store write throughput with 20k-token calls, PostgreSQL vs SQLite, and packed arrays vs JSON lists.
+
+    .venv/bin/python bench/store_write.py [--writers 8] [--calls 50] [--prompt-tokens 20000]
+
+Each backend gets a fresh database (a throwaway PostgreSQL schema, a temp SQLite file) and an
+in-process bus; `--writers` threads share one SqlStore and record `--calls` calls each, all
+starting together. A call's bytes are its packed arrays plus its JSON; reads are one `get_group`
+of everything written. The size ratio compares one call's packed arrays with the same arrays as
+JSON lists (what the store must never do). The last line is one JSON object of the figures.
+"""
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.engine import make_url
+
+from clawgym import arrays
+from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.records import Call, RolloutSpec
+from clawgym.store.sql import SqlStore
+
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def make_calls(rollout_id: str, writer: int, n: int, prompt_tokens: int, output_tokens: int) -> list[Call]:
+    rng = np.random.default_rng(writer)
+    base = rng.integers(0, 151_000, prompt_tokens, dtype=np.int32)
+    calls = []
+    for seq in range(n):
+        prompt = base.copy()
+        prompt[:2] = (writer, seq)  # every call distinct
+        calls.append(
+            Call(
+                rollout_id=rollout_id,
+                seq=seq,
+                protocol="anthropic_messages",
+                request={
+                    "model": "policy",
+                    "max_tokens": 1024,
+                    "messages": [{"role": "user", "content": "x" * 2000}],
+                },
+                response={"content": [{"type": "text", "text": "y" * 1000}], "stop_reason": "end_turn"},
+                prompt_ids=prompt,
+                output_ids=rng.integers(0, 151_000, output_tokens, dtype=np.int32),
+                output_logprobs=-rng.exponential(1.0, output_tokens).astype(np.float32),
+                output_versions=np.full(output_tokens, 3, dtype=np.int32),
+                policy_version=3,
+                finish_reason="stop",
+                latency_s=0.5,
+            )
+        )
+    return calls
+
+
+def call_bytes(call: Call) -> int:
+    packed = (
+        arrays.pack_ids(call.prompt_ids),
+        arrays.pack_ids(call.output_ids),
+        arrays.pack_logprobs(call.output_logprobs),
+        arrays.pack_ids(call.output_versions),
+    )
+    return sum(map(len, packed)) + len(json.dumps(call.request)) + len(json.dumps(call.response))
+
+
+def bench_backend(
+    url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int
+) -> dict[str, float]:
+    store = SqlStore(url, MemoryBus(), pool_size=writers)
+    try:
+        run = store.create_run("bench")
+        specs = [RolloutSpec("bench-group", f"task{w}", "reference") for w in range(writers)]
+        rollouts = [r.rollout_id for r in store.register_rollouts(run.id, specs)]
+        work = [make_calls(rollouts[w], w, calls, prompt_tokens, output_tokens) for w in range(writers)]
+        total_bytes = sum(call_bytes(c) for batch in work for c in batch)
+        start = threading.Barrier(writers + 1)
+
+        def write(batch: list[Call]) -> None:
+            start.wait()
+            for call in batch:
+                store.record_call(call)
+
+        with ThreadPoolExecutor(writers) as threads:
+            futures = [threads.submit(write, batch) for batch in work]
+            start.wait()
+            t0 = time.perf_counter()
+            for f in futures:
+                f.result()
+            write_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        group = store.get_group("bench-group")
+        read_s = time.perf_counter() - t0
+        assert sum(len(r.calls) for r in group.rollouts) == writers * calls, "the store lost calls"
+    finally:
+        store.close()
+    n = writers * calls
+    return {
+        "calls_per_s": n / write_s,
+        "mb_per_s": total_bytes / write_s / 1e6,
+        "read_mb_per_s": total_bytes / read_s / 1e6,
+        "write_s": write_s,
+    }
+
+
+def with_pg_schema(base_url: str, fn):  # type: ignore[no-untyped-def]
+    """Runs fn(url) on a throwaway schema of base_url's database."""
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base_url, poolclass=pool.NullPool)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        url = make_url(base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+        return fn(url.render_as_string(hide_password=False))
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def size_ratio(prompt_tokens: int, output_tokens: int) -> tuple[int, int]:
+    """(packed bytes, JSON-list bytes) of one call's arrays."""
+    (call,) = make_calls("r", 0, 1, prompt_tokens, output_tokens)
+    fields = (call.prompt_ids, call.output_ids, call.output_logprobs, call.output_versions)
+    packed = call_bytes(call) - len(json.dumps(call.request)) - len(json.dumps(call.response))
+    as_json = sum(len(json.dumps(a.tolist())) for a in fields)
+    return packed, as_json
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--writers", type=int, default=8, help="concurrent writer threads")
+    parser.add_argument("--calls", type=int, default=50, help="calls per writer")
+    parser.add_argument("--prompt-tokens", type=int, default=20_000)
+    parser.add_argument("--output-tokens", type=int, default=256)
+    parser.add_argument(
+        "--pg-url",
+        default=os.environ.get("CLAWGYM_TEST_PG_URL", DEFAULT_PG_URL),
+        help="a database to bench in",
+    )
+    args = parser.parse_args()
+    shape = (args.writers, args.calls, args.prompt_tokens, args.output_tokens)
+
+    pg = with_pg_schema(args.pg_url, lambda url: bench_backend(url, *shape))
+    with tempfile.TemporaryDirectory() as tmp:
+        lite = bench_backend(f"sqlite:///{tmp}/bench.db", *shape)
+    packed, as_json = size_ratio(args.prompt_tokens, args.output_tokens)
+
+    print(
+        f"{args.writers} writers × {args.calls} calls, {args.prompt_tokens}-token prompts, {args.output_tokens} out"
+    )
+    for name, r in (("postgresql", pg), ("sqlite", lite)):
+        print(
+            f"  {name:10s} {r['calls_per_s']:8.1f} calls/s  {r['mb_per_s']:7.1f} MB/s written"
+            f"  {r['read_mb_per_s']:7.1f} MB/s group read  ({r['write_s']:.1f} s)"
+        )
+    print(f"  one call's arrays: packed {packed / 1e3:.0f} kB, as JSON lists {as_json / 1e3:.0f} kB")
+    figures = {
+        "pg_calls_per_s": round(pg["calls_per_s"], 1),
+        "pg_mb_per_s": round(pg["mb_per_s"], 1),
+        "pg_group_read_mb_per_s": round(pg["read_mb_per_s"], 1),
+        "sqlite_calls_per_s": round(lite["calls_per_s"], 1),
+        "sqlite_mb_per_s": round(lite["mb_per_s"], 1),
+        "sqlite_group_read_mb_per_s": round(lite["read_mb_per_s"], 1),
+        "pg_vs_sqlite_calls": round(pg["calls_per_s"] / lite["calls_per_s"], 2),
+        "packed_vs_json_size": round(packed / as_json, 3),
+        "writers": args.writers,
+        "calls_per_writer": args.calls,
+        "prompt_tokens": args.prompt_tokens,
+        "output_tokens": args.output_tokens,
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
