@@ -1,0 +1,1 @@
+"""The inference service: token ids in, token ids + logprobs + policy version out, over gRPC."""

@@ -1,0 +1,146 @@
+"""The inference service: `create_server(cfg)` serves an `Engine` over gRPC (asyncio), with Prometheus metrics.
+
+A thin shell: each handler decodes the request (`clawgym.engine.convert`), calls one engine
+method and encodes the reply. Typed errors become their gRPC status (`ClawgymError.grpc_code`);
+anything else is INTERNAL, with the traceback in this service's log. A client that cancels its
+Generate call cancels the handler, which closes the engine stream and so aborts the request.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from prometheus_client import start_http_server
+
+from clawgym.engine import convert
+from clawgym.engine.config import InferenceConfig
+from clawgym.engine.factory import create_engine
+from clawgym.engine.grpc_client import grpc_options
+from clawgym.engine.interface import Engine
+from clawgym.errors import ClawgymError
+from clawgym.v1 import inference_pb2 as pb
+from clawgym.v1 import inference_pb2_grpc
+from clawgym_services.inference.metrics import InferenceMetrics
+
+log = logging.getLogger(__name__)
+
+METRICS_REFRESH_S = 1.0
+
+
+async def _abort(context: grpc.aio.ServicerContext, name: str, e: Exception) -> None:
+    if isinstance(e, ClawgymError):
+        await context.abort(grpc.StatusCode[e.grpc_code], str(e))
+    log.exception("inference %s failed", name, exc_info=e)
+    await context.abort(grpc.StatusCode.INTERNAL, f"inference {name} failed: {type(e).__name__}; see its log")
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServicer):
+    def __init__(self, engine: Engine, metrics: InferenceMetrics) -> None:
+        self.engine = engine
+        self.metrics = metrics
+
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateChunk]:
+        stream = None
+        try:
+            prompt, params = convert.request_from_proto(request)
+            stream = self.engine.generate(prompt, params, request.request_id)
+            async for chunk in stream:
+                self.metrics.generated_tokens.inc(len(chunk.token_ids))
+                if chunk.finish_reason is not None:
+                    self.metrics.requests.labels(chunk.finish_reason).inc()
+                yield convert.chunk_to_proto(chunk)
+        except asyncio.CancelledError:
+            self.metrics.requests.labels("abort").inc()
+            raise
+        except Exception as e:
+            await _abort(context, "Generate", e)
+        finally:
+            if stream is not None:
+                await stream.aclose()  # frees the engine slot when the client went away
+
+    async def LoadWeights(
+        self, request: pb.LoadWeightsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoadWeightsResponse:
+        try:
+            seconds = await self.engine.load_weights(request.version, request.uri)
+        except Exception as e:
+            await _abort(context, "LoadWeights", e)
+        self.metrics.reload_seconds.observe(seconds)
+        log.info("policy version %d loaded from %s in %.2f s", request.version, request.uri, seconds)
+        return pb.LoadWeightsResponse(version=request.version, reload_s=seconds)
+
+    async def Status(
+        self, request: pb.InferenceStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InferenceStatus:
+        try:
+            status = await self.engine.status()
+        except Exception as e:
+            await _abort(context, "Status", e)
+        self.metrics.refresh(status)
+        return convert.status_to_proto(status)
+
+
+class InferenceServer:
+    """A started-on-demand gRPC server (and /metrics endpoint) around one engine."""
+
+    def __init__(self, cfg: InferenceConfig, engine: Engine | None = None) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.metrics = InferenceMetrics()
+        self.port = 0
+        self.metrics_port = 0
+        self._server: grpc.aio.Server | None = None
+        self._http = None
+        self._refresher: asyncio.Task | None = None
+
+    async def start(self) -> int:
+        """Builds the engine if none was given (in a thread), binds host:port (0 = any free port), serves."""
+        if self.engine is None:
+            self.engine = await asyncio.to_thread(create_engine, self.cfg)
+        self._server = grpc.aio.server(options=grpc_options(self.cfg.grpc_max_message_mb))
+        inference_pb2_grpc.add_InferenceServicer_to_server(
+            InferenceServicer(self.engine, self.metrics), self._server
+        )
+        address = f"{self.cfg.host}:{self.cfg.port}"
+        self.port = self._server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"inference service cannot listen on {address}")
+        await self._server.start()
+        if self.cfg.metrics_port:
+            self._http, _ = start_http_server(
+                self.cfg.metrics_port, addr=self.cfg.host, registry=self.metrics.registry
+            )
+            self.metrics_port = self._http.server_port
+        self._refresher = asyncio.create_task(self._refresh_metrics())
+        return self.port
+
+    async def _refresh_metrics(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a status hiccup must not stop the metrics
+                self.metrics.refresh(await self.engine.status())
+            await asyncio.sleep(METRICS_REFRESH_S)
+
+    async def wait(self) -> None:
+        await self._server.wait_for_termination()
+
+    async def stop(self, grace: float = 5.0, close_engine: bool = True) -> None:
+        """Stops serving; in-flight streams get `grace` seconds. Closes the engine unless told not to."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+        if self._server is not None:
+            await self._server.stop(grace)
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        aclose = getattr(self.engine, "aclose", None)
+        if close_engine and aclose is not None:
+            await aclose()
+
+
+def create_server(cfg: InferenceConfig, engine: Engine | None = None) -> InferenceServer:
+    """An inference server (not started) for `cfg`, serving `engine` or the one `cfg` describes."""
+    return InferenceServer(cfg, engine)
