@@ -135,8 +135,8 @@ PROXY = Dashboard(
                 ),
             ),
         ),
-        Panel("Request latency", "s", quantiles("clawgym_proxy_request_duration_seconds")),
-        Panel("Time to first token", "s", quantiles("clawgym_proxy_time_to_first_token_seconds")),
+        Panel("Request latency", "s", quantiles("clawgym_proxy_latency_seconds")),
+        Panel("Time to first token", "s", quantiles("clawgym_proxy_ttft_seconds")),
         Panel(
             "Proxy overhead (time not spent in the engine)",
             "s",
@@ -147,9 +147,10 @@ PROXY = Dashboard(
             "suffix:tok/s",
             (
                 q("sum by (protocol) (rate(clawgym_proxy_prompt_tokens_total[1m]))", "prompt {{protocol}}"),
+                q("sum by (protocol) (rate(clawgym_proxy_output_tokens_total[1m]))", "output {{protocol}}"),
                 q(
-                    "sum by (protocol) (rate(clawgym_proxy_completion_tokens_total[1m]))",
-                    "completion {{protocol}}",
+                    "sum by (protocol) (rate(clawgym_proxy_rendered_tokens_total[1m]))",
+                    "prompt tokenized from text (not spliced) {{protocol}}",
                 ),
             ),
         ),
@@ -158,8 +159,8 @@ PROXY = Dashboard(
             "percentunit",
             (
                 q(
-                    "sum by (harness) (rate(clawgym_proxy_prefix_extensions_total[5m]))"
-                    " / sum by (harness) (rate(clawgym_proxy_requests_total[5m]))",
+                    "sum by (harness) (rate(clawgym_proxy_prefix_extended_calls_total[5m]))"
+                    " / sum by (harness) (rate(clawgym_proxy_calls_total[5m]))",
                     "{{harness}}",
                 ),
             ),
@@ -170,7 +171,12 @@ PROXY = Dashboard(
         Panel(
             "Errors by status code",
             "reqps",
-            (q('sum by (code) (rate(clawgym_proxy_requests_total{code!~"2.."}[5m]))', "{{code}}"),),
+            (
+                q(
+                    'sum by (status, protocol) (rate(clawgym_proxy_requests_total{status!~"2.."}[5m]))',
+                    "{{status}} {{protocol}}",
+                ),
+            ),
         ),
     ),
 )

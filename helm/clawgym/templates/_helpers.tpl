@@ -127,10 +127,6 @@ redis://{{ include "clawgym.host" (dict "root" . "component" "redis") }}:6379/0
   value: "{{ if and (eq $name "inference") (not $.Values.hostNetwork) }}dns:///{{ end }}{{ include "clawgym.host" (dict "root" $ "component" $name) }}:{{ $c.port }}"
 {{- end }}
 {{- end }}
-{{- if .Values.proxy.enabled }}
-- name: CLAWGYM_PROXY__URL
-  value: "http://{{ include "clawgym.host" (dict "root" . "component" "proxy") }}:{{ .Values.proxy.port }}"
-{{- end }}
 {{- range $k, $v := .Values.extraEnv }}
 - name: {{ $k }}
   value: {{ $v | quote }}

