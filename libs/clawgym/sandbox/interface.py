@@ -219,6 +219,25 @@ def storage_layout(spec: SandboxSpec) -> list[tuple[str, str]]:
     return sorted(dirs, key=lambda d: (d[1].count("/"), d[1]))
 
 
+def locate(spec: SandboxSpec, path: str, strict: bool = False) -> tuple[str, list[str]]:
+    """(storage dir name, components below it) of a sandbox path inside a writable directory.
+
+    The deepest writable directory wins (a mount under HOME). strict: only a directory strictly
+    above `path` counts (where the mount point of `path` itself lives). InvalidArgument otherwise.
+    """
+    norm = sandbox_path(path)
+    best: tuple[str, str] | None = None
+    for name, dest in storage_layout(spec):
+        inside = norm.startswith(dest.rstrip("/") + "/") or (norm == dest and not strict)
+        if inside and (best is None or len(dest) > len(best[1])):
+            best = (name, dest)
+    if best is None:
+        writable = ", ".join(dest for _, dest in storage_layout(spec))
+        raise InvalidArgument(f"{path} is outside the sandbox's writable directories ({writable})")
+    rest = norm[len(best[1]) :].strip("/")
+    return best[0], [p for p in rest.split("/") if p]
+
+
 def check_labels(labels: Mapping[str, str]) -> None:
     """InvalidArgument unless every key and value is valid Kubernetes label syntax."""
     for key, value in labels.items():

@@ -42,6 +42,7 @@ from clawgym.sandbox.interface import (
     SandboxSpec,
     check_labels,
     label_value,
+    locate,
     sandbox_path,
     storage_layout,
 )
@@ -218,21 +219,9 @@ class LocalSandbox:
             os.chown(path, self.uid, self.uid, dir_fd=dir_fd, follow_symlinks=False)
 
     def _locate(self, path: str, strict: bool = False) -> tuple[Path, list[str]]:
-        """(storage dir, path components below it) of a sandbox path in a writable directory.
-
-        strict: only a directory strictly above `path` counts (where its mount point goes).
-        """
-        norm = sandbox_path(path)
-        best = None
-        for name, dest in self.layout:
-            inside = norm.startswith(dest.rstrip("/") + "/") or (norm == dest and not strict)
-            if inside and (best is None or len(dest) > len(best[1])):
-                best = (name, dest)
-        if best is None:
-            writable = ", ".join(dest for _, dest in self.layout)
-            raise InvalidArgument(f"{path} is outside the sandbox's writable directories ({writable})")
-        rest = norm[len(best[1]) :].strip("/")
-        return self.dirs[best[0]], [p for p in rest.split("/") if p]
+        """(storage dir on the host, path components below it); see `interface.locate`."""
+        name, parts = locate(self.spec, path, strict)
+        return self.dirs[name], parts
 
     def _open_dir(self, base: Path, parts: list[str], create: bool) -> int:
         """An O_PATH-like fd of base/parts..., refusing symlinks at every step."""

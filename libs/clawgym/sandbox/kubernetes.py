@@ -1,0 +1,408 @@
+"""The `kubernetes` sandbox backend: one pod per sandbox, cold or from a warm pool.
+
+Pods are described in `k8s_pods`, commands run through `k8s_exec`. Files travel as tar
+streams over exec (stdin in, stdout out), so the image needs `sh`, `head`, `tar` and `cat`.
+Blocking client calls run in the backend's own thread pool (`max_threads`), never on the event
+loop and never in asyncio's small default executor, which long execs would starve.
+
+Garbage collection: every pod carries `app.kubernetes.io/managed-by=clawgym` and
+`clawgym.dev/owner=<owner>`; `reap()` deletes the owner's pods this process does not hold, and
+`activeDeadlineSeconds` ends any pod whose sandbox outlived its lifetime by a minute. Deletes use
+grace period 0 (a graceful delete takes 12-14 s on the 1.20 kubelet and buys nothing here).
+
+Warm pool (`warm_pool` > 0): per pod shape (`k8s_pods.pool_key`: image, layout, resources,
+network), that many pods are started ahead. `create` claims one by relabelling it and setting
+its deadline, then starts a replacement; a cold pod is made only when none is ready.
+
+Differences from `local` a caller may notice: processes started by one exec survive until the
+pod goes (there is no per-exec PID namespace), a timeout kills every process in the container
+(see `k8s_exec`), and `get_*` follows symlinks inside the pod's own filesystem.
+"""
+
+import asyncio
+import contextlib
+import functools
+import logging
+import posixpath
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+
+from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
+from clawgym.sandbox import archive
+from clawgym.sandbox.config import KubernetesSandboxConfig, SandboxConfig
+from clawgym.sandbox.interface import (
+    MANAGED_BY,
+    OWNER_LABEL,
+    ExecResult,
+    SandboxFailed,
+    SandboxSpec,
+    label_value,
+    locate,
+    sandbox_path,
+)
+from clawgym.sandbox.k8s_exec import PodExec, wrap
+from clawgym.sandbox.k8s_pods import (
+    FATAL_WAITING,
+    POOL_LABEL,
+    base_labels,
+    claim_labels,
+    lifetime_deadline,
+    pod_manifest,
+    pool_key,
+)
+
+log = logging.getLogger(__name__)
+
+# File transfers are not bounded by the sandbox's lifetime: results are read after a timeout.
+FILE_OP_TIMEOUT_S = 300.0
+_PUT = 'mkdir -p -- "$1" && tar -x -o -f - -C "$1"'
+_GET_FILE = 'if [ ! -e "$1" ]; then exit 2; fi; if [ ! -f "$1" ]; then exit 3; fi; exec cat -- "$1"'
+_GET_TAR = 'if [ ! -e "$1" ] && [ ! -L "$1" ]; then exit 2; fi; exec tar -c -f - -C "$2" "$3"'
+
+
+def _load_configuration(k: KubernetesSandboxConfig) -> client.Configuration:
+    """kubeconfig (the given file, else $KUBECONFIG or ~/.kube/config), else the in-cluster account."""
+    configuration = client.Configuration()
+    try:
+        config.load_kube_config(
+            config_file=k.kubeconfig or None, context=k.context or None, client_configuration=configuration
+        )
+        return configuration
+    except (config.ConfigException, OSError) as e:
+        if k.kubeconfig:
+            raise SandboxFailed(f"cannot load kubeconfig {k.kubeconfig}: {e}") from e
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException as e:
+        raise SandboxFailed("no kubeconfig found and not running inside a cluster") from e
+    return configuration
+
+
+class KubernetesBackend:
+    """Makes pod sandboxes in one namespace. Construct once per process."""
+
+    name = "kubernetes"
+
+    def __init__(self, cfg: SandboxConfig) -> None:
+        self.cfg, self.k = cfg, cfg.kubernetes
+        self.owner = label_value(cfg.owner or socket.gethostname())
+        configuration = _load_configuration(self.k)
+        configuration.connection_pool_maxsize = self.k.max_threads
+        self.core = client.CoreV1Api(client.ApiClient(configuration))
+        self.execs = PodExec(client.ApiClient(configuration), self.k.namespace)
+        self.threads = ThreadPoolExecutor(max_workers=self.k.max_threads, thread_name_prefix="clawgym-k8s")
+        self.held: set[str] = set()  # pod names this process owns: live, starting, or warm
+        self._live: dict[str, KubernetesSandbox] = {}
+        self._pools: dict[str, WarmPool] = {}
+
+    # --- API calls, off the loop, errors typed ---
+
+    async def call(self, fn, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.threads, functools.partial(fn, *args, **kwargs))
+        except client.ApiException as e:
+            if e.status in (400, 422):
+                raise InvalidArgument(f"kubernetes refused the request: {e.reason}: {e.body}") from e
+            if e.status == 404:
+                raise NotFound(f"kubernetes: {e.reason}") from e
+            raise SandboxFailed(f"kubernetes API error {e.status}: {e.reason}") from e
+        except urllib3.exceptions.HTTPError as e:
+            raise SandboxFailed(f"kubernetes API unreachable: {e}") from e
+
+    def new_pod_name(self) -> str:
+        return f"{self.k.name_prefix}-{secrets.token_hex(6)}"
+
+    async def start_pod(self, manifest: dict[str, Any]) -> None:
+        """Creates the pod and waits until its container runs; on any failure the pod is deleted."""
+        name = manifest["metadata"]["name"]
+        self.held.add(name)
+        try:
+            await self.call(self.core.create_namespaced_pod, self.k.namespace, manifest)
+            await self._wait_running(name)
+        except BaseException:
+            self.held.discard(name)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.delete_pod(name))
+            raise
+
+    async def _wait_running(self, name: str) -> None:
+        deadline = time.monotonic() + self.k.start_timeout_s
+        pause = 0.05
+        while True:
+            pod = await self.call(self.core.read_namespaced_pod, name, self.k.namespace)
+            status = pod.status
+            if status.phase in ("Failed", "Succeeded"):
+                raise SandboxFailed(
+                    f"pod {name} ended before it was used: {status.phase} {status.reason or ''}"
+                )
+            for cs in status.container_statuses or []:
+                if cs.state and cs.state.running:
+                    return
+                waiting = cs.state.waiting if cs.state else None
+                if waiting and waiting.reason in FATAL_WAITING:
+                    raise SandboxFailed(f"pod {name} cannot start: {waiting.reason}: {waiting.message or ''}")
+            if time.monotonic() > deadline:
+                raise SandboxFailed(
+                    f"pod {name} not running after {self.k.start_timeout_s:.0f}s ({status.phase})"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.5, 0.5)
+
+    async def delete_pod(self, name: str) -> None:
+        body = client.V1DeleteOptions(grace_period_seconds=0, propagation_policy="Background")
+        with contextlib.suppress(NotFound):
+            await self.call(self.core.delete_namespaced_pod, name, self.k.namespace, body=body)
+        self.held.discard(name)
+
+    # --- the SandboxBackend protocol ---
+
+    async def create(self, spec: SandboxSpec) -> "KubernetesSandbox":
+        spec.validate()
+        if self.k.warm_pool > 0:
+            pool = self._pools.setdefault(pool_key(spec, self.k), WarmPool(self, spec))
+            name = pool.take()
+            pool.refill()
+            if name is not None:
+                try:
+                    return await self._claim(name, spec)
+                except (SandboxFailed, NotFound) as e:
+                    log.warning("warm pod %s could not be claimed (%s); starting a cold one", name, e)
+                    await self.delete_pod(name)
+        name = self.new_pod_name()
+        labels = {**base_labels(self.owner, spec), **claim_labels(name, spec)}
+        manifest = pod_manifest(
+            name=name, spec=spec, cfg=self.k, labels=labels, deadline_s=lifetime_deadline(spec)
+        )
+        await self.start_pod(manifest)
+        return self._adopt(name, spec)
+
+    async def _claim(self, name: str, spec: SandboxSpec) -> "KubernetesSandbox":
+        pod = await self.call(self.core.read_namespaced_pod, name, self.k.namespace)
+        started = pod.status.start_time or datetime.now(UTC)
+        running_s = (datetime.now(UTC) - started).total_seconds()
+        patch = {
+            "metadata": {"labels": claim_labels(name, spec)},
+            "spec": {"activeDeadlineSeconds": lifetime_deadline(spec, running_s)},
+        }
+        await self.call(self.core.patch_namespaced_pod, name, self.k.namespace, patch)
+        return self._adopt(name, spec)
+
+    def _adopt(self, name: str, spec: SandboxSpec) -> "KubernetesSandbox":
+        sandbox = KubernetesSandbox(self, name, spec)
+        self._live[name] = sandbox
+        self.held.add(name)
+        return sandbox
+
+    def forget(self, name: str) -> None:
+        self._live.pop(name, None)
+        self.held.discard(name)
+
+    async def reap(self, owner: str | None = None) -> int:
+        selector = f"{MANAGED_BY}=clawgym,{OWNER_LABEL}={owner or self.owner}"
+        pods = await self.call(self.core.list_namespaced_pod, self.k.namespace, label_selector=selector)
+        victims = [p.metadata.name for p in pods.items if p.metadata.name not in self.held]
+        await asyncio.gather(*(self.delete_pod(name) for name in victims))
+        return len(victims)
+
+    async def close(self) -> None:
+        for pool in self._pools.values():
+            pool.stop()
+        await asyncio.gather(*(s.destroy() for s in list(self._live.values())), return_exceptions=True)
+        warm = [name for pool in self._pools.values() for name in pool.ready]
+        await asyncio.gather(*(self.delete_pod(name) for name in warm), return_exceptions=True)
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
+
+class WarmPool:
+    """Started pods of one shape, waiting to be claimed."""
+
+    def __init__(self, backend: KubernetesBackend, spec: SandboxSpec) -> None:
+        self.backend = backend
+        # only what shapes the pod; env, labels and harness are applied per claim/exec
+        self.spec = SandboxSpec(
+            workdir=spec.workdir,
+            mounts=tuple(spec.mounts),
+            home=spec.home,
+            resources=spec.resources,
+            timeout_s=spec.timeout_s,
+            network=spec.network,
+            image=spec.image,
+        )
+        self.key = pool_key(spec, backend.k)
+        self.ready: list[str] = []
+        self.starting = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    def take(self) -> str | None:
+        return self.ready.pop(0) if self.ready else None
+
+    def refill(self) -> None:
+        while len(self.ready) + self.starting < self.backend.k.warm_pool:
+            self.starting += 1
+            task = asyncio.ensure_future(self._start_one())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _start_one(self) -> None:
+        name = self.backend.new_pod_name()
+        labels = {**base_labels(self.backend.owner, self.spec), POOL_LABEL: self.key}
+        manifest = pod_manifest(name=name, spec=self.spec, cfg=self.backend.k, labels=labels, deadline_s=None)
+        try:
+            await self.backend.start_pod(manifest)
+            self.ready.append(name)
+        except Exception as e:  # a failed warm start costs only a cold start later
+            log.warning("warm pod %s failed to start: %s", name, e)
+        finally:
+            self.starting -= 1
+
+    def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+class KubernetesSandbox:
+    """One pod. Build with `KubernetesBackend.create`."""
+
+    def __init__(self, backend: KubernetesBackend, name: str, spec: SandboxSpec) -> None:
+        self.backend, self.id, self.spec = backend, name, spec
+        self.deadline = time.monotonic() + spec.timeout_s
+        self._stops: set[threading.Event] = set()
+        self._destroyed = False
+
+    async def _run(
+        self,
+        argv: list[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        stdin: bytes | None,
+        deadline: float,
+        max_out: int,
+    ) -> ExecResult:
+        if self._destroyed:
+            raise FailedPrecondition(f"sandbox {self.id} is destroyed")
+        wrapped = wrap(argv, cwd=cwd, env=env, stdin_len=None if stdin is None else len(stdin))
+        stop = threading.Event()
+        self._stops.add(stop)
+        try:
+            return await self.backend.call(
+                self.backend.execs.run,
+                self.id,
+                wrapped,
+                stdin=stdin,
+                deadline=deadline,
+                max_output_bytes=max_out,
+                cancelled=stop.is_set,
+            )
+        except asyncio.CancelledError:
+            stop.set()  # the thread notices within half a second and kills the tree
+            raise
+        finally:
+            self._stops.discard(stop)
+
+    async def exec(
+        self,
+        cmd: Sequence[str] | str,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_s: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        argv = ["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if not argv:
+            raise InvalidArgument("exec: empty command")
+        now = time.monotonic()
+        deadline = self.deadline if timeout_s is None else min(now + timeout_s, self.deadline)
+        if deadline <= now:
+            return ExecResult(137, b"", b"sandbox lifetime exceeded\n", 0.0, timed_out=True)
+        full_env = {"HOME": self.spec.home, "TMPDIR": "/tmp", **self.spec.env, **(env or {})}
+        cwd = sandbox_path(cwd or self.spec.workdir, what="cwd")
+        return await self._run(
+            argv,
+            env=full_env,
+            cwd=cwd,
+            stdin=stdin,
+            deadline=deadline,
+            max_out=self.backend.cfg.max_output_bytes,
+        )
+
+    async def _file_op(self, script: str, *args: str, stdin: bytes | None = None, max_out: int = 1 << 20):
+        return await self._run(
+            ["sh", "-c", script, "clawgym-files", *args],
+            env={},
+            cwd="/",
+            stdin=stdin,
+            deadline=time.monotonic() + FILE_OP_TIMEOUT_S,
+            max_out=max_out,
+        )
+
+    async def _untar(self, data: bytes, dest: str) -> None:
+        result = await self._file_op(_PUT, dest, stdin=data)
+        if result.timed_out:
+            raise SandboxFailed(f"copying into {dest} in pod {self.id} timed out")
+        if result.exit_code != 0:
+            raise InvalidArgument(
+                f"cannot put files into {dest}: {result.stderr.decode(errors='replace').strip()}"
+            )
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        _, parts = locate(self.spec, path)
+        if not parts:
+            raise InvalidArgument(f"{path} is a sandbox directory, not a file path")
+        parent, name = posixpath.split(sandbox_path(path))
+        await self._untar(archive.tar_of_file(name, data, mode), parent)
+
+    async def put_dir(self, local_dir: Path, dest: str) -> None:
+        locate(self.spec, dest)
+        data = await asyncio.to_thread(archive.tar_of_dir, Path(local_dir))
+        await self._untar(data, sandbox_path(dest))
+
+    async def get_file(self, path: str) -> bytes:
+        locate(self.spec, path)
+        limit = self.backend.cfg.max_get_bytes
+        result = await self._file_op(_GET_FILE, sandbox_path(path), max_out=limit)
+        return self._checked(result, path, limit)
+
+    async def get_tar(self, path: str) -> bytes:
+        locate(self.spec, path)
+        norm = sandbox_path(path)
+        parent, name = posixpath.split(norm)
+        if name.startswith("-"):
+            raise InvalidArgument(f"{path}: names starting with '-' cannot be archived")
+        limit = self.backend.cfg.max_get_bytes
+        result = await self._file_op(_GET_TAR, norm, parent or "/", name or ".", max_out=limit)
+        return self._checked(result, path, limit)
+
+    def _checked(self, result: ExecResult, path: str, limit: int) -> bytes:
+        if result.exit_code == 2:
+            raise NotFound(f"{path}: nothing there in the sandbox")
+        if result.exit_code == 3:
+            raise InvalidArgument(f"{path} is not a regular file")
+        if result.timed_out or result.exit_code != 0:
+            raise SandboxFailed(f"reading {path} failed: {result.stderr.decode(errors='replace').strip()}")
+        if result.truncated:
+            raise InvalidArgument(f"{path}: larger than max_get_bytes={limit}")
+        return result.stdout
+
+    async def destroy(self) -> None:
+        if self._destroyed:
+            return
+        self._destroyed = True
+        for stop in list(self._stops):
+            stop.set()
+        try:
+            await self.backend.delete_pod(self.id)
+        finally:
+            self.backend.forget(self.id)
