@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from clawgym.capture.config import ProxyConfig
 from clawgym.engine.config import InferenceConfig
 from clawgym.errors import InvalidArgument
+from clawgym.sandbox.config import SandboxConfig
 
 
 class Section(BaseModel):
@@ -43,6 +44,7 @@ class ClawgymConfig(BaseSettings):
     store: StoreConfig = Field(default_factory=StoreConfig, description="trajectory store and event bus")
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="policy serving engine")
     proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="capturing serving proxy")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where rollouts run: local or kubernetes")
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConfig:
