@@ -8,6 +8,7 @@ from rich.console import Console
 app = typer.Typer(help="clawgym: RL for LLM agents through the harnesses people already use.", no_args_is_help=True)
 serve_app = typer.Typer(help="Run one clawgym microservice.", no_args_is_help=True)
 app.add_typer(serve_app, name="serve")
+app.add_typer(importlib.import_module("clawgym_app.session_cmd").session_app, name="session")
 console = Console()
 
 SERVICES = ("store", "inference", "proxy", "orchestrator", "trainer")

@@ -20,6 +20,7 @@ import numpy as np
 
 from clawgym.arrays import IDS, pack_ids, unpack_ids
 from clawgym.rendering.splice import KEY_BYTES, GeneratedTurn
+from clawgym.store.bus import split_prefix
 from clawgym.store.records import Rollout
 
 SeqFloor = Callable[[], Awaitable[int]]  # the first free seq according to the store
@@ -130,8 +131,9 @@ class RedisLiveState:
     def __init__(self, url: str, prefix: str = "clawgym", turn_ttl_s: float = 86400.0) -> None:
         import redis.asyncio as aioredis
 
-        self._redis = aioredis.from_url(url)
-        self._prefix = prefix
+        base, url_prefix = split_prefix(url)  # `?prefix=ns:` namespaces keys, as for the event bus
+        self._redis = aioredis.from_url(base)
+        self._prefix = url_prefix + prefix
         self._turn_ttl_ms = int(turn_ttl_s * 1000)
 
     def _key(self, kind: str, name: str) -> str:

@@ -1,0 +1,53 @@
+"""`clawgym session new`: an ad-hoc rollout for capturing a session by hand (ARCHITECTURE.md §3).
+
+Registers one rollout in a run of its own and prints its API key alone on the last line, so a
+person (or a script: `KEY=$(clawgym session new --store URL | tail -1)`) can point their own
+harness at `clawgym serve proxy` and inspect the captured calls afterwards.
+"""
+
+import uuid
+
+import typer
+
+session_app = typer.Typer(help="Ad-hoc capture sessions: a rollout token to use as a harness's API key.")
+
+
+def _open_store(url: str):
+    """The store a URL names: `grpc://host:port` for the store service, else an SQLAlchemy URL."""
+    if url.startswith("grpc://"):
+        from clawgym.store.grpc_client import StoreClient
+
+        return StoreClient(url.removeprefix("grpc://"))
+    from clawgym.store.sql import SqlStore
+
+    return SqlStore(url)
+
+
+@session_app.command("new")
+def new(
+    store: str = typer.Option(
+        ..., "--store", help="store URL: sqlite:///capture.db, postgresql+psycopg://…, grpc://host:port"
+    ),
+    harness: str = typer.Option(
+        "manual", "--harness", help="harness name recorded with the rollout (e.g. claude-code)"
+    ),
+    task: str = typer.Option("manual", "--task", help="task id recorded with the rollout"),
+    name: str = typer.Option("manual-capture", "--name", help="name of the run the rollout belongs to"),
+) -> None:
+    """Register a rollout and print its API key (alone, on the last line)."""
+    from clawgym.store.records import RolloutSpec
+
+    s = _open_store(store)
+    try:
+        run = s.create_run(name, {"kind": "manual-capture", "harness": harness})
+        spec = RolloutSpec(group_id=f"manual-{uuid.uuid4().hex[:12]}", task_id=task, harness=harness)
+        registered = s.register_rollouts(run.id, [spec])[0]
+        s.start_rollout(registered.rollout_id, sandbox="manual")
+    finally:
+        close = getattr(s, "close", None)
+        if close is not None:
+            close()
+    typer.echo(
+        f"run {run.id}, rollout {registered.rollout_id} ({harness}); use the key below as the API key:"
+    )
+    typer.echo(registered.token)
