@@ -1,10 +1,14 @@
 """The in-process store end to end, the same tests on PostgreSQL and SQLite (`store_url`)."""
 
+import threading
+
 import numpy as np
 import pytest
 from sqlalchemy import create_engine, pool, text
 
+from clawgym.config import StoreConfig
 from clawgym.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from clawgym.store import open_store
 from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE
 from clawgym.store.records import Checkpoint, RolloutSpec
 from clawgym.store.sql import SqlStore, hash_token
@@ -189,3 +193,31 @@ def test_bad_rollout_and_run_requests_are_typed_errors(store: SqlStore) -> None:
     assert [m.fields["group_id"] for m in store.bus.read(GROUPS_READY)] == ["g"], (
         "g is announced exactly once"
     )
+
+
+def test_a_watcher_gets_ready_groups_through_redis_and_can_resume(pg_url: str, redis_url: str) -> None:
+    """The production wiring (PostgreSQL + Redis): watch_groups streams ready groups, resumable by id."""
+    store = SqlStore.from_config(StoreConfig(url=pg_url, bus_url=redis_url))
+    try:
+        run = store.create_run("redis-watch")
+        regs = store.register_rollouts(run.id, [RolloutSpec("ga", "t", "h"), RolloutSpec("gb", "t", "h")])
+        watched: list = []
+        watcher = threading.Thread(target=lambda: watched.extend(store.watch_groups(run.id, timeout_s=3)))
+        watcher.start()
+        for reg in regs:
+            store.finish_rollout(reg.rollout_id, "finished", reward=1.0)
+        watcher.join()
+        assert [w.group_id for w in watched] == ["ga", "gb"], "both groups must reach the watcher, in order"
+        resumed = list(store.watch_groups(run.id, after_id=watched[0].message_id, timeout_s=0.5))
+        assert [w.group_id for w in resumed] == ["gb"], "resuming after a message id gives only later groups"
+    finally:
+        store.close()
+
+
+def test_open_store_gives_the_in_process_store_without_a_service_address(sqlite_url: str) -> None:
+    store = open_store(StoreConfig(url=sqlite_url))
+    try:
+        assert isinstance(store, SqlStore), "no grpc_url means the in-process SqlStore"
+        assert store.get_run(store.create_run("x").id).name == "x", "the opened store must work"
+    finally:
+        store.close()

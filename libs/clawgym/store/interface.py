@@ -1,7 +1,8 @@
 """The trajectory store interface, implemented in-process (SQLAlchemy) and by the gRPC client.
 
 Contract: a call is durable when `record_call` returns; a rejected request writes nothing.
-Errors are `clawgym.errors` types: InvalidArgument, NotFound, AlreadyExists.
+Errors are `clawgym.errors` types: InvalidArgument, NotFound, AlreadyExists, and FailedPrecondition
+for a request the rollout's state forbids (a call or a second finish after it ended).
 """
 
 from collections.abc import Iterator
