@@ -196,14 +196,15 @@ affinity:
 {{- toYaml $res -}}
 {{- end -}}
 
-{{/* --- API versions: what Kubernetes 1.20 lacks, chosen from the server's APIs ------------------- */}}
+{{/* --- API versions: what Kubernetes 1.20 lacks, chosen from the server's APIs and version (the
+     version too, so that `helm template --kube-version 1.20.2` renders what 1.20 gets) ------------ */}}
 
 {{- define "clawgym.pdb.apiVersion" -}}
-{{- if .Capabilities.APIVersions.Has "policy/v1" -}}policy/v1{{- else -}}policy/v1beta1{{- end -}}
+{{- if and (.Capabilities.APIVersions.Has "policy/v1") (semverCompare ">=1.21-0" .Capabilities.KubeVersion.Version) -}}policy/v1{{- else -}}policy/v1beta1{{- end -}}
 {{- end -}}
 
 {{- define "clawgym.hpa.apiVersion" -}}
-{{- if .Capabilities.APIVersions.Has "autoscaling/v2" -}}autoscaling/v2{{- else -}}autoscaling/v2beta2{{- end -}}
+{{- if and (.Capabilities.APIVersions.Has "autoscaling/v2") (semverCompare ">=1.23-0" .Capabilities.KubeVersion.Version) -}}autoscaling/v2{{- else -}}autoscaling/v2beta2{{- end -}}
 {{- end -}}
 
 {{/* A namespaceSelector for one namespace. The kubernetes.io/metadata.name label exists from 1.21;

@@ -1,0 +1,209 @@
+"""The Helm chart without a cluster: lint, render, Kubernetes schemas, and what each values file promises.
+
+Renders helm/clawgym with the default, production and k8s-local values, validates every manifest
+against the Kubernetes schemas of `kubernetes-validate` (strict: unknown fields fail), and checks
+the chart's promises: non-root pods, GPUs where asked, RBAC for the orchestrator, sandbox egress
+only to the proxy, the database password only in a Secret, and the API versions chosen for 1.20
+versus current Kubernetes.
+"""
+
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "clawgym"
+
+VALUES = {"defaults": (), "production": ("values-production.yaml",), "k8s-local": ("values-k8s-local.yaml",)}
+CURRENT = "1.31.0"
+WORKLOADS = ("Deployment", "StatefulSet")
+
+
+def _by(docs: list[dict], kind: str, suffix: str = "") -> dict:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    assert len(found) == 1, (
+        f"expected one {kind} named *{suffix}, found {[d['metadata']['name'] for d in found]}"
+    )
+    return found[0]
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_helm_lint_passes(helm_bin: str, name: str):
+    cmd = [helm_bin, "lint", "--strict", str(CHART)] + [
+        a for v in VALUES[name] for a in ("-f", str(CHART / v))
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"helm lint with {name} values:\n{done.stdout}{done.stderr}"
+
+
+@pytest.mark.parametrize("name", ["defaults", "production"])
+def test_rendered_manifests_validate_against_the_kubernetes_schemas(render, name: str):
+    """Strict schema validation (current Kubernetes) of every object, ServiceMonitor (a CRD) excepted."""
+    docs = render(*VALUES[name], sets={"metrics.serviceMonitor.force": "true"}, kube_version=CURRENT)
+    errors = []
+    for doc in docs:
+        if doc["kind"] == "ServiceMonitor":
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1", (
+                "ServiceMonitor of the Prometheus Operator"
+            )
+            continue
+        try:
+            kubernetes_validate.validate(doc, CURRENT, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{doc['kind']}/{doc['metadata']['name']}: {e.message} at {list(e.path)}")
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_every_pod_runs_non_root_without_privilege_escalation(render, name: str):
+    for doc in render(*VALUES[name], sets={"trainer.enabled": "true"}):
+        if doc["kind"] not in WORKLOADS:
+            continue
+        spec = doc["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, f"{doc['metadata']['name']} may run as root"
+        for c in spec["containers"]:
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False, f"{c['name']} may escalate"
+            assert c["securityContext"]["capabilities"]["drop"] == ["ALL"], f"{c['name']} keeps capabilities"
+
+
+def test_inference_and_trainer_get_gpus_and_the_trainer_runs_under_torchrun(render):
+    docs = render("values-production.yaml")
+    inference = _by(docs, "Deployment", "-inference")
+    assert inference["spec"]["replicas"] == 4, "production asks for 4 inference replicas"
+    limits = inference["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == 1, f"an inference replica has no GPU: {limits}"
+    trainer = _by(docs, "StatefulSet", "-trainer")
+    assert trainer["spec"]["replicas"] == 2, "2 trainer nodes"
+    c = trainer["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 8, "8 GPUs per trainer node"
+    assert c["command"][0] == "torchrun" and "--nproc-per-node=8" in c["command"], c["command"]
+    assert any(a.startswith("--rdzv-endpoint=") for a in c["command"]), (
+        "multi-node torchrun needs a rendezvous"
+    )
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["CLAWGYM_TRAINER__CHECKPOINT_URI"].startswith("s3://"), (
+        "production checkpoints go to the object store"
+    )
+    assert c.get("envFrom") == [{"secretRef": {"name": "clawgym-s3"}}], (
+        "object-store credentials from the Secret"
+    )
+
+
+def test_the_orchestrator_may_run_and_exec_into_pods_and_manage_policies_in_the_sandbox_namespace_only(
+    render,
+):
+    docs = render()
+    role = _by(docs, "Role", "-orchestrator")
+    assert role["metadata"]["namespace"] == "clawgym-sandboxes", "the Role lives in the sandbox namespace"
+    rules = {(r["apiGroups"][0], res): set(r["verbs"]) for r in role["rules"] for res in r["resources"]}
+    assert {"create", "delete", "get", "list", "watch"} <= rules[("", "pods")], rules
+    assert "create" in rules[("", "pods/exec")], "exec (files in and out) needs pods/exec create"
+    assert {"create", "delete"} <= rules[("networking.k8s.io", "networkpolicies")], rules
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")], (
+        "no cluster-wide rights"
+    )
+    binding = _by(docs, "RoleBinding", "-orchestrator")
+    sa = _by(docs, "ServiceAccount", "-orchestrator")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "clawgym"}
+    ]
+    deployment = _by(docs, "Deployment", "-orchestrator")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_sandbox_pods_may_reach_only_the_proxy(render):
+    """Egress: the proxy pods' port in the release namespace, and DNS; no ingress at all."""
+    docs = render(kube_version=CURRENT)
+    policy = _by(docs, "NetworkPolicy", "-sandbox-egress")
+    assert policy["metadata"]["namespace"] == "clawgym-sandboxes"
+    assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "sandbox"
+    assert policy["spec"]["ingress"] == [] and set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    to_proxy = policy["spec"]["egress"][0]
+    peer = to_proxy["to"][0]
+    assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "proxy"
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "clawgym"}
+    assert to_proxy["ports"] == [{"protocol": "TCP", "port": 8080}], "only the proxy's port"
+    assert all(p["port"] == 53 for rule in policy["spec"]["egress"][1:] for p in rule["ports"]), (
+        "else only DNS"
+    )
+
+
+def test_on_kubernetes_1_20_the_chart_uses_the_apis_and_labels_1_20_has(render):
+    """1.20: policy/v1beta1 PDBs, autoscaling/v2beta2 HPAs, and its own namespace label for selectors."""
+    sets = {"proxy.autoscaling.enabled": "true"}
+    old = render(sets=sets, kube_version="1.20.2", api_versions=("policy/v1beta1", "autoscaling/v2beta2"))
+    assert _by(old, "PodDisruptionBudget", "-proxy")["apiVersion"] == "policy/v1beta1"
+    assert _by(old, "HorizontalPodAutoscaler", "-proxy")["apiVersion"] == "autoscaling/v2beta2"
+    peer = _by(old, "NetworkPolicy", "-sandbox-egress")["spec"]["egress"][0]["to"][0]
+    assert peer["namespaceSelector"]["matchLabels"] == {"clawgym.dev/namespace": "clawgym"}, peer
+    ns = _by(old, "Namespace", "clawgym-sandboxes")
+    assert ns["metadata"]["labels"]["clawgym.dev/namespace"] == "clawgym-sandboxes", (
+        "created namespaces carry it"
+    )
+    new = render(sets=sets, kube_version=CURRENT, api_versions=("policy/v1", "autoscaling/v2"))
+    assert _by(new, "PodDisruptionBudget", "-proxy")["apiVersion"] == "policy/v1"
+    assert _by(new, "HorizontalPodAutoscaler", "-proxy")["apiVersion"] == "autoscaling/v2"
+
+
+def test_the_database_password_is_only_in_a_secret(render):
+    """Bundled PostgreSQL: a Secret with a generated password, read by postgres and (as PGPASSWORD) the services."""
+    docs = render()
+    secret = _by(docs, "Secret", "-db")
+    assert len(secret["data"]["password"]) >= 32, "a generated password of 24+ characters"
+    for doc in docs:
+        if doc["kind"] not in WORKLOADS:
+            continue
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            for e in c.get("env", []):
+                assert "value" not in e or secret["data"]["password"] not in e["value"], (
+                    f"{c['name']} has it in clear"
+                )
+                if e["name"] in ("PGPASSWORD", "POSTGRES_PASSWORD"):
+                    assert e["valueFrom"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
+    external = render("values-production.yaml")
+    assert not [d for d in external if d["kind"] == "Secret"], "an existing Secret is used, none created"
+    store = _by(external, "Deployment", "-store")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in store["env"]}
+    assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "clawgym-db", "key": "password"}
+    assert env["CLAWGYM_STORE__URL"]["value"].endswith("?sslmode=require"), env["CLAWGYM_STORE__URL"]
+
+
+def test_pods_carry_prometheus_scrape_annotations_and_a_service_monitor_is_optional(render):
+    docs = render()
+    proxy = _by(docs, "Deployment", "-proxy")["spec"]["template"]["metadata"]["annotations"]
+    assert proxy == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8080",
+        "prometheus.io/path": "/metrics",
+    }
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"], (
+        "no ServiceMonitor without the operator's API"
+    )
+    with_api = render(
+        sets={"metrics.serviceMonitor.enabled": "true"},
+        api_versions=("monitoring.coreos.com/v1/ServiceMonitor",),
+    )
+    assert [d for d in with_api if d["kind"] == "ServiceMonitor"], (
+        "ServiceMonitor rendered when the API exists"
+    )
+
+
+def test_k8s_local_values_need_no_registry_no_storage_and_no_cluster_dns(render):
+    """1.20 single node: local images never pulled, no PVCs, hostNetwork, the host's PostgreSQL and Redis."""
+    docs = render("values-k8s-local.yaml", kube_version="1.20.2")
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"], "no provisioner on k8s-local"
+    for doc in docs:
+        if doc["kind"] not in WORKLOADS:
+            continue
+        spec = doc["spec"]["template"]["spec"]
+        assert spec.get("hostNetwork") is True, f"{doc['metadata']['name']} is not on the host network"
+        assert "volumeClaimTemplates" not in doc["spec"], "no PVC templates"
+        for c in spec["containers"]:
+            assert c["imagePullPolicy"] == "Never" and c["image"].startswith("localhost/"), c["image"]
+    env = {
+        e["name"]: e.get("value")
+        for e in _by(docs, "Deployment", "-store")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["CLAWGYM_STORE__URL"].startswith("postgresql+psycopg://postgres@127.0.0.1:5432/"), env
+    assert env["CLAWGYM_STORE__BUS_URL"].startswith("redis://127.0.0.1:6379/"), env
