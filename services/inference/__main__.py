@@ -17,15 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=cfg.model, help=f"model spec (default {cfg.model})")
     p.add_argument("--engine", choices=("torch", "vllm"), default=cfg.engine, help=f"default {cfg.engine}")
     p.add_argument("--host", default=cfg.host, help=f"listen address (default {cfg.host})")
-    p.add_argument("--port", type=int, default=cfg.port, help=f"gRPC port (default {cfg.port})")
+    p.add_argument("--port", type=int, default=cfg.port, help=f"gRPC port (default {cfg.port}; 0 = any)")
     p.add_argument("--metrics-port", type=int, default=cfg.metrics_port, help="Prometheus port; 0 = none")
     p.add_argument("--max-batch", type=int, default=cfg.max_batch, help=f"default {cfg.max_batch}")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=cfg.dtype)
     p.add_argument("--cache-dir", default=cfg.cache_dir, help=f"model cache (default {cfg.cache_dir})")
-    a = p.parse_args(argv)
-    cfg = cfg.model_copy(update={"model": a.model, "engine": a.engine, "host": a.host, "port": a.port,
-                                 "metrics_port": a.metrics_port, "max_batch": a.max_batch, "dtype": a.dtype,
-                                 "cache_dir": a.cache_dir})  # fmt: skip
+    cfg = cfg.model_copy(update=vars(p.parse_args(argv)))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(_serve(cfg))
     return 0
@@ -34,8 +31,14 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve(cfg) -> None:
     server = create_server(cfg)
     port = await server.start()
-    log.info("inference (%s engine, model %s) on %s:%d, metrics :%d", cfg.engine, cfg.model, cfg.host, port,
-             server.metrics_port)  # fmt: skip
+    log.info(
+        "%s engine, model %s, on %s:%d (metrics :%d)",
+        cfg.engine,
+        cfg.model,
+        cfg.host,
+        port,
+        server.metrics_port,
+    )
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
