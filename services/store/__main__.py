@@ -15,7 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="clawgym serve store", description="The trajectory store over gRPC."
     )
-    parser.add_argument("--url", default=cfg.url, help=f"SQLAlchemy store URL (default {cfg.url})")
+    parser.add_argument(
+        "--url", default=cfg.url, help="SQLAlchemy store URL (default: store.url, CLAWGYM_STORE__URL)"
+    )
     parser.add_argument("--bus", default=cfg.bus_url, help=f"event bus URL (default {cfg.bus_url})")
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=cfg.port, help=f"port to listen on (default {cfg.port})")

@@ -165,6 +165,8 @@ def test_bad_input_over_grpc_gets_its_status_code_and_writes_nothing(
             client.record_call(call)
     with pytest.raises(NotFound):
         client.get_group("no-such-group")
+    with pytest.raises(NotFound):
+        next(iter(client.watch_groups("no-such-run", timeout_s=10)))
 
     (only,) = store.list_calls(reg.rollout_id)
     assert only.seq == 0 and only.prompt_ids.tobytes() == good.prompt_ids.tobytes(), (

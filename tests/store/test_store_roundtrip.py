@@ -175,6 +175,8 @@ def test_bad_rollout_and_run_requests_are_typed_errors(store: SqlStore) -> None:
         store.set_run_status(run.id, "sleeping")
     with pytest.raises(InvalidArgument):
         store.register_rollouts(run.id, [RolloutSpec("g", "", "h")])
+    with pytest.raises(InvalidArgument):
+        store.register_rollouts(run.id, [RolloutSpec("g", "t\x00", "h")])  # PostgreSQL text holds no NUL
     (reg,) = store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")])
     with pytest.raises(InvalidArgument):
         store.finish_rollout(reg.rollout_id, "running")

@@ -351,11 +351,13 @@ class SqlStore:
 
     @contextmanager
     def _db_errors(self) -> Iterator[None]:
-        """A database that cannot be reached (or stays locked past the busy timeout) is Unavailable."""
+        """Database failures as typed errors: unreachable (or locked past the busy timeout) is Unavailable."""
         try:
             yield
         except (exc.OperationalError, exc.InterfaceError) as e:
             raise Unavailable(f"store database unavailable: {e.orig or e}") from e
+        except exc.DataError as e:  # a value the checks let through but the database refuses
+            raise InvalidArgument(f"the store database refused a value: {e.orig or e}") from e
 
     @contextmanager
     def _write(self) -> Iterator[Session]:

@@ -33,6 +33,8 @@ def text(field: str, value: Any, *, required: bool = True) -> str:
         raise InvalidArgument(f"{field} must be a string, got {type(value).__name__}")
     if required and not value:
         raise InvalidArgument(f"{field} must not be empty")
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL
+        raise InvalidArgument(f"{field} must not contain NUL characters")
     return value
 
 
