@@ -265,6 +265,10 @@ def test_network_none_pods_stay_off_the_node_network_and_policies_select_them(k8
     core = client.CoreV1Api(api)
     for ns in ("clawgym", "clawgym-sandboxes"):
         core.create_namespace({"metadata": {"name": ns, "labels": {"clawgym.dev/namespace": ns}}})
+    for _ in range(100):  # pod admission needs the namespace's default service account to exist
+        if core.list_namespaced_service_account("clawgym-sandboxes").items:
+            break
+        time.sleep(0.1)
     try:
         utils.create_from_yaml(api, str(REPO / "deploy" / "k8s" / "sandbox-networkpolicy.yaml"))
         utils.create_from_yaml(api, str(REPO / "deploy" / "k8s" / "orchestrator-rbac.yaml"))

@@ -35,6 +35,8 @@ CONTAINER = "sandbox"
 VOLUME = "sandbox"
 # Slack past the sandbox's own lifetime before the kubelet kills a pod nobody deleted.
 DEADLINE_SLACK_S = 60
+# A warm pod nobody claimed ends after this; a claim can only shorten it (the API forbids raising it).
+WARM_POD_MAX_S = 6 * 3600
 
 
 def uses_host_network(spec: SandboxSpec, cfg: KubernetesSandboxConfig) -> bool:
@@ -86,7 +88,7 @@ def pod_manifest(
     labels: dict[str, str],
     deadline_s: int | None,
 ) -> dict[str, Any]:
-    """The Pod object. `deadline_s`: activeDeadlineSeconds (None for warm pods: set when claimed)."""
+    """The Pod object. `deadline_s`: activeDeadlineSeconds (warm pods: WARM_POD_MAX_S, cut when claimed)."""
     r = spec.resources
     limits = {"cpu": _quantity_cpu(r.cpus), "memory": f"{r.memory_mb}Mi"}
     requests = {

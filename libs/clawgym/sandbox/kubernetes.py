@@ -54,6 +54,7 @@ from clawgym.sandbox.k8s_exec import PodExec, wrap
 from clawgym.sandbox.k8s_pods import (
     FATAL_WAITING,
     POOL_LABEL,
+    WARM_POD_MAX_S,
     base_labels,
     claim_labels,
     lifetime_deadline,
@@ -176,7 +177,7 @@ class KubernetesBackend:
             if name is not None:
                 try:
                     return await self._claim(name, spec)
-                except (SandboxFailed, NotFound) as e:
+                except (SandboxFailed, NotFound, InvalidArgument) as e:
                     log.warning("warm pod %s could not be claimed (%s); starting a cold one", name, e)
                     await self.delete_pod(name)
         name = self.new_pod_name()
@@ -191,6 +192,8 @@ class KubernetesBackend:
         pod = await self.call(self.core.read_namespaced_pod, name, self.k.namespace)
         started = pod.status.start_time or datetime.now(UTC)
         running_s = (datetime.now(UTC) - started).total_seconds()
+        if lifetime_deadline(spec, running_s) > WARM_POD_MAX_S:
+            raise SandboxFailed(f"warm pod {name} is too old to host a {spec.timeout_s:.0f}s sandbox")
         patch = {
             "metadata": {"labels": claim_labels(name, spec)},
             "spec": {"activeDeadlineSeconds": lifetime_deadline(spec, running_s)},
@@ -257,7 +260,9 @@ class WarmPool:
     async def _start_one(self) -> None:
         name = self.backend.new_pod_name()
         labels = {**base_labels(self.backend.owner, self.spec), POOL_LABEL: self.key}
-        manifest = pod_manifest(name=name, spec=self.spec, cfg=self.backend.k, labels=labels, deadline_s=None)
+        manifest = pod_manifest(
+            name=name, spec=self.spec, cfg=self.backend.k, labels=labels, deadline_s=WARM_POD_MAX_S
+        )
         try:
             await self.backend.start_pod(manifest)
             self.ready.append(name)

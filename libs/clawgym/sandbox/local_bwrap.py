@@ -120,7 +120,7 @@ def bwrap_argv(
 
 def _parent_dirs(dest: str, binds: list[Bind], system: list[str], made: set[str]) -> list[str]:
     """`--dir`s for the parents of `dest` on the tmpfs root (bwrap would make them 0700 root)."""
-    covered = {b.dest for b in binds} | set(system)
+    covered = {b.dest for b in binds} | {arg for arg in system if arg.startswith("/")}  # the system's paths
     args: list[str] = []
     parts = dest.strip("/").split("/")[:-1]
     for i in range(1, len(parts) + 1):
