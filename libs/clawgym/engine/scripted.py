@@ -25,7 +25,7 @@ def scripted_logprob(token_id: int, position: int) -> float:
 
 
 class ScriptedEngine:
-    """Emits scripted token sequences; records every prompt it was given in `prompts`."""
+    """Emits scripted token sequences; records every prompt (and its sampling parameters) it accepted."""
 
     def __init__(
         self,
@@ -47,6 +47,7 @@ class ScriptedEngine:
         self.token_delay_s = token_delay_s
         self.available = True
         self.prompts: list[list[int]] = []
+        self.params: list[SamplingParams] = []  # the sampling parameters of each accepted call
         self.aborted = 0  # streams closed before their last chunk
         self.running = 0
 
@@ -83,6 +84,7 @@ class ScriptedEngine:
             )
         index = len(self.prompts)
         self.prompts.append(list(prompt_ids))
+        self.params.append(params)
         output = self._output(list(prompt_ids), index)
         return self._stream(output, params, len(prompt_ids))
 

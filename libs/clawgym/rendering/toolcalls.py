@@ -152,6 +152,8 @@ class OutputParser:
     # --- emitting ---
 
     def _emit_thinking(self, text: str, events: list[OutputEvent]) -> None:
+        if not self.thinking:
+            text = text.lstrip("\n")  # the newline after <think> belongs to the template's format
         if text:
             self.thinking += text
             events.append(ThinkingDelta(text))
