@@ -127,7 +127,7 @@ def values_by_position(
     out = np.full(n_positions, np.nan)
     for pack in packs:
         hidden = hidden_states(model, pack)
-        slots = torch.flatnonzero(pack.owned & (pack.parent >= 0))
+        slots = torch.nonzero(pack.owned & (pack.parent >= 0)).squeeze(1)
         v = value_head(hidden[pack.parent[slots].to(hidden.device)])
         out[pack.tree_pos[slots].numpy()] = v.double().cpu().numpy()
     return out

@@ -1,0 +1,87 @@
+"""Training rollout paths one at a time: the baseline tree packing replaces, and its exactness reference.
+
+Owns the linearised computation: each rollout path (terms.py, departure 1) as its own causal
+sequence through the model's ordinary forward (`model(input_ids).logits`, HF's own causal mask
+and positions 0..L-1), with that path's unmerged rows. Summed over paths, loss and gradients must
+equal the packed tree's (tests/rl/test_exactness.py); `bench/tree_training.py` times both.
+"""
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from clawgym.rl.losses import LossConfig, rows_loss
+from clawgym.rl.packing import LossRows
+from clawgym.rl.terms import PathTerms
+from clawgym.trajectory.flat import FlatTree
+
+
+def path_rows(
+    terms: PathTerms, p: int, positions: np.ndarray, dtype: torch.dtype = torch.float32
+) -> LossRows:
+    """The unmerged LossRows of path p; slots are indices along the path (= depth)."""
+    rows = terms.rows_of(p)
+    slot = torch.from_numpy(np.searchsorted(positions, terms.pos[rows]))
+    wa = terms.weight[rows] * terms.adv[rows]
+
+    def f(x: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.asarray(x, dtype=np.float64)).to(dtype)
+
+    has_values = terms.returns is not None and terms.old_value is not None
+    empty = torch.zeros(0, dtype=dtype)
+    return LossRows(
+        token=slot,
+        engine_logprob=f(terms.engine_logprob[rows]),
+        adv_pos=f(np.maximum(wa, 0.0)),
+        adv_neg=f(np.minimum(wa, 0.0)),
+        weight=f(terms.weight[rows]),
+        version=torch.from_numpy(terms.version[rows].astype(np.int64)),
+        value_token=slot if has_values else torch.zeros(0, dtype=torch.long),
+        returns=f(terms.returns[rows]) if has_values else empty,
+        old_value=f(terms.old_value[rows]) if has_values else empty,
+        value_weight=f(terms.weight[rows]) if has_values else empty,
+    )
+
+
+def path_forward(
+    model: nn.Module, ids: Tensor, value_head: nn.Module | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """(log_softmax logits (L, vocab), values (L,) or None) of one causal sequence; row t predicts t+1."""
+    device = next(model.parameters()).device
+    out = model(input_ids=ids[None].to(device), use_cache=False, output_hidden_states=value_head is not None)
+    logits = out.logits[0]
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    values = value_head(out.hidden_states[-1][0]) if value_head is not None else None
+    return torch.log_softmax(logits, dim=-1), values
+
+
+def path_loss(
+    model: nn.Module,
+    flat: FlatTree,
+    terms: PathTerms,
+    p: int,
+    cfg: LossConfig,
+    value_head: nn.Module | None = None,
+    ref_model: nn.Module | None = None,
+    old_logprob: Tensor | None = None,
+    policy_version: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Loss of rollout path p trained alone, with the same objective as `losses.tree_loss`.
+
+    `old_logprob` is per row of this path (see `path_rows`); None means π_old = π_θ detached.
+    """
+    positions = flat.path_positions(int(terms.path_node[p]))
+    ids = torch.from_numpy(flat.tokens[positions].astype(np.int64))
+    logp_all, values = path_forward(model, ids, value_head)
+    rows = path_rows(terms, p, positions, logp_all.dtype).to(logp_all.device)
+    ctx, target = rows.token - 1, ids.to(logp_all.device)[rows.token]
+    logprob = logp_all[ctx, target]
+    with torch.set_grad_enabled(cfg.entropy_coef > 0 and torch.is_grad_enabled()):
+        entropy = -(logp_all[ctx].exp() * logp_all[ctx]).sum(-1)
+    ref_logprob = None
+    if ref_model is not None and cfg.kl_coef > 0:
+        with torch.no_grad():
+            ref_logprob = path_forward(ref_model, ids)[0][ctx, target]
+    v = values[rows.value_token - 1] if values is not None else None
+    return rows_loss(logprob, entropy, v, rows, cfg, old_logprob, ref_logprob, policy_version)
