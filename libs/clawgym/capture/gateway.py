@@ -126,6 +126,9 @@ class Gateway:
             run = await self._start(protocol, wire, request, headers, rollout, started)
         except ClawgymError as e:
             return self._error(protocol, e, harness)
+        except Exception as e:  # a bug: still answered in the protocol's shape, with the traceback logged
+            log.exception("%s request failed", protocol.name)
+            return self._error(protocol, ClawgymError(f"internal error: {type(e).__name__}"), harness)
         self.metrics.requests.labels(protocol.name, harness, "200").inc()
         if wire.options.stream:
             return StreamReply(run.setup.reply.stream(run.events()), run.abort)

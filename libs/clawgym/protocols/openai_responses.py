@@ -148,6 +148,8 @@ def _items(req: ResponsesRequest, log_once: LogOnce) -> list[Message]:
     for i, raw in enumerate(req.input):
         where = f"input.{i}"
         kind = raw.get("type") or ("message" if "role" in raw else None)
+        if not isinstance(kind, str):
+            raise InvalidArgument(f"{where}: an input item needs a string `type` (or a `role`)")
         if kind in SKIPPED_ITEMS:
             log_once(f"responses:item:{kind}", f"openai_responses: input item {kind!r} skipped")
             continue

@@ -1,0 +1,123 @@
+"""Fuzzed request bodies for every model endpoint: never a 500, nothing recorded for a refusal.
+
+Bodies are valid requests with one field replaced by an arbitrary JSON value, wholly arbitrary
+JSON, or bytes that are not JSON. The app is the real one (scripted engine, real tokenizer,
+real SQLite store), called in process.
+"""
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clawgym.capture.config import ProxyConfig
+from clawgym.engine.scripted import ScriptedEngine
+from clawgym.models import load_tokenizer
+from clawgym.store.records import RolloutSpec
+from clawgym.store.sql import SqlStore
+from clawgym_services.proxy.server import create_app
+
+leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        ["user", "assistant", "system", "tool", "text", "tool_use", "function", "message", "image"]
+    )
+)
+json_value = st.recursive(
+    leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=16,
+)
+
+BASES = {
+    "/v1/messages": {
+        "model": "m",
+        "max_tokens": 20,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "tools": [{"name": "t", "input_schema": {"type": "object"}}],
+    },
+    "/v1/messages/count_tokens": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/chat/completions": {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}],
+    },
+    "/v1/responses": {
+        "model": "m",
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        "tools": [{"type": "function", "name": "t", "parameters": {"type": "object"}}],
+    },
+}
+# fields to replace, including ones nested in the first message / item
+FIELDS = {
+    "/v1/messages": ["messages", "max_tokens", "system", "tools", "stop_sequences", "temperature", "tool_choice",
+                     "stream", "top_p", "top_k", "metadata", "thinking", "messages.0.content", "messages.0.role"],
+    "/v1/messages/count_tokens": ["messages", "system", "tools", "messages.0.content"],
+    "/v1/chat/completions": ["messages", "max_tokens", "max_completion_tokens", "stop", "tools", "tool_choice",
+                             "stream", "stream_options", "n", "seed", "temperature", "messages.0.content",
+                             "messages.0.role"],
+    "/v1/responses": ["input", "instructions", "tools", "max_output_tokens", "stream", "tool_choice",
+                      "previous_response_id", "input.0.content", "input.0.type", "input.0.role"],
+}  # fmt: skip
+
+
+def replace(body: dict, path: str, value):
+    body = json.loads(json.dumps(body))
+    parts = path.split(".")
+    target = body
+    for p in parts[:-1]:
+        target = target[int(p)] if isinstance(target, list) else target[p]
+    target[parts[-1]] = value
+    return body
+
+
+def bodies(endpoint: str):
+    mutated = st.builds(
+        lambda f, v: json.dumps(replace(BASES[endpoint], f, v)).encode(),
+        st.sampled_from(FIELDS[endpoint]),
+        json_value,
+    )
+    arbitrary = st.builds(lambda v: json.dumps(v).encode(), json_value)
+    return mutated | arbitrary | st.binary(max_size=40)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    tok = load_tokenizer("tiny-qwen3")
+    store = SqlStore(f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'store.db'}")
+    run = store.create_run("fuzz")
+    reg = store.register_rollouts(run.id, [RolloutSpec(group_id="g", task_id="t", harness="fuzz")])[0]
+    engine = ScriptedEngine.from_texts(
+        tok, ['ok <tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'], max_context=4096
+    )
+    app = create_app(ProxyConfig(), engine, store, tok)
+    with TestClient(app) as c:
+        c.headers.update({"x-api-key": reg.token})
+        yield c, store, reg.rollout_id
+    store.close()
+
+
+@pytest.mark.parametrize("endpoint", list(BASES))
+def test_fuzzed_bodies_never_cause_a_server_error_nor_a_record(client, endpoint):
+    c, store, rollout_id = client
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(body=bodies(endpoint))
+    def check(body: bytes):
+        before = len(store.list_calls(rollout_id))
+        r = c.post(endpoint, content=body, headers={"content-type": "application/json"})
+        assert r.status_code < 500, f"{endpoint} answered {r.status_code} to {body[:300]!r}: {r.text[:300]}"
+        after = len(store.list_calls(rollout_id))
+        if r.status_code != 200:
+            assert after == before, f"a refused request ({r.status_code}) recorded a call: {body[:200]!r}"
+            assert "error" in r.json(), f"refusals are in the protocol's error shape: {r.text[:200]}"
+        elif endpoint != "/v1/messages/count_tokens":
+            assert after == before + 1, "an answered call is recorded exactly once"
+
+    check()
