@@ -241,3 +241,29 @@ def test_packed_logprobs_and_values_equal_per_path_forward_passes(arch):
                 assert abs(packed[("v", int(u))] - float(values[k - 1])) < 1e-9, f"value at {u} differs"
                 checked += 1
     assert checked == len(terms.pos), "every (path, generated token) was compared"
+
+
+@pytest.mark.parametrize(
+    ("attn", "sliding"),
+    [("eager", False), ("sdpa", True), ("eager", True)],
+    ids=["eager", "sdpa-sliding-window", "eager-sliding-window"],
+)
+def test_eager_attention_and_sliding_window_layers_pack_exactly(attn, sliding):
+    """The additive eager mask, and sliding-window layers (window measured along the path), give
+    the same logprobs and gradients as HF's own masks on each path."""
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+        use_sliding_window=sliding, sliding_window=5 if sliding else None, max_window_layers=1,
+    )  # fmt: skip
+    cfg._attn_implementation = attn
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float64).eval()
+    if sliding:
+        assert "sliding_attention" in model.config.layer_types, "the config must really have sliding layers"
+    flat = random_tree(seed=5, group_size=3)
+    terms = grpo_terms(flat)
+    linear = per_path_total(model, flat, terms, LOSS_CFG)
+    for budget in (None, split_budget(flat, 0.4)):
+        loss, _, g = packed_total(model, flat, terms, budget, LOSS_CFG)
+        assert_same((loss, g), linear, TOLERANCE[torch.float64], f"{attn} sliding={sliding} budget={budget}")
