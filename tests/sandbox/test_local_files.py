@@ -215,3 +215,18 @@ def test_without_bubblewrap_commands_still_run_but_mounts_are_refused(make_local
     lines = result.stdout.decode().splitlines()
     assert lines[0] == "plain", f"exec runs in the workspace's host directory: {result}"
     assert lines[1].startswith(str(backend.root)), f"HOME is the sandbox's own directory: {lines}"
+
+
+def test_the_config_picks_the_backend_and_env_reaches_the_sandbox_section(monkeypatch, sandbox_root):
+    from clawgym.config import load_config
+    from clawgym.sandbox import make_sandbox_backend
+
+    monkeypatch.setenv("CLAWGYM_SANDBOX__LOCAL__ROOT_DIR", str(sandbox_root))
+    monkeypatch.setenv("CLAWGYM_SANDBOX__OWNER", "orchestrator-0")
+    cfg = load_config()
+    backend = make_sandbox_backend(cfg.sandbox)
+    assert (backend.name, backend.owner, backend.root) == ("local", "orchestrator-0", sandbox_root), (
+        "CLAWGYM_SANDBOX__* must configure the backend the factory builds"
+    )
+    with pytest.raises(InvalidArgument):
+        load_config(sandbox={"backend": "docker"})
