@@ -13,37 +13,26 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config()
     p = cfg.proxy
     ap = argparse.ArgumentParser(
-        prog="clawgym serve proxy", description="Harness-facing model API that records every call."
+        prog="clawgym serve proxy", description="Harness-facing model API recording every call."
     )
     ap.add_argument(
-        "--model",
-        default=p.model,
-        help=f"policy model spec; its tokenizer renders prompts (default {p.model})",
+        "--model", default=p.model, help=f"policy spec; its tokenizer renders prompts (default {p.model})"
     )
     ap.add_argument("--store", default=cfg.store.url, help=f"store SQLAlchemy URL (default {cfg.store.url})")
     ap.add_argument(
-        "--inference",
-        default=p.inference_url,
-        metavar="HOST:PORT",
-        help="inference service; default: in-process engine",
+        "--inference", default=p.inference_url, help="inference HOST:PORT; default: in-process engine"
     )
     ap.add_argument(
-        "--redis", default=p.redis_url, help="Redis URL for state shared by replicas; default: in-process"
+        "--redis", default=p.redis_url, help="Redis URL shared by replicas; default: in-process state"
     )
     ap.add_argument("--host", default=p.host, help=f"listen address (default {p.host})")
     ap.add_argument("--port", type=int, default=p.port, help=f"listen port (default {p.port})")
-    ap.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=p.max_new_tokens,
-        help="cap on generated tokens per call; 0 = none",
-    )
-    ap.add_argument(
-        "--temperature", type=float, default=p.temperature, help="force this sampling temperature"
-    )
+    ap.add_argument("--max-new-tokens", type=int, default=p.max_new_tokens, help="cap per call; 0 = none")
+    ap.add_argument("--temperature", type=float, default=p.temperature, help="force this temperature")
     a = ap.parse_args(argv)
-    proxy = p.model_copy(update={"model": a.model, "inference_url": a.inference, "redis_url": a.redis, "host": a.host,
-                                 "port": a.port, "max_new_tokens": a.max_new_tokens, "temperature": a.temperature})  # fmt: skip
+    keys = ("model", "inference_url", "redis_url", "host", "port", "max_new_tokens", "temperature")
+    values = (a.model, a.inference, a.redis, a.host, a.port, a.max_new_tokens, a.temperature)
+    proxy = p.model_copy(update=dict(zip(keys, values, strict=True)))
     cfg = cfg.model_copy(update={"proxy": proxy, "store": cfg.store.model_copy(update={"url": a.store})})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app_from_config(cfg), host=proxy.host, port=proxy.port, log_level="info")

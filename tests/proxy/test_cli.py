@@ -1,0 +1,64 @@
+"""Manual capture from the command line: `clawgym session new` + `clawgym serve proxy --model … --store …`."""
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from clawgym.store.sql import SqlStore
+
+CLI = [sys.executable, "-c", "from clawgym_app.cli import main; main()"]
+
+
+@pytest.mark.slow
+def test_session_new_and_serve_proxy_capture_a_call_by_hand(sqlite_url, free_port):
+    """A person registers a session, starts the proxy with the in-process torch engine on
+    tiny-qwen3, points a client at it with the printed key, and finds the call in the store."""
+    out = subprocess.run(
+        [*CLI, "session", "new", "--store", sqlite_url, "--harness", "claude-code"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    key = out.stdout.strip().splitlines()[-1]
+    assert key.startswith("cg-") and " " not in key, f"the last line is the key alone, got {out.stdout!r}"
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    args = ["serve", "proxy", "--model", "tiny-qwen3", "--store", sqlite_url, "--port", str(free_port),
+            "--max-new-tokens", "8"]  # fmt: skip
+    server = subprocess.Popen(
+        [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    url = f"http://127.0.0.1:{free_port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, f"the proxy exited: {server.stdout.read() if server.stdout else ''}"
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the proxy did not become healthy in 120 s"
+            time.sleep(0.5)
+        r = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] <= 8, "--max-new-tokens caps the call"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    store = SqlStore(sqlite_url)
+    try:
+        rollout = store.resolve_token(key)
+        (call,) = store.list_calls(rollout.id)
+        assert rollout.harness == "claude-code" and len(call.prompt_ids) > 0, (
+            "the call is captured with its tokens"
+        )
+    finally:
+        store.close()
