@@ -9,6 +9,7 @@ app = typer.Typer(help="clawgym: RL for LLM agents through the harnesses people 
 serve_app = typer.Typer(help="Run one clawgym microservice.", no_args_is_help=True)
 app.add_typer(serve_app, name="serve")
 app.add_typer(importlib.import_module("clawgym_app.session_cmd").session_app, name="session")
+app.add_typer(importlib.import_module("clawgym_app.tasks_cmd").app, name="tasks")
 console = Console()
 
 SERVICES = ("store", "inference", "proxy", "orchestrator", "trainer")

@@ -1,0 +1,64 @@
+"""The reference harness: `reference_agent.py`, a standalone Chat Completions shell agent.
+
+The agent script travels into the sandbox as a file in the run's HOME, so any backend with a
+`python3` runs it (nothing to install, nothing of clawgym imported). Fenced-bash text actions by
+default (what a small policy can learn); `mode="tools"` gives it a `bash` function tool instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from clawgym.harnesses.base import HarnessAdapter, Launch, Limits, RunContext, WireProtocol, under
+
+AGENT_SCRIPT = Path(__file__).with_name("reference_agent.py")
+
+
+class Reference(HarnessAdapter):
+    name: ClassVar[str] = "reference"
+    protocol: ClassVar[WireProtocol] = "openai_chat"
+    default_limits: ClassVar[Limits] = Limits(timeout_s=600.0, max_turns=4)
+
+    def __init__(
+        self, cache_dir=None, limits: Limits | None = None, mode: str = "text", max_tokens: int = 256
+    ) -> None:
+        super().__init__(cache_dir, limits)
+        self.mode, self.max_tokens = mode, max_tokens
+
+    def script_path(self, ctx: RunContext) -> str:
+        return under(ctx.home, ".clawgym", "reference_agent.py")
+
+    def command(self, instruction: str, ctx: RunContext) -> list[str]:
+        return [
+            "python3",
+            self.script_path(ctx),
+            "--base-url",
+            ctx.v1,
+            "--model",
+            ctx.model,
+            "--mode",
+            self.mode,
+            "--workdir",
+            ctx.workdir,
+            "--max-turns",
+            str(self.limits.max_turns or 8),
+            "--max-tokens",
+            str(self.max_tokens),
+            "--total-timeout",
+            str(self.limits.timeout_s),
+            instruction,
+        ]
+
+    def env(self, ctx: RunContext) -> dict[str, str]:
+        return {**super().env(ctx), "OPENAI_API_KEY": ctx.token}
+
+    def launch(self, instruction: str, ctx: RunContext, task=None) -> Launch:
+        base = super().launch(instruction, ctx, task)
+        return Launch(
+            base.argv,
+            base.env,
+            base.cwd,
+            base.timeout_s,
+            {**base.files, self.script_path(ctx): AGENT_SCRIPT.read_bytes()},
+        )

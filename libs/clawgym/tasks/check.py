@@ -1,0 +1,103 @@
+"""Validates task suites: per task, the oracle (reference solution) passes and nop fails.
+
+A task without a solution is checked with nop only. A task the local backend cannot run
+(`Task.unsupported`, a package that cannot be provisioned) and a sandbox that breaks are counted
+as errors with their reason, never as a pass or a fail of the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from clawgym.errors import ClawgymError
+from clawgym.harnesses.pseudo import Nop, Oracle
+from clawgym.harnesses.rollout import RolloutOutcome, run_task
+from clawgym.sandbox.interface import SandboxBackend
+from clawgym.tasks.model import Task
+from clawgym.tasks.provision import Provisioner
+
+
+@dataclass(frozen=True)
+class TaskCheck:
+    """One task's check. `oracle` is None for a task without a solution (or after an error)."""
+
+    task_id: str
+    oracle: RolloutOutcome | None = None
+    nop: RolloutOutcome | None = None
+    error: str | None = None
+
+    @property
+    def oracle_passed(self) -> bool:
+        return self.oracle is not None and self.oracle.verdict.passed
+
+    @property
+    def nop_failed(self) -> bool:
+        return self.nop is not None and not self.nop.verdict.passed
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.nop_failed and (self.oracle is None or self.oracle_passed)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "task": self.task_id,
+            "ok": self.ok,
+            "oracle_reward": None if self.oracle is None else self.oracle.verdict.reward,
+            "nop_reward": None if self.nop is None else self.nop.verdict.reward,
+            "error": self.error,
+            "detail": None if self.ok or self.error else _detail(self),
+        }
+
+
+def _detail(check: TaskCheck) -> str:
+    parts = []
+    if check.oracle is not None and not check.oracle_passed:
+        parts.append(
+            f"oracle: {check.oracle.verdict.detail[-600:]} | harness: {check.oracle.harness_output[-600:]}"
+        )
+    if check.nop is not None and not check.nop_failed:
+        parts.append(f"nop passed: {check.nop.verdict.detail[-300:]}")
+    return "\n".join(parts)
+
+
+def summarize(checks: Sequence[TaskCheck]) -> dict[str, int]:
+    """The figures `clawgym tasks check --json` ends with."""
+    return {
+        "tasks": len(checks),
+        "oracle_passed": sum(c.oracle_passed for c in checks),
+        "nop_failed": sum(c.nop_failed for c in checks),
+        "errors": sum(c.error is not None for c in checks),
+    }
+
+
+async def check_task(task: Task, backend: SandboxBackend, provisioner: Provisioner) -> TaskCheck:
+    """The oracle (if the task has a solution) then nop, each in a fresh sandbox."""
+    try:
+        provisioned = await asyncio.to_thread(provisioner.for_task, task)
+        oracle = await run_task(Oracle(), task, backend, env=provisioned.env) if task.has_solution else None
+        nop = await run_task(Nop(), task, backend, env=provisioned.env)
+    except ClawgymError as e:
+        return TaskCheck(task.id, error=f"{type(e).__name__}: {e}")
+    return TaskCheck(task.id, oracle=oracle, nop=nop)
+
+
+async def check_tasks(
+    tasks: Sequence[Task],
+    backend: SandboxBackend,
+    provisioner: Provisioner,
+    concurrency: int = 4,
+    on_done: Callable[[TaskCheck], None] | None = None,
+) -> list[TaskCheck]:
+    """Checks every task, `concurrency` at a time; results in the order of `tasks`."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: Task) -> TaskCheck:
+        async with gate:
+            result = await check_task(task, backend, provisioner)
+        if on_done is not None:
+            on_done(result)
+        return result
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))

@@ -1,0 +1,97 @@
+"""Loader for the ClawGym task format (the bundled mini suite uses it too).
+
+    TASK/
+      data_entry.json   {"user_query": "...", "input_mount_dir": "/root/.openclaw/workspace",
+                         "id": "...", "split": "train"|"test", "timeout_s": 900, ...}
+      input_files/      copied into the workspace before the harness starts (optional)
+      reward/           copied to /tests after the harness exits; either
+        reward.sh         `bash reward.sh WORKDIR` (cwd WORKDIR) prints the reward as its last line
+        check.py          `python3 check.py WORKDIR` prints a JSON dict of sub-scores
+      solution/solve.sh the reference solution, run in WORKDIR (optional; used by the oracle)
+
+Fields of data_entry.json other than those above are kept as metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from pathlib import Path
+
+from clawgym.tasks.model import (
+    DEFAULT_WORKDIR,
+    SOLUTION_DIR,
+    TESTS_DIR,
+    Task,
+    TaskFile,
+    TaskFormatError,
+    VerifierSpec,
+)
+
+FORMAT = "clawgym"
+_KNOWN = {"id", "task_id", "user_query", "input_mount_dir", "split", "timeout_s", "threshold"}
+
+
+def is_clawgym_task(path: Path) -> bool:
+    return (path / "data_entry.json").is_file()
+
+
+def load_clawgym_task(path: Path) -> Task:
+    """Reads one ClawGym task directory; TaskFormatError names the file and the problem."""
+    path = Path(path)
+    entry_file = path / "data_entry.json"
+    try:
+        entry = json.loads(entry_file.read_text())
+    except FileNotFoundError as e:
+        raise TaskFormatError(f"{path}: no data_entry.json") from e
+    except json.JSONDecodeError as e:
+        raise TaskFormatError(f"{entry_file}: not JSON ({e})") from e
+    if not isinstance(entry, dict):
+        raise TaskFormatError(f"{entry_file}: must hold a JSON object")
+    query = entry.get("user_query")
+    if not isinstance(query, str) or not query.strip():
+        raise TaskFormatError(f"{entry_file}: user_query must be a non-empty string")
+    workdir = entry.get("input_mount_dir") or DEFAULT_WORKDIR
+    if not isinstance(workdir, str) or not workdir.startswith("/"):
+        raise TaskFormatError(f"{entry_file}: input_mount_dir must be an absolute path, got {workdir!r}")
+    split = entry.get("split", "")
+    if split not in ("train", "test", ""):
+        raise TaskFormatError(f"{entry_file}: split must be train or test, got {split!r}")
+
+    reward_dir = path / "reward"
+    if (reward_dir / "reward.sh").is_file():
+        verifier = VerifierSpec(
+            "reward_sh", (TaskFile(reward_dir, TESTS_DIR),), script=f"{TESTS_DIR}/reward.sh"
+        )
+    elif (reward_dir / "check.py").is_file():
+        verifier = VerifierSpec(
+            "check_py", (TaskFile(reward_dir, TESTS_DIR),), script=f"{TESTS_DIR}/check.py"
+        )
+    else:
+        raise TaskFormatError(f"{path}: needs reward/reward.sh or reward/check.py")
+    if "threshold" in entry:
+        verifier = _with_threshold(verifier, entry["threshold"], entry_file)
+
+    inputs = path / "input_files"
+    solution = path / "solution"
+    has_solution = (solution / "solve.sh").is_file()
+    return Task(
+        id=str(entry.get("id") or entry.get("task_id") or path.name),
+        instruction=query,
+        format=FORMAT,
+        source_dir=path,
+        verifier=verifier,
+        workdir=posixpath.normpath(workdir),
+        files=(TaskFile(inputs, posixpath.normpath(workdir)),) if inputs.is_dir() else (),
+        solution=(TaskFile(solution, SOLUTION_DIR),) if has_solution else (),
+        solution_script=f"{SOLUTION_DIR}/solve.sh" if has_solution else "",
+        split=split,
+        agent_timeout_s=float(entry.get("timeout_s", 900.0)),
+        metadata={k: v for k, v in entry.items() if k not in _KNOWN},
+    )
+
+
+def _with_threshold(verifier: VerifierSpec, value: object, where: Path) -> VerifierSpec:
+    if not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise TaskFormatError(f"{where}: threshold must be a number in [0, 1], got {value!r}")
+    return VerifierSpec(verifier.kind, verifier.files, script=verifier.script, threshold=float(value))

@@ -1,0 +1,167 @@
+"""Provisions a task's setup steps on the host, cached, instead of building the task's image.
+
+- pip packages: `pip install --target <cache>/pip-<hash>` once per package set; the sandbox gets
+  the folder on PYTHONPATH. The pytest that Terminal-Bench tests run with comes the same way.
+- npm packages: `npm install --prefix <cache>/npm-<hash>`; its `.bin` goes on PATH.
+- apt packages: must be installed on the host (the sandbox's read-only system is the host's);
+  missing ones are installed when we are root with apt-get, else the task is unsupported here.
+
+The cache must be visible inside sandboxes: add `PROVISION_DIR` to the local backend's
+`ro_paths` (`clawgym tasks check` does). Installs happen under a file lock and a marker file,
+so concurrent callers share one install and a crashed one is redone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clawgym.errors import FailedPrecondition
+from clawgym.tasks.model import SetupStep, Task
+
+PROVISION_DIR = Path.home() / ".cache" / "clawgym" / "provision"
+PYTEST_REQUIREMENT = "pytest==8.4.1"  # the version Terminal-Bench's run-tests.sh installs
+MARKER = ".clawgym-provisioned"
+
+
+class Unsupported(FailedPrecondition):
+    """The local backend cannot run this task (it needs a service, its own image, a missing package)."""
+
+
+@dataclass
+class Provisioned:
+    """What a sandbox needs to see a task's provisioned packages."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    paths: list[Path] = field(default_factory=list)  # host folders the sandbox must see read-only
+
+
+class Provisioner:
+    """Installs setup steps into `cache_dir`, once per distinct package set."""
+
+    def __init__(self, cache_dir: str | Path | None = None, python: str = sys.executable) -> None:
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else PROVISION_DIR
+        self.python = python
+
+    def for_task(self, task: Task, with_pytest: bool | None = None) -> Provisioned:
+        """Provisions `task.setup` (plus pytest for pytest verifiers); Unsupported if it cannot."""
+        if task.unsupported:
+            raise Unsupported(f"task {task.id}: {task.unsupported}")
+        steps = list(task.setup)
+        if with_pytest if with_pytest is not None else task.verifier.kind == "pytest":
+            steps.append(SetupStep("pip", (PYTEST_REQUIREMENT,)))
+        return self.provision(steps)
+
+    def provision(self, steps: Sequence[SetupStep]) -> Provisioned:
+        out = Provisioned()
+        pythonpath, path = [], []
+        for step in steps:
+            if not step.packages:
+                continue
+            if step.manager == "apt":
+                self._apt(step.packages)
+            elif step.manager == "pip":
+                folder = self._cached("pip", step.packages, self._pip)
+                pythonpath.append(str(folder))
+                out.paths.append(folder)
+            elif step.manager == "npm":
+                folder = self._cached("npm", step.packages, self._npm)
+                path.append(str(folder / "node_modules" / ".bin"))
+                out.paths.append(folder)
+        if pythonpath:
+            out.env["PYTHONPATH"] = ":".join(pythonpath)
+        if path:
+            out.env["PATH"] = ":".join(
+                [*path, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+            )
+        return out
+
+    # --- installers ---
+
+    def _cached(self, manager: str, packages: Sequence[str], install) -> Path:
+        key = hashlib.sha256("\n".join(sorted(packages)).encode()).hexdigest()[:16]
+        folder = self.cache_dir / f"{manager}-{key}"
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.cache_dir / f".{folder.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (folder / MARKER).is_file():
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+                install(folder, packages)
+                (folder / MARKER).write_text("\n".join(packages) + "\n")
+        return folder
+
+    def _pip(self, folder: Path, packages: Sequence[str]) -> None:
+        _run(
+            [
+                self.python,
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-q",
+                "--target",
+                str(folder),
+                *packages,
+            ],
+            f"pip install {' '.join(packages)}",
+        )
+
+    def _npm(self, folder: Path, packages: Sequence[str]) -> None:
+        _run(
+            [
+                "npm",
+                "install",
+                "--prefix",
+                str(folder),
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                *packages,
+            ],
+            f"npm install {' '.join(packages)}",
+        )
+
+    def _apt(self, packages: Sequence[str]) -> None:
+        missing = [p for p in packages if not _dpkg_installed(p)]
+        if not missing:
+            return
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            raise Unsupported(f"needs host packages {' '.join(missing)} (not installed; apt-get needs root)")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        if (
+            subprocess.run(
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                env=env,
+                capture_output=True,
+            ).returncode
+            != 0
+        ):
+            _run(["apt-get", "update", "-qq"], "apt-get update", env)
+            _run(
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                f"apt-get install {' '.join(missing)}",
+                env,
+            )
+
+
+def _dpkg_installed(package: str) -> bool:
+    name = package.split("=")[0]
+    done = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True, text=True)
+    return done.returncode == 0 and "install ok installed" in done.stdout
+
+
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Unsupported(f"{what} failed: {e}") from e
+    if done.returncode != 0:
+        raise Unsupported(f"{what} failed (exit {done.returncode}): {(done.stdout + done.stderr)[-1500:]}")

@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+awk '{ s += $1 } END { print s }' scores.txt > total.txt

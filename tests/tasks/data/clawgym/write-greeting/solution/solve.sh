@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+echo "Hello, $(cat name.txt)!" > greeting.txt

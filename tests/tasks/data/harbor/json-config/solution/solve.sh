@@ -1,0 +1,2 @@
+#!/bin/bash
+echo '{"retries": 3}' > /app/config.json

@@ -1,0 +1,1 @@
+psql -h db -U postgres -c 'create table users (id int)'
