@@ -267,3 +267,18 @@ def test_eager_attention_and_sliding_window_layers_pack_exactly(attn, sliding):
     for budget in (None, split_budget(flat, 0.4)):
         loss, _, g = packed_total(model, flat, terms, budget, LOSS_CFG)
         assert_same((loss, g), linear, TOLERANCE[torch.float64], f"{attn} sliding={sliding} budget={budget}")
+
+
+def test_trimmed_logits_per_path_baseline_equals_the_full_logits_reference():
+    """The bench's per-path baseline runs the LM head only where rows need it; same loss and grads."""
+    model = tiny_model("qwen3", torch.float64)
+    flat = random_tree(seed=2, group_size=3)
+    terms = grpo_terms(flat)
+    full = per_path_total(model, flat, terms, LOSS_CFG, old_from_engine=False)
+    zero(model)
+    total = 0.0
+    for p in range(len(terms.path_rollout)):
+        loss, _ = path_loss(model, flat, terms, p, LOSS_CFG, trim_logits=True)
+        loss.backward()
+        total += loss.item()
+    assert_same((total, grads(model)), full, 1e-9, "trimmed vs full logits")

@@ -44,11 +44,20 @@ def path_rows(
 
 
 def path_forward(
-    model: nn.Module, ids: Tensor, value_head: nn.Module | None = None
+    model: nn.Module, ids: Tensor, value_head: nn.Module | None = None, keep: Tensor | None = None
 ) -> tuple[Tensor, Tensor | None]:
-    """(log_softmax logits (L, vocab), values (L,) or None) of one causal sequence; row t predicts t+1."""
+    """(log_softmax logits (L, vocab), values (L,) or None) of one causal sequence; row t predicts t+1.
+
+    With `keep` (slots), the LM head runs only there (HF `logits_to_keep`) and the logits are
+    (len(keep), vocab), row i for slot keep[i]; values stay (L,).
+    """
     device = next(model.parameters()).device
-    out = model(input_ids=ids[None].to(device), use_cache=False, output_hidden_states=value_head is not None)
+    out = model(
+        input_ids=ids[None].to(device),
+        use_cache=False,
+        output_hidden_states=value_head is not None,
+        logits_to_keep=0 if keep is None else keep.to(device),
+    )
     logits = out.logits[0]
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
@@ -66,22 +75,30 @@ def path_loss(
     ref_model: nn.Module | None = None,
     old_logprob: Tensor | None = None,
     policy_version: int | None = None,
+    trim_logits: bool = False,
 ) -> tuple[Tensor, dict[str, float]]:
     """Loss of rollout path p trained alone, with the same objective as `losses.tree_loss`.
 
     `old_logprob` is per row of this path (see `path_rows`); None means π_old = π_θ detached.
+    `trim_logits` runs the LM head only where a row needs it, as the packed forward does (a fair
+    baseline for timing); without it the reference is HF's plain full-logits forward.
     """
     positions = flat.path_positions(int(terms.path_node[p]))
     ids = torch.from_numpy(flat.tokens[positions].astype(np.int64))
-    logp_all, values = path_forward(model, ids, value_head)
-    rows = path_rows(terms, p, positions, logp_all.dtype).to(logp_all.device)
-    ctx, target = rows.token - 1, ids.to(logp_all.device)[rows.token]
+    rows = path_rows(terms, p, positions, next(model.parameters()).dtype)
+    keep, slot_of = None, None
+    if trim_logits:
+        keep, slot_of = torch.unique(rows.token - 1, return_inverse=True)
+    logp_all, values = path_forward(model, ids, value_head, keep)
+    rows = rows.to(logp_all.device, logp_all.dtype)
+    ctx = rows.token - 1 if slot_of is None else slot_of.to(logp_all.device)
+    target = ids.to(logp_all.device)[rows.token]
     logprob = logp_all[ctx, target]
     with torch.set_grad_enabled(cfg.entropy_coef > 0 and torch.is_grad_enabled()):
         entropy = -(logp_all[ctx].exp() * logp_all[ctx]).sum(-1)
     ref_logprob = None
     if ref_model is not None and cfg.kl_coef > 0:
         with torch.no_grad():
-            ref_logprob = path_forward(ref_model, ids)[0][ctx, target]
+            ref_logprob = path_forward(ref_model, ids, keep=keep)[0][ctx, target]
     v = values[rows.value_token - 1] if values is not None else None
     return rows_loss(logprob, entropy, v, rows, cfg, old_logprob, ref_logprob, policy_version)
