@@ -28,7 +28,7 @@ from clawgym.errors import ClawgymError, InvalidArgument, Unavailable
 from clawgym.protocols.anthropic_messages import AnthropicMessages
 from clawgym.protocols.wire import WireProtocol, WireRequest
 from clawgym.rendering.detokenize import IncrementalDetokenizer
-from clawgym.rendering.splice import PromptBuilder
+from clawgym.rendering.splice import PromptBuilder, chain_keys
 from clawgym.rendering.template import ChatTemplate
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.records import Rollout
@@ -166,10 +166,11 @@ class Gateway:
     ) -> CallRun:
         conv, opts = wire.conversation, wire.options
         t0 = time.perf_counter()
-        candidates, _ = self.builder.candidate_keys(conv)
-        turns = await self.live.get_turns(rollout.id, candidates)
+        keys = chain_keys(conv)
+        turns = await self.live.get_turns(rollout.id, self.builder.candidate_keys(conv, keys))
         t1 = time.perf_counter()
-        prompt = self.builder.build(conv, turns)
+        # in a worker thread: the tokenizer releases the GIL, so other calls keep streaming meanwhile
+        prompt = await asyncio.to_thread(self.builder.build, conv, turns, keys)
         t2 = time.perf_counter()
         status = await self.engine_status()
         room = status.max_context - len(prompt.ids)

@@ -111,16 +111,16 @@ class CallRun:
         """Asks the engine and waits for its first chunk, so a refusal (bad prompt, engine down)
         becomes an error response; nothing is recorded and no seq is spent for a refused call."""
         s = self.setup
-        self._it = aiter(self._engine.generate(s.prompt.ids, s.sampling, f"{s.rollout.id}:{id(self):x}"))
         t0 = time.perf_counter()
         try:
+            self._it = aiter(self._engine.generate(s.prompt.ids, s.sampling, f"{s.rollout.id}:{id(self):x}"))
             first = await anext(self._it, TokenChunk([], [], [], "stop"))
+            self._engine_wait += time.perf_counter() - t0
+            self._ttft = time.perf_counter() - s.started
             self.seq = await self._live.next_seq(s.rollout.id, self._seq_floor)
         except BaseException:
             await self._close_engine()
             raise
-        self._engine_wait += time.perf_counter() - t0
-        self._ttft = time.perf_counter() - s.started
         self._metrics.ttft.labels(*self._labels).observe(self._ttft)
         self._task = asyncio.create_task(self._produce(first))
         self._background.add(self._task)
@@ -278,7 +278,7 @@ class CallRun:
             "reused_tokens": s.prompt.segment_start,
             "ttft_s": self._ttft,
             "engine_wait_s": self._engine_wait,
-            "overhead_s": overhead,
+            "overhead_s": overhead,  # up to the engine's last token; recording comes after
             **{f"{k}_s": v for k, v in s.timings.items()},
         }
         call = Call(
@@ -302,10 +302,12 @@ class CallRun:
             segment = s.prompt.ids[s.prompt.segment_start :]
             key = turn_key(s.prompt.prompt_key, completion.as_message())
             await self._live.put_turn(s.rollout.id, turn_of(key, s.prompt.parent, segment, self._ids))
+        # the metrics include the recording, which the record itself cannot
+        latency = time.perf_counter() - s.started
         m, labels = self._metrics, self._labels
         m.calls.labels(*labels, completion.finish_reason).inc()
         m.latency.labels(*labels).observe(latency)
-        m.overhead.labels(*labels).observe(overhead)
+        m.overhead.labels(*labels).observe(max(0.0, latency - self._engine_wait))
         m.tokens_in.labels(*labels).inc(len(s.prompt.ids))
         m.tokens_rendered.labels(*labels).inc(s.prompt.rendered_tokens)
         m.tokens_out.labels(*labels).inc(len(self._ids))

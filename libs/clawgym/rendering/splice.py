@@ -96,16 +96,18 @@ class PromptBuilder:
             t: template.tokenizer.decode([t], skip_special_tokens=False) for t in template.info.stop_token_ids
         }
 
-    def candidate_keys(self, conv: Conversation) -> tuple[list[bytes], bytes]:
-        """Keys of the request's assistant positions (where a generated turn may match) and its prompt key."""
-        keys = chain_keys(conv)
-        prompt_key = keys[-1] if keys else tools_key(conv.tools)
-        assistant = [keys[i] for i, m in enumerate(conv.messages) if m.role == "assistant"]
-        return assistant, prompt_key
+    @staticmethod
+    def candidate_keys(conv: Conversation, keys: list[bytes] | None = None) -> list[bytes]:
+        """Keys of the request's assistant positions: where a generated turn may match."""
+        keys = chain_keys(conv) if keys is None else keys
+        return [keys[i] for i, m in enumerate(conv.messages) if m.role == "assistant"]
 
-    def build(self, conv: Conversation, turns: Mapping[bytes, GeneratedTurn]) -> BuiltPrompt:
-        """The prompt for `conv`, given the generated turns found under its candidate keys."""
-        keys = chain_keys(conv)
+    def build(
+        self, conv: Conversation, turns: Mapping[bytes, GeneratedTurn], keys: list[bytes] | None = None
+    ) -> BuiltPrompt:
+        """The prompt for `conv`, given the generated turns found under its candidate keys
+        (`keys`: its `chain_keys`, if already computed)."""
+        keys = chain_keys(conv) if keys is None else keys
         prompt_key = keys[-1] if keys else tools_key(conv.tools)
         for i in range(len(conv.messages) - 1, -1, -1):
             if conv.messages[i].role != "assistant" or keys[i] not in turns:

@@ -1,0 +1,334 @@
+"""Proxy benchmark: added latency per call vs calling the engine directly, and render cost vs history.
+
+Part 1 (latency): R concurrent rollouts (1, then 64) each make C Claude-Code-shaped calls
+(a ~20k-token system prompt + tools, a history growing by a tool call and a tool result per
+call, streamed Anthropic Messages) through the real proxy running in a subprocess (uvicorn,
+PostgreSQL store + Redis live state, or SQLite + in-process with --embedded), against a scripted
+engine that emits a tool call at a fixed per-token delay. The same engine is then driven
+directly (same outputs, same concurrency) in this process. Added latency = the proxy's
+client-observed call latency minus the direct engine latency, per percentile; the proxy's own
+recorded overhead (call time not waiting for the engine) is shown beside it.
+
+Part 2 (rendering): the PromptBuilder on a growing conversation, spliced vs rendered from
+scratch, per call: time and tokens newly tokenized. Spliced cost should track new tokens only.
+
+    .venv/bin/python bench/proxy.py [--calls 6] [--embedded]
+
+The last line is one JSON object of the figures.
+"""
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+import numpy as np
+
+from clawgym.engine.interface import SamplingParams
+from clawgym.engine.scripted import ScriptedEngine
+from clawgym.models import load_tokenizer
+from clawgym.protocols.conversation import Conversation, Message, Tool, ToolCall
+from clawgym.rendering.splice import GeneratedTurn, PromptBuilder, turn_key
+from clawgym.rendering.template import ChatTemplate
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+REDIS = "redis://127.0.0.1:6379/0"
+PARAGRAPH = (
+    "You are an interactive CLI agent that helps users with software engineering tasks. Use the "
+    "instructions below and the tools available to you to assist the user. When you run a command, "
+    "explain what it does and why. Prefer editing existing files to creating new ones. "
+)
+TOOL_OUTPUT = "total 48\ndrwxr-xr-x 5 user user 4096 Nov 29 src\n-rw-r--r-- 1 user user 1234 README.md\n" * 12
+
+
+def claude_code_shape(tok, system_tokens: int):
+    """A ~system_tokens system prompt (tiny-qwen3 tokens) and 16 tools with JSON schemas."""
+    per = len(tok.encode(PARAGRAPH, add_special_tokens=False))
+    system = PARAGRAPH * max(1, system_tokens // per)
+    tools = [
+        {
+            "name": f"Tool{i}",
+            "description": f"Tool number {i}: does one thing well. " * 6,
+            "input_schema": {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "what to run"},
+                    "timeout": {"type": "number"},
+                },
+                "required": ["command"],
+            },
+        }
+        for i in range(16)
+    ]
+    return system, tools
+
+
+def call_text(i: int) -> str:
+    return f'<tool_call>\n{{"name": "Tool{i % 16}", "arguments": {{"command": "ls -la src/module_{i}"}}}}\n</tool_call>'
+
+
+def make_engine(tok, out_calls: int, delay: float) -> ScriptedEngine:
+    return ScriptedEngine.from_texts(
+        tok, [call_text(i) for i in range(out_calls)], max_context=65536, token_delay_s=delay
+    )
+
+
+# --- serve mode: the proxy in its own process ---
+
+
+def serve(a) -> None:
+    import uvicorn
+
+    from clawgym.capture.config import ProxyConfig
+    from clawgym.store.sql import SqlStore
+    from clawgym_services.proxy.server import create_app
+
+    tok = load_tokenizer("tiny-qwen3")
+    engine = make_engine(tok, 64, a.token_delay)
+    cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix)
+    app = create_app(cfg, engine, SqlStore(a.store), tok, supports_tools=True)
+    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+
+
+# --- part 1: latency ---
+
+
+def percentiles(xs):
+    return {"p50": float(np.percentile(xs, 50)) * 1000, "p99": float(np.percentile(xs, 99)) * 1000}
+
+
+async def rollout_via_proxy(client, url, token, system, tools, calls, lat, server_overhead):
+    messages = [{"role": "user", "content": "Explore the repository and fix the failing test."}]
+    for _ in range(calls):
+        body = {"model": "policy", "max_tokens": 128000, "stream": True, "system": [{"type": "text", "text": system}],
+                "tools": tools, "messages": messages}  # fmt: skip
+        t0 = time.perf_counter()
+        content, current = [], None
+        async with client.stream(
+            "POST", f"{url}/v1/messages?beta=true", json=body, headers={"x-api-key": token}
+        ) as r:
+            assert r.status_code == 200, await r.aread()
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                ev = json.loads(line[6:])
+                if ev["type"] == "content_block_start":
+                    current = dict(ev["content_block"])
+                elif ev["type"] == "content_block_delta" and ev["delta"]["type"] == "input_json_delta":
+                    current["input"] = json.loads(ev["delta"]["partial_json"])
+                elif ev["type"] == "content_block_delta" and ev["delta"]["type"] == "text_delta":
+                    current["text"] += ev["delta"]["text"]
+                elif ev["type"] == "content_block_stop":
+                    content.append(current)
+        lat.append(time.perf_counter() - t0)
+        use = next(b for b in content if b["type"] == "tool_use")
+        messages += [
+            {"role": "assistant", "content": content},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": TOOL_OUTPUT}],
+            },
+        ]
+
+
+async def rollout_direct(engine, prompt_len, calls, lat):
+    for i in range(calls):
+        t0 = time.perf_counter()
+        params = SamplingParams(max_new_tokens=4096, stop_token_ids=(4098,))
+        async for _ in engine.generate([1] * (prompt_len + 300 * i), params):
+            pass
+        lat.append(time.perf_counter() - t0)
+
+
+def latency_run(a, tok, system, tools, concurrency: int) -> dict:
+    from clawgym.store.records import RolloutSpec
+    from clawgym.store.sql import SqlStore
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    store_url, redis_url = f"sqlite:////tmp/{schema}.db", ""
+    admin = None
+    if not a.embedded:
+        from sqlalchemy import create_engine, text
+
+        admin = create_engine(PG_ADMIN)
+        with admin.begin() as c:
+            c.execute(text(f'CREATE SCHEMA "{schema}"'))
+        store_url, redis_url = f"{PG_ADMIN}?options=-csearch_path%3D{schema}", REDIS
+    store = SqlStore(store_url)
+    run = store.create_run("bench")
+    regs = store.register_rollouts(
+        run.id, [RolloutSpec(group_id="g", task_id="t", harness="claude-code")] * concurrency
+    )
+    port = 18000 + (uuid.uuid4().int % 2000)
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--store", store_url, "--redis",
+                             redis_url, "--prefix", schema, "--token-delay", str(a.token_delay)])  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.25)
+
+        async def proxy_side():
+            lat: list[float] = []
+            async with httpx.AsyncClient(
+                timeout=300, limits=httpx.Limits(max_connections=concurrency + 4)
+            ) as client:
+                await asyncio.gather(
+                    *(
+                        rollout_via_proxy(client, url, r.token, system, tools, a.calls, lat, None)
+                        for r in regs
+                    )
+                )
+            return lat
+
+        proxy_lat = asyncio.run(proxy_side())
+        calls = [c for r in regs for c in store.list_calls(r.rollout_id)]
+        server_overhead = [c.response["_clawgym"]["overhead_s"] for c in calls]
+        extended = sum(c.response["_clawgym"]["prefix_extended"] for c in calls) / len(calls)
+        prompt_len = int(statistics.median(len(c.prompt_ids) for c in calls if c.seq == 0))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        store.close()
+        if admin is not None:
+            with admin.begin() as c:
+                c.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+    engine = make_engine(tok, 64, a.token_delay)
+
+    async def direct_side():
+        lat: list[float] = []
+        await asyncio.gather(*(rollout_direct(engine, prompt_len, a.calls, lat) for _ in range(concurrency)))
+        return lat
+
+    direct_lat = asyncio.run(direct_side())
+    p, d, s = percentiles(proxy_lat), percentiles(direct_lat), percentiles(server_overhead)
+    return {
+        "concurrency": concurrency,
+        "calls": len(proxy_lat),
+        "prompt_tokens_first_call": prompt_len,
+        "proxy_p50_ms": p["p50"],
+        "proxy_p99_ms": p["p99"],
+        "direct_p50_ms": d["p50"],
+        "direct_p99_ms": d["p99"],
+        "added_p50_ms": p["p50"] - d["p50"],
+        "added_p99_ms": p["p99"] - d["p99"],
+        "server_overhead_p50_ms": s["p50"],
+        "server_overhead_p99_ms": s["p99"],
+        "prefix_extension_rate": extended,
+    }
+
+
+# --- part 2: rendering cost vs history ---
+
+
+def render_run(tok, system_text, tools_json, turns_n: int) -> dict:
+    builder = PromptBuilder(ChatTemplate(tok, supports_tools=True))
+    tools = tuple(Tool(t["name"], t["description"], t["input_schema"]) for t in tools_json)
+    messages = [Message("system", system_text), Message("user", "Fix the failing test.")]
+    cache: dict = {}
+    rows = []
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    for i in range(turns_n):
+        conv = Conversation(tuple(messages), tools)
+        t0 = time.perf_counter()
+        built = builder.build(conv, cache)
+        spliced_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        full = builder.build(conv, {})
+        full_s = time.perf_counter() - t0
+        # the scripted turns re-render to their own tokens, so splicing must change nothing here
+        assert built.ids == full.ids, f"turn {i}: the spliced prompt differs from the full rendering"
+        out = [*tok.encode(call_text(i), add_special_tokens=False), end]
+        turn = Message(
+            "assistant",
+            "",
+            tool_calls=(
+                ToolCall(f"Tool{i % 16}", json.dumps({"command": f"ls -la src/module_{i}"}), f"c{i}"),
+            ),
+        )
+        key = turn_key(built.prompt_key, turn)
+        cache[key] = GeneratedTurn(
+            key, built.parent, np.asarray(built.ids[built.segment_start :], "<i4"), np.asarray(out, "<i4")
+        )
+        rows.append((len(built.ids), built.rendered_tokens, spliced_s, full_s))
+        messages += [turn, Message("tool", TOOL_OUTPUT, tool_call_id=f"c{i}")]
+    later = rows[1:]
+    new_tok = sum(r[1] for r in later)
+    return {
+        "turns": turns_n,
+        "prompt_tokens_last": rows[-1][0],
+        "spliced_ms_first_later": later[0][2] * 1000,
+        "spliced_ms_last": rows[-1][2] * 1000,
+        "full_ms_first_later": later[0][3] * 1000,
+        "full_ms_last": rows[-1][3] * 1000,
+        "new_tokens_per_call": new_tok / len(later),
+        "render_ms_per_new_ktok": sum(r[2] for r in later) * 1000 / (new_tok / 1000),
+        "full_render_ms_per_prompt_ktok": sum(r[3] for r in later) * 1000 / (sum(r[0] for r in later) / 1000),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--store", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--redis", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--prefix", default="clawgym", help=argparse.SUPPRESS)
+    ap.add_argument("--calls", type=int, default=6, help="calls per rollout")
+    ap.add_argument("--system-tokens", type=int, default=20000, help="system prompt size")
+    ap.add_argument("--token-delay", type=float, default=0.002, help="scripted engine seconds per token")
+    ap.add_argument("--turns", type=int, default=40, help="history length of the rendering run")
+    ap.add_argument(
+        "--embedded", action="store_true", help="SQLite + in-process state instead of PostgreSQL + Redis"
+    )
+    a = ap.parse_args()
+    if a.serve:
+        serve(a)
+        return
+    tok = load_tokenizer("tiny-qwen3")
+    system, tools = claude_code_shape(tok, a.system_tokens)
+    render = render_run(tok, system, tools, a.turns)
+    print(f"rendering over {a.turns} turns (prompt grows to {render['prompt_tokens_last']} tokens):")
+    print(f"  spliced: {render['spliced_ms_first_later']:.2f} ms at turn 2, {render['spliced_ms_last']:.2f} ms at turn {a.turns}"
+          f"  ({render['new_tokens_per_call']:.0f} new tokens per call, {render['render_ms_per_new_ktok']:.2f} ms per new 1k tokens)")  # fmt: skip
+    print(f"  from scratch: {render['full_ms_first_later']:.1f} ms at turn 2, {render['full_ms_last']:.1f} ms at turn {a.turns}"
+          f"  ({render['full_render_ms_per_prompt_ktok']:.2f} ms per prompt 1k tokens)")  # fmt: skip
+    runs = {}
+    for conc in (1, 64):
+        r = latency_run(a, tok, system, tools, conc)
+        runs[conc] = r
+        print(f"{conc:>2} concurrent rollouts × {a.calls} calls ({r['prompt_tokens_first_call']} prompt tokens at call 1): "
+              f"proxy p50 {r['proxy_p50_ms']:.1f} / p99 {r['proxy_p99_ms']:.1f} ms, direct engine p50 {r['direct_p50_ms']:.1f}"
+              f" / p99 {r['direct_p99_ms']:.1f} ms → added p50 {r['added_p50_ms']:.1f} / p99 {r['added_p99_ms']:.1f} ms; "
+              f"proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / p99 {r['server_overhead_p99_ms']:.1f} ms; "
+              f"prefix-extension rate {r['prefix_extension_rate']:.2f}")  # fmt: skip
+    figures = {
+        "overhead_p50_ms": round(runs[64]["added_p50_ms"], 2),
+        "overhead_p99_ms": round(runs[64]["added_p99_ms"], 2),
+        "overhead_p50_ms_1": round(runs[1]["added_p50_ms"], 2),
+        "overhead_p99_ms_1": round(runs[1]["added_p99_ms"], 2),
+        "server_overhead_p50_ms": round(runs[64]["server_overhead_p50_ms"], 2),
+        "server_overhead_p99_ms": round(runs[64]["server_overhead_p99_ms"], 2),
+        "direct_p50_ms": round(runs[64]["direct_p50_ms"], 2),
+        "prefix_extension_rate": runs[64]["prefix_extension_rate"],
+        "render_ms_per_new_ktok": round(render["render_ms_per_new_ktok"], 3),
+        "full_render_ms_per_prompt_ktok": round(render["full_render_ms_per_prompt_ktok"], 3),
+        "spliced_render_ms_last": round(render["spliced_ms_last"], 3),
+        "full_render_ms_last": round(render["full_ms_last"], 2),
+        "store": "sqlite+memory" if a.embedded else "postgresql+redis",
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
