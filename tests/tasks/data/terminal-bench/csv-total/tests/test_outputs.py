@@ -1,4 +1,5 @@
 """Checks /app/total.txt (TEST_DIR is where these tests were copied)."""
+
 import os
 from pathlib import Path
 

@@ -1,0 +1,84 @@
+"""`clawgym tasks list|import|check` on the sample tasks, run in real local sandboxes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from clawgym_app.cli import app
+
+DATA = Path(__file__).parent / "data"
+runner = CliRunner()
+
+
+def json_lines(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_check_passes_the_oracle_and_fails_nop_on_every_supported_sample(tmp_path):
+    """The oracle passes and nop fails for each runnable task; unsupported ones are errors with a reason."""
+    result = runner.invoke(app, ["tasks", "check", str(DATA), "--json", "--root", str(tmp_path)])
+    lines = json_lines(result.output)
+    assert lines, f"no JSON output: {result.output}"
+    summary = lines[-1]
+    assert summary == {"tasks": 8, "oracle_passed": 5, "nop_failed": 6, "errors": 2}, (
+        f"5 tasks have solutions, 6 are runnable, 2 need services/images: {result.output}"
+    )
+    per_task = {line["task"]: line for line in lines[:-1]}
+    assert per_task["make-notes-dir"]["ok"] and per_task["make-notes-dir"]["oracle_reward"] is None, (
+        "a task without a solution is checked with nop only"
+    )
+    assert "needs services" in per_task["needs-postgres"]["error"], "unsupported tasks say why"
+    assert per_task["csv-total"]["oracle_reward"] == 1.0, "TB tests ran with the sandbox's pytest"
+    assert per_task["json-config"]["oracle_reward"] == 1.0, (
+        "the provisioned pip package was importable in the sandbox"
+    )
+    assert result.exit_code == 1, "unsupported tasks make the check fail overall"
+
+
+def test_check_reports_a_task_whose_oracle_fails(tmp_path):
+    """A broken verifier (the oracle's correct answer scores 0) is caught, not passed."""
+    task = tmp_path / "suite" / "broken"
+    shutil.copytree(DATA / "clawgym" / "write-greeting", task)
+    (task / "solution" / "solve.sh").write_text("echo 'Hello, Bob!' > greeting.txt\n")
+    result = runner.invoke(app, ["tasks", "check", str(tmp_path / "suite"), "--json"])
+    summary = json_lines(result.output)[-1]
+    assert summary == {"tasks": 1, "oracle_passed": 0, "nop_failed": 1, "errors": 0}, result.output
+    assert result.exit_code == 1, "a failing check exits non-zero"
+
+
+def test_import_copies_a_suite_that_list_then_shows(tmp_path):
+    root = tmp_path / "suites"
+    result = runner.invoke(
+        app, ["tasks", "import", "harbor", str(DATA / "harbor"), "--name", "h", "--root", str(root)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (root / "h").iterdir()) == [
+        "count-words",
+        "custom-image",
+        "json-config",
+        "suite.json",
+    ]
+    suites = json_lines(runner.invoke(app, ["tasks", "list", "--json", "--root", str(root)]).output)
+    assert [s["suite"] for s in suites] == ["mini", "h"], "the bundled suite, then the imported one"
+    assert suites[1]["tasks"] == "3" and suites[1]["format"] == "harbor"
+    tasks = json_lines(runner.invoke(app, ["tasks", "list", "h", "--json", "--root", str(root)]).output)
+    assert [t["task"] for t in tasks] == ["count-words", "custom-image", "json-config"]
+    again = runner.invoke(
+        app, ["tasks", "import", "harbor", str(DATA / "harbor"), "--name", "h", "--root", str(root)]
+    )
+    assert again.exit_code == 2 and "exists" in again.output, "importing over a suite needs --replace"
+
+
+def test_import_refuses_a_folder_with_a_malformed_task(tmp_path):
+    bad = tmp_path / "src" / "bad"
+    bad.mkdir(parents=True)
+    (bad / "data_entry.json").write_text("{}")
+    result = runner.invoke(
+        app, ["tasks", "import", "clawgym", str(tmp_path / "src"), "--root", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 2 and "user_query" in result.output, result.output
+    assert not (tmp_path / "r").exists(), "nothing is copied when a task does not load"
