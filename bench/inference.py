@@ -1,0 +1,139 @@
+"""Benchmark of the torch engine: continuous batching vs one-by-one vs `transformers.generate`, and reload time.
+
+Measured side by side in one run, on one model (default SmolLM2-135M, fp32, CPU):
+  - tokens/s of N requests run one by one (batch 1), the baseline;
+  - tokens/s of 8 and of 32 concurrent requests (they share decode steps);
+  - tokens/s of `model.generate` on one left-padded batch of the same 32 prompts (greedy);
+  - seconds to hot-reload a checkpoint of the same model (`load_weights`).
+Every request generates exactly --tokens tokens (greedy, no stop token). The last line is JSON.
+
+    .venv/bin/python bench/inference.py                       # SmolLM2-135M
+    .venv/bin/python bench/inference.py --model tiny-qwen3 --tokens 64
+"""
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+
+import torch
+
+from clawgym.engine.interface import SamplingParams
+from clawgym.engine.torch_engine import TorchEngine
+from clawgym.models import load_model, load_tokenizer
+
+TOPICS = [
+    "the tides", "prime numbers", "a binary search", "JSON", "photosynthesis", "the Roman roads",
+    "compilers", "bees", "a shell pipeline", "volcanoes", "HTTP caching", "chess openings",
+    "git rebase", "the moon", "recursion", "coffee", "hash maps", "rainbows", "unit tests",
+    "glaciers", "TCP", "sourdough", "regular expressions", "comets", "Python decorators",
+    "wind turbines", "SQL joins", "owls", "merge sort", "deserts", "Docker images", "lighthouses",
+]  # fmt: skip
+
+
+def prompts(tok, n: int) -> list[list[int]]:
+    """n chat prompts of slightly different lengths (so batching needs padding)."""
+    return [
+        tok.apply_chat_template(
+            [{"role": "user", "content": f"Explain {TOPICS[i % len(TOPICS)]} in a few sentences."}],
+            add_generation_prompt=True,
+            return_dict=False,
+        )
+        for i in range(n)
+    ]
+
+
+async def run_requests(
+    engine: TorchEngine, batch: list[list[int]], tokens: int, concurrent: bool
+) -> tuple[int, float]:
+    """(tokens generated, seconds) for `batch`, all at once or one after another."""
+    params = SamplingParams(max_new_tokens=tokens, temperature=0.0)
+
+    async def one(prompt: list[int]) -> int:
+        return sum([len(chunk.token_ids) async for chunk in engine.generate(prompt, params)])
+
+    start = time.perf_counter()
+    if concurrent:
+        counts = await asyncio.gather(*(one(p) for p in batch))
+    else:
+        counts = [await one(p) for p in batch]
+    return sum(counts), time.perf_counter() - start
+
+
+def hf_generate(model, tok, batch: list[list[int]], tokens: int) -> tuple[int, float]:
+    """(tokens generated, seconds) of transformers' greedy generate on one left-padded batch."""
+    padded = tok.pad({"input_ids": batch}, padding=True, return_tensors="pt")
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(
+            **padded,
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+        )
+    seconds = time.perf_counter() - start
+    return (out.shape[1] - padded["input_ids"].shape[1]) * len(batch), seconds
+
+
+async def bench(args) -> dict:
+    dtype = getattr(torch, args.dtype)
+    tok = load_tokenizer(args.model)
+    model = load_model(args.model, dtype=dtype)
+    engine = TorchEngine(model, name=args.model, max_batch=32)
+    batch = prompts(tok, 32)
+    await run_requests(engine, batch[:2], 4, concurrent=True)  # warm-up
+
+    n1, s1 = await run_requests(engine, batch[: args.serial], args.tokens, concurrent=False)
+    n8, s8 = await run_requests(engine, batch[:8], args.tokens, concurrent=True)
+    steps_before = engine.counters().decode_steps
+    n32, s32 = await run_requests(engine, batch, args.tokens, concurrent=True)
+    steps_32 = engine.counters().decode_steps - steps_before
+    nhf, shf = hf_generate(model, tok, batch, args.tokens)
+
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)  # a checkpoint as the trainer would publish it
+        stream = engine.generate(batch[0], SamplingParams(max_new_tokens=args.tokens, temperature=0.0))
+        first = await anext(stream)  # reload while a request is in flight
+        reload_s = await engine.load_weights(1, folder)
+        versions = first.policy_versions + [v async for c in stream for v in c.policy_versions]
+    await engine.aclose()
+
+    tps1, tps8, tps32, tpshf = n1 / s1, n8 / s8, n32 / s32, nhf / shf
+    print(
+        f"model {args.model} ({args.dtype}), {args.tokens} tokens per request, torch threads {torch.get_num_threads()}"
+    )
+    print(f"one by one ({args.serial} requests): {tps1:8.1f} tok/s")
+    print(f"8 concurrent:              {tps8:8.1f} tok/s  ({tps8 / tps1:.2f}x)")
+    print(f"32 concurrent:             {tps32:8.1f} tok/s  ({tps32 / tps1:.2f}x, {steps_32} decode steps)")
+    print(f"HF generate, padded 32:    {tpshf:8.1f} tok/s  (engine at 32 = {tps32 / tpshf:.2f}x)")
+    print(f"reload: {reload_s:.3f} s, in-flight request finished with versions {sorted(set(versions))}")
+    return {
+        "model": args.model,
+        "dtype": args.dtype,
+        "tokens_per_request": args.tokens,
+        "tok_s_1": round(tps1, 2),
+        "tok_s_8": round(tps8, 2),
+        "tok_s_32": round(tps32, 2),
+        "tok_s_hf_generate_32": round(tpshf, 2),
+        "speedup_8": round(tps8 / tps1, 3),
+        "speedup_32": round(tps32 / tps1, 3),
+        "vs_hf_generate_32": round(tps32 / tpshf, 3),
+        "decode_steps_32": steps_32,
+        "reload_s": round(reload_s, 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m", help="model spec (default smollm2-135m)")
+    parser.add_argument("--tokens", type=int, default=32, help="tokens generated per request")
+    parser.add_argument("--serial", type=int, default=4, help="requests in the one-by-one baseline")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(bench(args))))
+
+
+if __name__ == "__main__":
+    main()
