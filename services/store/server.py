@@ -148,6 +148,12 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return pb.ListCheckpointsResponse(checkpoints=[convert.checkpoint_to_proto(c) for c in found])
 
     @unary
+    def ListUnconsumedGroups(
+        self, request: pb.ListUnconsumedGroupsRequest, context: grpc.ServicerContext
+    ) -> pb.ListUnconsumedGroupsResponse:
+        return pb.ListUnconsumedGroupsResponse(group_ids=self.store.list_unconsumed_groups(request.run_id))
+
+    @unary
     def RecordTrainStep(self, request: pb.TrainStep, context: grpc.ServicerContext) -> pb.TrainStep:
         metrics = convert.from_json("metrics_json", request.metrics_json)
         self.store.record_train_step(request.run_id, request.step, metrics)

@@ -254,6 +254,7 @@ def checkpoint_to_proto(c: Checkpoint) -> pb.Checkpoint:
             uri=c.uri,
             metrics_json=to_json("metrics", c.metrics),
             created_at=c.created_at,
+            group_ids=list(c.group_ids),
         ),
     )
 
@@ -266,4 +267,5 @@ def checkpoint_from_proto(m: pb.Checkpoint) -> Checkpoint:
         uri=m.uri,
         metrics=from_json("metrics_json", m.metrics_json),
         created_at=m.created_at,
+        group_ids=tuple(m.group_ids),
     )

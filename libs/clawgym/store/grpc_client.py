@@ -193,6 +193,10 @@ class StoreClient:
         reply = self._call(self._stub.ListCheckpoints, pb.ListCheckpointsRequest, run_id=run_id)
         return [convert.checkpoint_from_proto(c) for c in reply.checkpoints]
 
+    def list_unconsumed_groups(self, run_id: str) -> list[str]:
+        reply = self._call(self._stub.ListUnconsumedGroups, pb.ListUnconsumedGroupsRequest, run_id=run_id)
+        return list(reply.group_ids)
+
     def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
         metrics_json = convert.to_json("metrics", metrics)
         self._call(

@@ -71,6 +71,9 @@ class GroupRow(Base):
     ended: Mapped[int] = mapped_column(Integer)
     ready_at: Mapped[float | None] = mapped_column(Double)  # set once, by the last rollout to end
     created_at: Mapped[float] = mapped_column(Double)
+    # the checkpoint version whose step consumed (trained on or dropped) the group; set in the same
+    # transaction that registers that checkpoint, so a group is consumed at most once
+    consumed_version: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class RolloutRow(Base):

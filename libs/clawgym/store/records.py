@@ -102,6 +102,9 @@ class Checkpoint:
     uri: str
     metrics: dict[str, Any]
     created_at: float = 0.0
+    # the groups this checkpoint's step consumed (trained on or dropped as stale): the store marks
+    # them consumed in the transaction that registers the checkpoint (the step's commit point)
+    group_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def call_record(row: CallRow) -> Call:
     )
 
 
-def checkpoint_record(row: CheckpointRow) -> Checkpoint:
+def checkpoint_record(row: CheckpointRow, group_ids: tuple[str, ...] = ()) -> Checkpoint:
     return Checkpoint(
         run_id=row.run_id,
         version=row.version,
@@ -61,4 +61,5 @@ def checkpoint_record(row: CheckpointRow) -> Checkpoint:
         uri=row.uri,
         metrics=dict(row.metrics),
         created_at=row.created_at,
+        group_ids=group_ids,
     )

@@ -14,6 +14,10 @@ Rules it keeps:
    row-locks the group on PostgreSQL (SQLite serialises writers), so exactly one transaction
    sees `ended == size`. Events are published after commit, so a reader sees the whole group.
 4. No calls are recorded for an ended rollout: its group may already be trained on.
+5. A checkpoint's registration is its training step's commit point: the groups the step consumed
+   (`Checkpoint.group_ids`) are marked consumed in the same transaction, and only complete groups of
+   the run that no earlier checkpoint consumed can be; otherwise nothing is written. So a group is
+   trained on at most once, and `list_unconsumed_groups` is what a restarted trainer still owes.
 """
 
 import hashlib
@@ -301,10 +305,13 @@ class SqlStore:
             metrics=metrics,
             created_at=time.time(),
         )
+        group_ids = sorted({validate.text("group_ids[]", g) for g in checkpoint.group_ids})
         with self._unique(f"checkpoint {checkpoint.version} of run {checkpoint.run_id}"), self._write() as s:
             self._run(s, checkpoint.run_id)
             s.add(row)
-        record = rows.checkpoint_record(row)
+            if group_ids:
+                self._consume_groups(s, checkpoint.run_id, row.version, group_ids)
+        record = rows.checkpoint_record(row, tuple(group_ids))
         fields = {
             "run_id": record.run_id,
             "version": str(record.version),
@@ -320,7 +327,30 @@ class SqlStore:
             found = s.scalars(
                 select(CheckpointRow).where(CheckpointRow.run_id == run_id).order_by(CheckpointRow.version)
             )
-            return [rows.checkpoint_record(r) for r in found]
+            consumed: dict[int, list[str]] = {}
+            for group_id, version in s.execute(
+                select(GroupRow.id, GroupRow.consumed_version)
+                .where(GroupRow.run_id == run_id, GroupRow.consumed_version.is_not(None))
+                .order_by(GroupRow.id)
+            ):
+                consumed.setdefault(version, []).append(group_id)
+            return [rows.checkpoint_record(r, tuple(consumed.get(r.version, ()))) for r in found]
+
+    def list_unconsumed_groups(self, run_id: str) -> list[str]:
+        """Ids of the run's complete groups no checkpoint has consumed yet, the earliest complete first."""
+        with self._read() as s:
+            self._run(s, run_id)
+            return list(
+                s.scalars(
+                    select(GroupRow.id)
+                    .where(
+                        GroupRow.run_id == run_id,
+                        GroupRow.ready_at.is_not(None),
+                        GroupRow.consumed_version.is_(None),
+                    )
+                    .order_by(GroupRow.ready_at, GroupRow.id)
+                )
+            )
 
     def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
         metrics, _ = validate.json_object("metrics", metrics)
@@ -423,6 +453,40 @@ class SqlStore:
             )
         group.size += size
         return group.size - size
+
+    @staticmethod
+    def _consume_groups(s: Session, run_id: str, version: int, group_ids: list[str]) -> None:
+        """Marks complete, unconsumed groups of the run consumed by `version`; all of them or none (rule 5)."""
+        # One UPDATE row-locks the groups (PostgreSQL re-checks the WHERE after a concurrent commit),
+        # so two trainers racing for one group cannot both consume it.
+        done = s.execute(
+            update(GroupRow)
+            .where(
+                GroupRow.id.in_(group_ids),
+                GroupRow.run_id == run_id,
+                GroupRow.ready_at.is_not(None),
+                GroupRow.consumed_version.is_(None),
+            )
+            .values(consumed_version=version)
+        ).rowcount
+        if done == len(group_ids):
+            return
+        found = {
+            g.id: g
+            for g in s.scalars(select(GroupRow).where(GroupRow.id.in_(group_ids), GroupRow.run_id == run_id))
+        }
+        problems = []
+        for group_id in group_ids:
+            g = found.get(group_id)
+            if g is None:
+                problems.append(f"{group_id!r} is not a group of run {run_id}")
+            elif g.ready_at is None:
+                problems.append(f"{group_id!r} is not complete")
+            elif g.consumed_version != version:
+                problems.append(f"{group_id!r} was consumed by checkpoint {g.consumed_version}")
+        raise FailedPrecondition(
+            f"checkpoint {version} cannot consume its groups: {'; '.join(problems[:5])}"
+        )
 
     @staticmethod
     def _count_ended(s: Session, group_id: str, now: float) -> bool:

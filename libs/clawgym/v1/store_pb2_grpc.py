@@ -104,6 +104,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.ListCheckpointsRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.ListCheckpointsResponse.FromString,
                 _registered_method=True)
+        self.ListUnconsumedGroups = channel.unary_unary(
+                '/clawgym.v1.Store/ListUnconsumedGroups',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsResponse.FromString,
+                _registered_method=True)
         self.RecordTrainStep = channel.unary_unary(
                 '/clawgym.v1.Store/RecordTrainStep',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
@@ -198,13 +203,23 @@ class StoreServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RecordCheckpoint(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Registers a checkpoint and marks its `group_ids` consumed in the same transaction (the trainer's
+        commit point). FAILED_PRECONDITION, with nothing written, if one is not a complete group of the
+        run or was consumed already.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListCheckpoints(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListUnconsumedGroups(self, request, context):
+        """Complete groups of a run that no checkpoint consumed yet, earliest complete first (resume sweep).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -293,6 +308,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.ListCheckpoints,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.ListCheckpointsRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.ListCheckpointsResponse.SerializeToString,
+            ),
+            'ListUnconsumedGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListUnconsumedGroups,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsResponse.SerializeToString,
             ),
             'RecordTrainStep': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordTrainStep,
@@ -683,6 +703,33 @@ class Store:
             '/clawgym.v1.Store/ListCheckpoints',
             clawgym_dot_v1_dot_store__pb2.ListCheckpointsRequest.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.ListCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListUnconsumedGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListUnconsumedGroups',
+            clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
