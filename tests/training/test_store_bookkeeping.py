@@ -47,7 +47,9 @@ def test_a_checkpoint_consumes_its_groups_and_they_leave_the_unconsumed_list(sto
     for g in ("g1", "g2", "g3"):
         _complete_group(store, run.id, g)
     store.register_rollouts(run.id, [RolloutSpec("g4", "t", "reference")])  # incomplete
-    assert store.list_unconsumed_groups(run.id) == ["g1", "g2", "g3"], "complete groups, in order of completion"
+    assert store.list_unconsumed_groups(run.id) == ["g1", "g2", "g3"], (
+        "complete groups, in order of completion"
+    )
     store.record_checkpoint(Checkpoint(run.id, 1, 1, "/ckpt/v1", {"loss": 0.5}, group_ids=("g2", "g1")))
     assert store.list_unconsumed_groups(run.id) == ["g3"], "consumed groups must no longer be owed"
     (ckpt,) = store.list_checkpoints(run.id)
@@ -62,7 +64,9 @@ def test_consuming_a_group_twice_fails_and_writes_nothing(store: TrajectoryStore
     store.record_checkpoint(Checkpoint(run.id, 1, 1, "/ckpt/v1", {}, group_ids=("g1", "g2")))
     with pytest.raises(FailedPrecondition, match="consumed by checkpoint 1"):
         store.record_checkpoint(Checkpoint(run.id, 2, 2, "/ckpt/v2", {}, group_ids=("g3", "g2")))
-    assert [c.version for c in store.list_checkpoints(run.id)] == [1], "a refused checkpoint must not be recorded"
+    assert [c.version for c in store.list_checkpoints(run.id)] == [1], (
+        "a refused checkpoint must not be recorded"
+    )
     assert store.list_unconsumed_groups(run.id) == ["g3"], "a refused checkpoint must not consume any group"
 
 

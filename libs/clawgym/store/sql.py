@@ -484,9 +484,7 @@ class SqlStore:
                 problems.append(f"{group_id!r} is not complete")
             elif g.consumed_version != version:
                 problems.append(f"{group_id!r} was consumed by checkpoint {g.consumed_version}")
-        raise FailedPrecondition(
-            f"checkpoint {version} cannot consume its groups: {'; '.join(problems[:5])}"
-        )
+        raise FailedPrecondition(f"checkpoint {version} cannot consume its groups: {'; '.join(problems[:5])}")
 
     @staticmethod
     def _count_ended(s: Session, group_id: str, now: float) -> bool:
