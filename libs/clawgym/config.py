@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from clawgym.capture.config import ProxyConfig
 from clawgym.engine.config import InferenceConfig
 from clawgym.errors import InvalidArgument
+from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.sandbox.config import SandboxConfig
 
 
@@ -45,6 +46,9 @@ class ClawgymConfig(BaseSettings):
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="policy serving engine")
     proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="capturing serving proxy")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where rollouts run: local or kubernetes")
+    orchestrator: OrchestratorConfig = Field(
+        default_factory=OrchestratorConfig, description="rollout orchestrator: limits, retries, proxy URL"
+    )
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConfig:

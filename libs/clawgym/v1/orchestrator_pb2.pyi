@@ -33,7 +33,7 @@ class RunRolloutsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., suite: _Optional[str] = ..., rollouts: _Optional[_Iterable[_Union[RolloutRequest, _Mapping]]] = ..., policy_version: _Optional[int] = ..., proxy_url: _Optional[str] = ...) -> None: ...
 
 class RolloutStatus(_message.Message):
-    __slots__ = ("rollout_id", "group_id", "task_id", "harness", "state", "reward", "passed", "error")
+    __slots__ = ("rollout_id", "group_id", "task_id", "harness", "state", "reward", "passed", "error", "failure", "retrying", "attempt", "batch_id")
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,10 @@ class RolloutStatus(_message.Message):
     REWARD_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    RETRYING_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     rollout_id: str
     group_id: str
     task_id: str
@@ -50,7 +54,11 @@ class RolloutStatus(_message.Message):
     reward: float
     passed: bool
     error: str
-    def __init__(self, rollout_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., state: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    failure: str
+    retrying: bool
+    attempt: int
+    batch_id: str
+    def __init__(self, rollout_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., state: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., failure: _Optional[str] = ..., retrying: _Optional[bool] = ..., attempt: _Optional[int] = ..., batch_id: _Optional[str] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("batch_id", "rollout_id")

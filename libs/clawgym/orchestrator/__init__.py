@@ -1,0 +1,6 @@
+"""The orchestrator: runs batches of rollouts (register → sandbox → harness → verifier → reward → store).
+
+`interface.RolloutService` is what the trainer and the embedded runtime use; `runner.Orchestrator`
+implements it in-process, `grpc_client.OrchestratorClient` over gRPC (`clawgym serve orchestrator`).
+This package keeps its import light (`clawgym.config` imports `orchestrator.config`).
+"""

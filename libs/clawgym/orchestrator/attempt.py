@@ -1,0 +1,208 @@
+"""One attempt of one rollout: harness ready, proxy up, sandbox, workspace, harness, verifier.
+
+The order is `clawgym.harnesses.rollout`'s (task files → harness config files → harness exec →
+tests copied in → verifier), built from the same pieces (`sandbox_spec`, `prepare_workspace`,
+`verify`); this module adds what the orchestrator needs between them: state callbacks (running,
+verifying), failure classification at each stage, metrics, and a sandbox that is destroyed
+whatever happens, cancellation included. It knows nothing of the store, retries or limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+import httpx
+
+from clawgym.harnesses.base import HarnessAdapter, RunContext
+from clawgym.harnesses.rollout import HOME, sandbox_spec
+from clawgym.orchestrator import failures
+from clawgym.orchestrator.failures import InfraFailure, classify
+from clawgym.orchestrator.metrics import OrchestratorMetrics
+from clawgym.sandbox.interface import Resources, Sandbox, SandboxBackend
+from clawgym.tasks.model import Task
+from clawgym.tasks.verify import Verdict, prepare_workspace, verify
+
+log = logging.getLogger(__name__)
+
+PROXY_OK_CACHE_S = 5.0  # a proxy that answered is not asked again for this long (per-rollout overhead)
+
+
+@dataclass
+class AttemptPlan:
+    """Everything one attempt needs, decided by the runner."""
+
+    task: Task
+    adapter: HarnessAdapter
+    token: str
+    proxy_url: str
+    model: str
+    labels: Mapping[str, str]
+    env: Mapping[str, str] = field(default_factory=dict)  # provisioned packages (PYTHONPATH, PATH)
+    image: str = ""
+    resources: Resources | None = None
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """A task outcome: the harness ran and the verifier decided."""
+
+    verdict: Verdict
+    harness_exit_code: int
+    harness_timed_out: bool
+    harness_output: str
+    timings: dict[str, float]
+
+
+class ProxyProbe:
+    """Answers "is the proxy up?" with GET /healthz; a success is remembered for a few seconds."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._ok_until: dict[str, float] = {}
+
+    async def check(self, url: str) -> None:
+        """Returns when `url` answers /healthz with 200; InfraFailure(proxy) otherwise."""
+        if self._ok_until.get(url, 0.0) > time.monotonic():
+            return
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout_s, trust_env=False) as client:
+                reply = await client.get(url.rstrip("/") + "/healthz")
+        except httpx.HTTPError as e:
+            raise InfraFailure(failures.PROXY, f"{url} is unreachable: {type(e).__name__}: {e}") from e
+        if reply.status_code != 200:
+            raise InfraFailure(
+                failures.PROXY, f"{url}/healthz answered {reply.status_code}: {reply.text[:200]}"
+            )
+        self._ok_until[url] = time.monotonic() + PROXY_OK_CACHE_S
+
+
+class AttemptRunner:
+    """Runs attempts on one sandbox backend."""
+
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        metrics: OrchestratorMetrics,
+        probe: ProxyProbe,
+        install_harnesses: bool = True,
+    ) -> None:
+        self.backend, self.metrics, self.probe = backend, metrics, probe
+        self.install_harnesses = install_harnesses
+
+    async def run(
+        self,
+        plan: AttemptPlan,
+        on_running: Callable[[str], Awaitable[None]],
+        on_verifying: Callable[[], Awaitable[None]],
+    ) -> AttemptResult:
+        """The attempt; raises InfraFailure for anything but a task outcome (and CancelledError)."""
+        timings: dict[str, float] = {}
+        started = time.monotonic()
+        adapter, task = plan.adapter, plan.task
+        await self._ensure_installed(adapter)
+        if adapter.protocol != "none":
+            await self.probe.check(plan.proxy_url)
+        ctx = RunContext(
+            workdir=task.workdir, home=HOME, proxy_url=plan.proxy_url, token=plan.token, model=plan.model
+        )
+        try:
+            launch = adapter.launch(task.instruction, ctx, task)
+        except Exception as e:
+            raise classify(e, failures.HARNESS_START) from e
+        spec = sandbox_spec(
+            task,
+            launch,
+            harness=adapter.name,
+            env=plan.env,
+            labels=plan.labels,
+            network="proxy",  # pseudo-harnesses too: a task's solution may talk to loopback services
+        )
+        spec = dataclasses.replace(spec, image=plan.image, resources=plan.resources or spec.resources)
+
+        t0 = time.monotonic()
+        try:
+            sandbox: Sandbox = await self.backend.create(spec)
+        except Exception as e:
+            raise classify(e, failures.SANDBOX) from e
+        timings["sandbox_start_s"] = time.monotonic() - t0
+        self.metrics.sandbox_start.labels(self.backend.name).observe(timings["sandbox_start_s"])
+        active = self.metrics.active_sandboxes.labels(self.backend.name, adapter.name)
+        active.inc()
+        try:
+            await on_running(sandbox.id)
+            t0 = time.monotonic()
+            try:
+                await prepare_workspace(task, sandbox)
+                for path, data in launch.files.items():
+                    await sandbox.put_file(path, data, mode=0o755 if path.endswith((".sh", ".py")) else 0o644)
+            except Exception as e:
+                raise classify(e, failures.SANDBOX) from e
+            timings["setup_s"] = time.monotonic() - t0
+            try:
+                result = await sandbox.exec(
+                    list(launch.argv),
+                    env={**task.env, **plan.env, **launch.env},
+                    cwd=launch.cwd,
+                    timeout_s=launch.timeout_s,
+                    stdin=launch.stdin,
+                )
+            except Exception as e:
+                raise classify(e, failures.SANDBOX) from e
+            timings["harness_s"] = result.duration_s
+            output = (
+                (result.stdout[-4000:] + b"\n" + result.stderr[-4000:]).decode("utf-8", "replace").strip()
+            )
+            if result.exit_code in failures.NOT_EXECUTED and not result.timed_out:
+                raise InfraFailure(
+                    failures.HARNESS_START,
+                    f"{adapter.name} could not be executed (exit {result.exit_code}): {output[-600:]}",
+                )
+            await on_verifying()
+            t0 = time.monotonic()
+            try:
+                verdict = await verify(task, sandbox, env=plan.env)
+            except Exception as e:
+                raise classify(e, failures.SANDBOX) from e
+            timings["verify_s"] = time.monotonic() - t0
+        finally:
+            t0 = time.monotonic()
+            await self._destroy(sandbox)
+            active.dec()
+            timings["destroy_s"] = time.monotonic() - t0
+        timings["total_s"] = time.monotonic() - started
+        return AttemptResult(verdict, result.exit_code, result.timed_out, output, timings)
+
+    async def _destroy(self, sandbox: Sandbox) -> None:
+        """Destroys the sandbox even while this attempt is being cancelled (again), then returns."""
+
+        async def destroy() -> None:
+            try:
+                await sandbox.destroy()
+            except Exception:
+                log.exception("destroying sandbox %s failed (reap deletes it at the next start)", sandbox.id)
+
+        task = asyncio.ensure_future(destroy())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await task  # a cancel completes only once the sandbox is gone
+            raise
+
+    async def _ensure_installed(self, adapter: HarnessAdapter) -> None:
+        """Local sandboxes run the host's cached install; kubernetes images carry their harness."""
+        if self.backend.name != "local" or adapter.is_installed():
+            return
+        if not self.install_harnesses:
+            raise InfraFailure(
+                failures.INSTALL,
+                f"{adapter.name} is not installed in {adapter.install_dir} (install_harnesses is off)",
+            )
+        try:
+            await asyncio.to_thread(adapter.install)
+        except Exception as e:
+            raise classify(e, failures.INSTALL) from e

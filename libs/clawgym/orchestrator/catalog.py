@@ -1,0 +1,79 @@
+"""Finds the tasks and harness adapters a batch names, and refuses a batch that cannot run.
+
+Suites are loaded once per folder and kept (the mini suite has a few hundred tasks; a batch names
+a handful), task setup steps are provisioned once per task. Nothing here starts a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from clawgym.errors import FailedPrecondition, NotFound
+from clawgym.harnesses.base import HarnessAdapter, Limits
+from clawgym.harnesses.registry import get_harness
+from clawgym.orchestrator.interface import Batch
+from clawgym.tasks.loader import load_tasks
+from clawgym.tasks.model import Task
+from clawgym.tasks.provision import Provisioned, Provisioner
+from clawgym.tasks.suites import resolve_suite
+
+
+class Catalog:
+    """Tasks by (suite, id), adapters by harness name, provisioned environments by task."""
+
+    def __init__(
+        self,
+        suites_dir: str | Path | None = None,
+        harness_cache_dir: str | Path | None = None,
+        harness_timeout_s: float = 0.0,
+        provisioner: Provisioner | None = None,
+    ) -> None:
+        self.suites_dir = Path(suites_dir) if suites_dir else None
+        self.harness_cache_dir = Path(harness_cache_dir) if harness_cache_dir else None
+        self.harness_timeout_s = harness_timeout_s
+        self.provisioner = provisioner or Provisioner()
+        self._suites: dict[Path, dict[str, Task]] = {}
+        self._provisioned: dict[tuple[Path, str], Provisioned] = {}
+        self._lock = asyncio.Lock()
+
+    async def tasks(self, suite: str) -> dict[str, Task]:
+        """Every task of a suite by id (loaded in a thread the first time)."""
+        path = (await asyncio.to_thread(resolve_suite, suite, self.suites_dir)).resolve()
+        async with self._lock:
+            if path not in self._suites:
+                loaded = await asyncio.to_thread(load_tasks, path)
+                self._suites[path] = {t.id: t for t in loaded}
+            return self._suites[path]
+
+    def adapter(self, harness: str) -> HarnessAdapter:
+        """A fresh adapter (NotFound for an unknown harness), with the configured time cap."""
+        adapter = get_harness(harness, cache_dir=self.harness_cache_dir)
+        if self.harness_timeout_s:
+            limits = Limits(timeout_s=self.harness_timeout_s, max_turns=adapter.limits.max_turns)
+            adapter = get_harness(harness, cache_dir=self.harness_cache_dir, limits=limits)
+        return adapter
+
+    async def resolve(self, batch: Batch) -> list[tuple[Task, HarnessAdapter]]:
+        """(task, adapter) per request of the batch; a typed error for the first that cannot run."""
+        batch.validate()
+        tasks = await self.tasks(batch.suite)
+        resolved = []
+        for i, request in enumerate(batch.rollouts):
+            task = tasks.get(request.task_id)
+            if task is None:
+                raise NotFound(f"rollouts[{i}]: no task {request.task_id!r} in suite {batch.suite!r}")
+            adapter = self.adapter(request.harness)
+            if task.unsupported:
+                raise FailedPrecondition(f"rollouts[{i}]: task {task.id} cannot run here: {task.unsupported}")
+            if adapter.name == "oracle" and not task.has_solution:
+                raise FailedPrecondition(f"rollouts[{i}]: task {task.id} has no solution for the oracle")
+            resolved.append((task, adapter))
+        return resolved
+
+    async def provisioned(self, task: Task) -> Provisioned:
+        """The task's provisioned packages (installed once, cached); Unsupported if impossible."""
+        key = (task.source_dir, task.id)
+        if key not in self._provisioned:
+            self._provisioned[key] = await asyncio.to_thread(self.provisioner.for_task, task)
+        return self._provisioned[key]

@@ -1,0 +1,145 @@
+"""The `orchestrator` config section (`ClawgymConfig.orchestrator`, env `CLAWGYM_ORCHESTRATOR__…`).
+
+Owns what the orchestrator service is told: where it listens, where harnesses reach the proxy,
+concurrency limits, retries, and the per-deployment overrides of the `sandbox` section that
+compose and the Helm chart set (backend, namespace, images per harness, labels, resources,
+hostNetwork). How those overrides combine with the `sandbox` section is `sandbox_config()`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from clawgym.errors import InvalidArgument
+from clawgym.sandbox.config import SandboxConfig
+from clawgym.sandbox.interface import Resources
+
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)$")
+_MEMORY_MB = {"": 1 / 2**20, "k": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20, "T": 1e12 / 2**20,
+              "Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0, "Ti": 1024.0**2}  # fmt: skip
+
+
+class OrchestratorConfig(BaseModel):
+    """What `clawgym serve orchestrator` runs and how; the sandbox backend's own knobs are `sandbox`."""
+
+    # Same rule as clawgym.config.Section (unknown keys are errors); defined here so that
+    # clawgym.config can import this section without an import cycle.
+    model_config = ConfigDict(extra="forbid")
+
+    grpc_url: str = Field(
+        "", description="address of the orchestrator service (host:port); empty = in-process"
+    )
+    host: str = Field("0.0.0.0", description="address `clawgym serve orchestrator` listens on")
+    port: int = Field(50053, ge=0, description="gRPC port (0 = any free port)")
+    metrics_port: int = Field(9103, ge=0, description="Prometheus /metrics port; 0 = no metrics endpoint")
+    proxy_url: str = Field(
+        "http://127.0.0.1:8080",
+        description="the proxy's root URL as harnesses inside sandboxes see it; a batch may name another",
+    )
+    model: str = Field(
+        "clawgym-policy",
+        description="model name harnesses are told to ask for (a name no harness knows, so none "
+        "switches to a vendor dialect; the proxy serves whatever name it is asked for)",
+    )
+    max_concurrent_rollouts: int = Field(8, ge=1, description="rollouts running at once, all harnesses")
+    harness_concurrency: dict[str, int] = Field(
+        default_factory=dict, description="per-harness cap on rollouts running at once (harness → n)"
+    )
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        description="registrations per requested rollout: an infrastructure failure is retried "
+        "with a fresh rollout until this many attempts have failed",
+    )
+    retry_backoff_s: float = Field(1.0, ge=0, description="pause before a retry (doubles per attempt)")
+    proxy_check_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="GET <proxy>/healthz before a model-calling harness starts; longer = unreachable",
+    )
+    harness_timeout_s: float = Field(
+        0.0, ge=0, description="wall-clock cap per harness run; 0 = the adapter's"
+    )
+    install_harnesses: bool = Field(
+        True,
+        description="local backend: install a missing harness CLI from its registry on first use "
+        "(else that rollout fails with failure kind `install`)",
+    )
+    harness_cache_dir: str = Field(
+        "", description="where harness CLIs are installed; empty = ~/.cache/clawgym/harnesses"
+    )
+    suites_dir: str = Field(
+        "", description="where imported task suites live; empty = ~/.local/share/clawgym/suites"
+    )
+    # --- deployment overrides of the `sandbox` section (set by compose and the Helm chart) ---
+    sandbox_backend: Literal["", "local", "kubernetes"] = Field(
+        "", description="overrides sandbox.backend; empty = keep it"
+    )
+    namespace: str = Field("", description="overrides sandbox.kubernetes.namespace; empty = keep it")
+    sandbox_host_network: bool | None = Field(
+        None, description="overrides sandbox.kubernetes.host_network; None = keep it"
+    )
+    sandbox_images: dict[str, str] = Field(
+        default_factory=dict, description="kubernetes: image per harness name (else sandbox.kubernetes.image)"
+    )
+    sandbox_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="labels put on every sandbox (the chart's NetworkPolicy selects them)",
+    )
+    sandbox_resources: dict[str, dict[str, str | int | float]] = Field(
+        default_factory=dict,
+        description="Kubernetes-style {limits: {cpu, memory}, requests: {...}}: limits become each "
+        "sandbox's Resources (requests follow sandbox.kubernetes.request_fraction)",
+    )
+
+    def sandbox_config(self, sandbox: SandboxConfig, ro_paths: list[str] | None = None) -> SandboxConfig:
+        """`sandbox` with this section's overrides applied, plus host paths local sandboxes must see."""
+        k8s = sandbox.kubernetes.model_copy(
+            update={
+                **({"namespace": self.namespace} if self.namespace else {}),
+                **(
+                    {"host_network": self.sandbox_host_network}
+                    if self.sandbox_host_network is not None
+                    else {}
+                ),
+            }
+        )
+        paths = list(sandbox.local.ro_paths)
+        paths += [p for p in ro_paths or [] if p not in paths]
+        local = sandbox.local.model_copy(update={"ro_paths": paths})
+        return sandbox.model_copy(
+            update={"backend": self.sandbox_backend or sandbox.backend, "kubernetes": k8s, "local": local}
+        )
+
+    def resources(self) -> Resources:
+        """The per-sandbox limits `sandbox_resources` names (defaults where it names none)."""
+        limits = self.sandbox_resources.get("limits", {})
+        base = Resources()
+        cpus = parse_cpu(limits["cpu"]) if "cpu" in limits else base.cpus
+        memory = parse_memory_mb(limits["memory"]) if "memory" in limits else base.memory_mb
+        return Resources(cpus=cpus, memory_mb=memory, processes=base.processes, open_files=base.open_files)
+
+
+def parse_cpu(value: str | int | float) -> float:
+    """A Kubernetes CPU quantity ("2", "500m", 1.5) in cores; InvalidArgument otherwise."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match or match.group(2) not in ("", "m"):
+        raise InvalidArgument(f"sandbox_resources: {value!r} is not a CPU quantity (e.g. 2, 500m)")
+    cores = float(match.group(1)) / (1000 if match.group(2) == "m" else 1)
+    if cores <= 0:
+        raise InvalidArgument(f"sandbox_resources: cpu {value!r} must be > 0")
+    return cores
+
+
+def parse_memory_mb(value: str | int | float) -> int:
+    """A Kubernetes memory quantity ("4Gi", "512Mi", "1G", bytes) in MiB; InvalidArgument otherwise."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match or match.group(2) not in _MEMORY_MB:
+        raise InvalidArgument(f"sandbox_resources: {value!r} is not a memory quantity (e.g. 4Gi, 512Mi)")
+    mb = int(float(match.group(1)) * _MEMORY_MB[match.group(2)])
+    if mb <= 0:
+        raise InvalidArgument(f"sandbox_resources: memory {value!r} is below 1 MiB")
+    return mb

@@ -1,0 +1,365 @@
+"""`Orchestrator`: the in-process `RolloutService` — register, run under limits, record, retry, cancel.
+
+Per batch: every rollout is registered in the store at once (tokens), then each requested slot
+runs as its own asyncio task: wait for a harness slot and a global slot (in that order, so waiting
+for a busy harness never holds a global slot), run one attempt (`attempt.AttemptRunner`), record
+the outcome. An infrastructure failure with attempts left registers a fresh rollout in the same
+group *before* the failed one ends, so the group cannot complete without it. Store transitions
+and sandbox teardown are never interrupted halfway by a cancel: a cancel waits for them.
+
+Not here: the attempt itself (`attempt`), which tasks and harnesses exist (`catalog`), failure
+kinds (`failures`), the gRPC shell (`clawgym_services.orchestrator`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from clawgym.errors import AlreadyExists, ClawgymError, FailedPrecondition
+from clawgym.harnesses.base import DEFAULT_CACHE_DIR, HarnessAdapter
+from clawgym.harnesses.registry import ALIASES
+from clawgym.orchestrator import failures
+from clawgym.orchestrator.attempt import AttemptPlan, AttemptResult, AttemptRunner, ProxyProbe
+from clawgym.orchestrator.catalog import Catalog
+from clawgym.orchestrator.config import OrchestratorConfig
+from clawgym.orchestrator.failures import InfraFailure, classify
+from clawgym.orchestrator.interface import Batch, RolloutStatus
+from clawgym.orchestrator.metrics import OrchestratorMetrics
+from clawgym.sandbox.interface import HARNESS_LABEL, SandboxBackend, check_labels, label_value
+from clawgym.store.interface import TrajectoryStore
+from clawgym.store.records import RolloutSpec
+from clawgym.tasks.model import Task
+
+if TYPE_CHECKING:
+    from clawgym.config import ClawgymConfig
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ROLLOUT_LABEL = "clawgym.dev/rollout"
+RUN_LABEL = "clawgym.dev/run"
+BATCH_LABEL = "clawgym.dev/batch"
+MAX_ERROR_CHARS = 4000
+
+
+async def uninterrupted(work: Awaitable[T]) -> T:
+    """Awaits `work` to its end even if the caller is cancelled meanwhile; then re-raises the cancel."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "")[-MAX_ERROR_CHARS:]
+
+
+@dataclass
+class _Slot:
+    """One requested rollout: its current registration and how it is doing."""
+
+    task: Task
+    adapter: HarnessAdapter
+    group_id: str
+    rollout_id: str
+    token: str
+    attempt: int = 1
+    ended: bool = False
+    job: asyncio.Task | None = None
+
+
+@dataclass
+class _BatchState:
+    id: str
+    batch: Batch
+    proxy_url: str
+    slots: list[_Slot] = field(default_factory=list)
+    statuses: asyncio.Queue[RolloutStatus] = field(default_factory=asyncio.Queue)
+
+    def emit(self, slot: _Slot, state: str, **fields: Any) -> None:
+        self.statuses.put_nowait(
+            RolloutStatus(
+                rollout_id=slot.rollout_id,
+                group_id=slot.group_id,
+                task_id=slot.task.id,
+                harness=slot.adapter.name,
+                state=state,  # type: ignore[arg-type]
+                attempt=slot.attempt,
+                batch_id=self.id,
+                **fields,
+            )
+        )
+
+
+class Orchestrator:
+    """Runs batches on one sandbox backend, recording into one store. Call `start()` first."""
+
+    def __init__(
+        self,
+        cfg: OrchestratorConfig,
+        store: TrajectoryStore,
+        backend: SandboxBackend,
+        *,
+        catalog: Catalog | None = None,
+        metrics: OrchestratorMetrics | None = None,
+    ) -> None:
+        self.cfg, self.store, self.backend = cfg, store, backend
+        self.catalog = catalog or Catalog(cfg.suites_dir, cfg.harness_cache_dir, cfg.harness_timeout_s)
+        self.metrics = metrics or OrchestratorMetrics()
+        self.runner = AttemptRunner(
+            backend, self.metrics, ProxyProbe(cfg.proxy_check_timeout_s), cfg.install_harnesses
+        )
+        self._global = asyncio.Semaphore(cfg.max_concurrent_rollouts)
+        self._per_harness = {
+            ALIASES.get(name, name): asyncio.Semaphore(n) for name, n in cfg.harness_concurrency.items()
+        }
+        self._resources = cfg.resources() if cfg.sandbox_resources else None
+        check_labels(cfg.sandbox_labels)
+        self._batches: dict[str, _BatchState] = {}
+        self.reaped = 0
+
+    @classmethod
+    def from_config(cls, cfg: ClawgymConfig, store: TrajectoryStore | None = None) -> Orchestrator:
+        """The store and sandbox backend `cfg` names (local sandboxes see the harness and provision caches)."""
+        from clawgym.sandbox import make_sandbox_backend
+        from clawgym.store import open_store
+        from clawgym.tasks.provision import PROVISION_DIR
+
+        o = cfg.orchestrator
+        cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
+        sandbox_cfg = o.sandbox_config(cfg.sandbox, ro_paths=[cache, str(PROVISION_DIR)])
+        return cls(
+            o, store if store is not None else open_store(cfg.store), make_sandbox_backend(sandbox_cfg)
+        )
+
+    async def start(self) -> int:
+        """Reaps sandboxes of this owner that no live process holds (a predecessor's); returns how many."""
+        self.reaped = await self.backend.reap()
+        self.metrics.reaped.inc(self.reaped)
+        if self.reaped:
+            log.info("reaped %d orphaned sandboxes of owner %s", self.reaped, self.backend.owner)
+        return self.reaped
+
+    async def close(self) -> None:
+        for batch_id in list(self._batches):
+            await self.cancel(batch_id)
+        await self.backend.close()
+
+    # --- the service ----------------------------------------------------------------------------
+
+    async def run_rollouts(self, batch: Batch) -> AsyncIterator[RolloutStatus]:
+        resolved = await self.catalog.resolve(batch)
+        batch_id = batch.batch_id or uuid.uuid4().hex
+        if batch_id in self._batches:
+            raise AlreadyExists(f"batch {batch_id!r} is running already")
+        specs: list[RolloutSpec] = []
+        plan: list[tuple[Task, HarnessAdapter, str]] = []
+        for (task, adapter), request in zip(resolved, batch.rollouts, strict=True):
+            group_id = uuid.uuid4().hex
+            for _ in range(request.samples):
+                specs.append(RolloutSpec(group_id, task.id, adapter.name, batch.policy_version))
+                plan.append((task, adapter, group_id))
+        registered = await asyncio.to_thread(self.store.register_rollouts, batch.run_id, specs)
+        state = _BatchState(batch_id, batch, batch.proxy_url or self.cfg.proxy_url)
+        for (task, adapter, group_id), reg in zip(plan, registered, strict=True):
+            slot = _Slot(task, adapter, group_id, reg.rollout_id, reg.token)
+            state.slots.append(slot)
+            state.emit(slot, "registered")
+        self._batches[batch_id] = state
+        for slot in state.slots:
+            slot.job = asyncio.create_task(self._run_slot(state, slot))
+        try:
+            remaining = len(state.slots)
+            while remaining:
+                status = await state.statuses.get()
+                if status.ended and not status.retrying:
+                    remaining -= 1
+                yield status
+        finally:
+            running = [s.job for s in state.slots if s.job is not None and not s.job.done()]
+            if running:  # the caller stopped listening: nobody wants these rollouts any more
+                log.info("batch %s: caller went away, cancelling %d rollouts", batch_id, len(running))
+                for job in running:
+                    job.cancel()
+                await asyncio.gather(*running, return_exceptions=True)
+            self._batches.pop(batch_id, None)
+
+    async def cancel(self, batch_id: str, rollout_id: str = "") -> int:
+        if batch_id:
+            states = [self._batches[batch_id]] if batch_id in self._batches else []
+        else:
+            states = list(self._batches.values())
+        jobs = [
+            s.job
+            for state in states
+            for s in state.slots
+            if s.job is not None and not s.job.done() and not s.ended
+            and (not rollout_id or s.rollout_id == rollout_id)
+        ]  # fmt: skip
+        for job in jobs:
+            job.cancel()
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        return sum(r == "cancelled" for r in results)
+
+    # --- one slot -------------------------------------------------------------------------------
+
+    async def _run_slot(self, state: _BatchState, slot: _Slot) -> str:
+        """Runs the slot to its final outcome; returns its last state."""
+        try:
+            while True:
+                try:
+                    result = await self._attempt(state, slot)
+                except InfraFailure as failure:
+                    retrying = await uninterrupted(self._fail(state, slot, failure))
+                    if not retrying:
+                        return "failed"
+                    await asyncio.sleep(self.cfg.retry_backoff_s * 2 ** (slot.attempt - 2))
+                    continue
+                await uninterrupted(self._finish(state, slot, result))
+                return "finished"
+        except asyncio.CancelledError:
+            if slot.ended:
+                return "ended"  # the cancel came after the outcome was recorded
+            await uninterrupted(self._end(state, slot, "cancelled", error="cancelled"))
+            return "cancelled"
+
+    async def _attempt(self, state: _BatchState, slot: _Slot) -> AttemptResult:
+        queued = time.monotonic()
+        gate = self._per_harness.get(slot.adapter.name) or contextlib.nullcontext()
+        self.metrics.waiting.inc()
+        waiting = True
+        try:
+            async with gate, self._global:
+                self.metrics.waiting.dec()
+                waiting = False
+                started = time.monotonic()
+                try:
+                    provisioned = await self.catalog.provisioned(slot.task)
+                except Exception as e:
+                    raise classify(e, failures.UNSUPPORTED) from e
+                plan = AttemptPlan(
+                    task=slot.task,
+                    adapter=slot.adapter,
+                    token=slot.token,
+                    proxy_url=state.proxy_url,
+                    model=self.cfg.model,
+                    labels=self._labels(state, slot),
+                    env=provisioned.env,
+                    image=self.cfg.sandbox_images.get(slot.adapter.name, ""),
+                    resources=self._resources,
+                )
+
+                async def running(sandbox_id: str) -> None:
+                    await uninterrupted(
+                        asyncio.to_thread(self.store.start_rollout, slot.rollout_id, sandbox_id)
+                    )
+                    state.emit(slot, "running")
+
+                async def verifying() -> None:
+                    state.emit(slot, "verifying")
+
+                try:
+                    result = await self.runner.run(plan, running, verifying)
+                except InfraFailure:
+                    raise
+                except ClawgymError as e:  # e.g. the store refused start_rollout
+                    raise classify(e, failures.SANDBOX) from e
+                except Exception as e:
+                    log.exception("rollout %s: unexpected error", slot.rollout_id)
+                    raise classify(e, failures.INTERNAL) from e
+                finally:
+                    self.metrics.rollout_duration.labels(slot.adapter.name).observe(
+                        time.monotonic() - started
+                    )
+                result.timings["queue_s"] = started - queued
+                return result
+        finally:
+            if waiting:
+                self.metrics.waiting.dec()
+
+    def _labels(self, state: _BatchState, slot: _Slot) -> dict[str, str]:
+        return {
+            **self.cfg.sandbox_labels,
+            ROLLOUT_LABEL: label_value(slot.rollout_id),
+            RUN_LABEL: label_value(state.batch.run_id),
+            BATCH_LABEL: label_value(state.id),
+            HARNESS_LABEL: slot.adapter.name,
+        }
+
+    # --- outcomes (each runs uninterrupted) ---------------------------------------------------------
+
+    async def _finish(self, state: _BatchState, slot: _Slot, result: AttemptResult) -> None:
+        verdict = result.verdict
+        timings = {**result.timings, "attempt": float(slot.attempt)}
+        detail = (
+            "" if verdict.passed else _clean(f"{verdict.detail}\n--- harness ---\n{result.harness_output}")
+        )
+        await self._end(state, slot, "finished", reward=verdict.reward, passed=verdict.passed, timings=timings,
+                        detail=detail)  # fmt: skip
+
+    async def _fail(self, state: _BatchState, slot: _Slot, failure: InfraFailure) -> bool:
+        """Ends the slot's rollout as failed; registers its replacement first when attempts are left."""
+        self.metrics.failures.labels(failure.kind).inc()
+        log.warning("rollout %s (attempt %d) failed: %s", slot.rollout_id, slot.attempt, failure)
+        replacement = None
+        if failure.retried and slot.attempt < self.cfg.max_attempts:
+            spec = RolloutSpec(slot.group_id, slot.task.id, slot.adapter.name, state.batch.policy_version)
+            try:
+                [replacement] = await asyncio.to_thread(
+                    self.store.register_rollouts, state.batch.run_id, [spec]
+                )
+            except ClawgymError:
+                log.exception("rollout %s: registering its retry failed; not retrying", slot.rollout_id)
+        await self._end(state, slot, "failed", error=failure.message, failure=failure.kind,
+                        retrying=replacement is not None, timings={"attempt": float(slot.attempt)})  # fmt: skip
+        if replacement is None:
+            return False
+        slot.rollout_id, slot.token, slot.attempt = (
+            replacement.rollout_id,
+            replacement.token,
+            slot.attempt + 1,
+        )
+        slot.ended = False
+        state.emit(slot, "registered")
+        return True
+
+    async def _end(
+        self,
+        state: _BatchState,
+        slot: _Slot,
+        status: str,
+        *,
+        reward: float | None = None,
+        passed: bool | None = None,
+        error: str = "",
+        detail: str = "",
+        failure: str = "",
+        retrying: bool = False,
+        timings: dict[str, float] | None = None,
+    ) -> None:
+        """Records the end of the slot's current rollout (once) and emits its status."""
+        if slot.ended:
+            return
+        slot.ended = True
+        error = _clean(error)
+        try:
+            await asyncio.to_thread(
+                self.store.finish_rollout, slot.rollout_id, status, reward, passed, error, timings or {}
+            )
+        except FailedPrecondition:
+            log.warning("rollout %s had ended already in the store; keeping that outcome", slot.rollout_id)
+        except Exception:
+            log.exception("rollout %s: recording its end (%s) failed", slot.rollout_id, status)
+        self.metrics.rollouts.labels(slot.adapter.name, status).inc()
+        state.emit(slot, status, reward=reward, passed=passed, error=error or detail, failure=failure,
+                   retrying=retrying, timings=dict(timings or {}))  # fmt: skip

@@ -1,0 +1,1 @@
+"""The orchestrator service: runs batches of rollouts (sandbox → harness → verifier → reward) over gRPC."""
