@@ -18,6 +18,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
@@ -94,11 +95,17 @@ async def score_all(tasks: list[Task], replies: list[str], concurrency: int = 4)
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--per-family", type=int, default=4, help="test tasks per family")
-    p.add_argument("--samples", type=int, default=4, help="sampled replies per task (T=1)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--samples", type=int, default=3, help="sampled replies per task (T=1)")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show", action="store_true", help="print every reply")
+    p.add_argument(
+        "--replies",
+        type=Path,
+        default=None,
+        help="JSON file of generated replies: reused if it exists (scoring only), else written",
+    )
     args = p.parse_args()
 
     by_family: dict[str, list[Task]] = defaultdict(list)
@@ -107,28 +114,49 @@ def main() -> None:
             by_family[task.metadata["family"]].append(task)
     tasks = [t for family in by_family.values() for t in family]
 
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    tok = load_tokenizer("smollm2-135m")
-    model = load_model("smollm2-135m")
-    prompts = [
-        tok.apply_chat_template(
-            reference_agent.build_messages(t.instruction), tokenize=False, add_generation_prompt=True
+    if args.replies is not None and args.replies.is_file():
+        saved = json.loads(args.replies.read_text())
+        if (
+            saved["task_ids"] != [t.id for t in tasks]
+            or saved["system_prompt"] != reference_agent.SYSTEM_PROMPT
+        ):
+            raise SystemExit(f"{args.replies} holds replies for other tasks or another system prompt")
+        greedy, sampled, gen_s = saved["greedy"], saved["sampled"], saved["generate_s"]
+    else:
+        torch.manual_seed(args.seed)
+        tok = load_tokenizer("smollm2-135m")
+        model = load_model("smollm2-135m", dtype=torch.bfloat16)
+        prompts = [
+            tok.apply_chat_template(
+                reference_agent.build_messages(t.instruction), tokenize=False, add_generation_prompt=True
+            )
+            for t in tasks
+        ]
+        t0 = time.perf_counter()
+        greedy = generate(
+            model, tok, prompts, sample=False, max_new_tokens=args.max_new_tokens, batch=args.batch
         )
-        for t in tasks
-    ]
-
-    t0 = time.perf_counter()
-    greedy = generate(model, tok, prompts, sample=False, max_new_tokens=args.max_new_tokens, batch=args.batch)
-    sampled = generate(
-        model,
-        tok,
-        [p for p in prompts for _ in range(args.samples)],
-        sample=True,
-        max_new_tokens=args.max_new_tokens,
-        batch=args.batch,
-    )
-    gen_s = time.perf_counter() - t0
+        sampled = generate(
+            model,
+            tok,
+            [p for p in prompts for _ in range(args.samples)],
+            sample=True,
+            max_new_tokens=args.max_new_tokens,
+            batch=args.batch,
+        )
+        gen_s = time.perf_counter() - t0
+        if args.replies is not None:  # scoring can be redone without generating again
+            args.replies.write_text(
+                json.dumps(
+                    {
+                        "task_ids": [t.id for t in tasks],
+                        "system_prompt": reference_agent.SYSTEM_PROMPT,
+                        "greedy": greedy,
+                        "sampled": sampled,
+                        "generate_s": gen_s,
+                    }
+                )
+            )
     sampled_tasks = [t for t in tasks for _ in range(args.samples)]
     results = asyncio.run(score_all(tasks + sampled_tasks, greedy + sampled))
     g_res, s_res = results[: len(tasks)], results[len(tasks) :]

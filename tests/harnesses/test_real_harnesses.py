@@ -1,0 +1,121 @@
+"""Harnesses end to end through the real proxy: a scripted engine plays the policy, a real local
+sandbox runs the harness, the task's verifier gives the reward, the store holds the calls.
+
+The proxy is the real app (`clawgym_services.proxy.server.create_app`) under uvicorn on a loopback
+port, with the real tiny-qwen3 tokenizer and a real SQLite store; only the engine is scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from clawgym.capture.config import ProxyConfig
+from clawgym.engine.scripted import ScriptedEngine
+from clawgym.harnesses.registry import get_harness
+from clawgym.harnesses.rollout import run_task
+from clawgym.models import load_tokenizer
+from clawgym.sandbox import SandboxConfig, make_sandbox_backend
+from clawgym.store.records import RolloutSpec
+from clawgym.store.sql import SqlStore
+from clawgym.tasks.loader import load_tasks
+from clawgym.tasks.mini.generate import mini_suite_dir
+from clawgym_services.proxy.server import create_app
+
+
+class Proxy:
+    """The proxy app on 127.0.0.1:<free port> in a thread, answering `texts` in order."""
+
+    def __init__(self, texts: list[str], db: Path) -> None:
+        tokenizer = load_tokenizer("tiny-qwen3")
+        self.engine = ScriptedEngine.from_texts(tokenizer, texts, max_context=8192)
+        self.store = SqlStore(f"sqlite:///{db}")
+        app = create_app(ProxyConfig(), self.engine, self.store, tokenizer)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Proxy:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "proxy did not start"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        return self
+
+    def register(self, harness: str, task_id: str) -> tuple[str, str]:
+        run = self.store.create_run("harness-e2e")
+        rollout = self.store.register_rollouts(
+            run.id, [RolloutSpec(group_id="g", task_id=task_id, harness=harness)]
+        )[0]
+        return rollout.rollout_id, rollout.token
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.store.close()
+
+
+@pytest.fixture
+def backend(tmp_path: Path):
+    cfg = SandboxConfig()
+    cfg.local.root_dir = str(tmp_path / "sandboxes")
+    b = make_sandbox_backend(cfg)
+    yield b
+    asyncio.run(b.close())
+
+
+def mini_task(family: str, tmp_path: Path):
+    return next(
+        t
+        for t in load_tasks(mini_suite_dir(tmp_path / "suite"), split="test")
+        if t.metadata["family"] == family
+    )
+
+
+def test_reference_harness_solves_a_mini_task_through_the_proxy(tmp_path, backend):
+    """Fenced bash from the 'policy' runs in the sandbox; the verifier gives 1.0; both calls are recorded."""
+    task = mini_task("write_word", tmp_path)
+    path, word = task.instruction.split("named ")[1].split(" containing the text ")
+    solution = f"```bash\necho {word.rstrip('.')} > {path}\n```"
+    with Proxy([solution, "DONE"], tmp_path / "store.db") as proxy:
+        rollout_id, token = proxy.register("reference", task.id)
+        outcome = asyncio.run(
+            run_task(
+                get_harness("reference"), task, backend, proxy_url=proxy.url, token=token, model="policy"
+            )
+        )
+        calls = proxy.store.list_calls(rollout_id)
+    assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output}"
+    assert len(calls) == 2, "the acting call and the closing call are both in the store"
+    assert calls[0].protocol in ("openai_chat", "chat_completions", "openai-chat"), (
+        f"recorded as {calls[0].protocol}"
+    )
+    assert len(calls[1].prompt_ids) > len(calls[0].prompt_ids), (
+        "the second prompt extends the first (history re-sent)"
+    )
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+def test_mini_swe_agent_solves_a_mini_task_through_the_proxy(tmp_path, backend):
+    """mini-swe-agent's bash tool calls (Qwen-style in the policy's text) run in the sandbox; it submits."""
+    adapter = get_harness("mini-swe-agent")
+    adapter.install()
+    task = mini_task("make_dir", tmp_path)
+    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
+    call = '<tool_call>\n{{"name": "bash", "arguments": {{"command": "{}"}}}}\n</tool_call>'
+    texts = [call.format(f"mkdir {name}"), call.format("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")]
+    with Proxy(texts, tmp_path / "store.db") as proxy:
+        rollout_id, token = proxy.register(adapter.name, task.id)
+        outcome = asyncio.run(
+            run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
+        )
+        calls = proxy.store.list_calls(rollout_id)
+    assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
+    assert len(calls) >= 2, f"both scripted turns went through the proxy: {len(calls)} calls"
