@@ -9,8 +9,8 @@ cold (a new pod each time) and from a warm pool of 2 (create claims a started po
 Throughput: N nop rollouts at concurrency 1, 8 and 32, each what the orchestrator will do with
 the nop harness: create, put a small task dir, run a `true`-like harness command, put the tests,
 run a trivial Python verifier that writes a reward file, read it back, destroy. rollouts/min =
-N / wall time. Kubernetes uses k8s-local (tests/k8s_cluster.sh up; torn down again if this
-script brought it up): hostNetwork pods of localhost/python-node:bookworm.
+N / wall time. Kubernetes uses k8s-local (leased through tests/k8s_cluster.sh up/down, so a
+cluster others use stays up): hostNetwork pods of localhost/python-node:bookworm.
 
 Prints a table; the LAST line is one JSON object of the figures (null where a backend could not run).
 """
@@ -112,6 +112,8 @@ async def measure(backend, app: Path, tests: Path, latency_n: int, label: str) -
         f"{label:>12} create->destroy  p50 {figures['p50_ms']:8.1f} ms   p99 {figures['p99_ms']:8.1f} ms",
         flush=True,
     )
+    figures["exec_p50_ms"] = statistics.median(await exec_latency(backend, latency_n))
+    print(f"{label:>12} exec `true`      p50 {figures['exec_p50_ms']:8.1f} ms", flush=True)
     for concurrency in (1, 8, 32):
         n = max(8, 2 * concurrency)
         rate = await throughput(backend, app, tests, concurrency, n)
@@ -123,17 +125,16 @@ async def measure(backend, app: Path, tests: Path, latency_n: int, label: str) -
 
 
 def k8s_up(mode: str) -> tuple[str | None, bool]:
-    """(kubeconfig, whether we started the cluster); (None, False) where it cannot run."""
+    """(kubeconfig, whether we hold a lease on the cluster); (None, False) where it cannot run."""
     if mode == "off" or os.geteuid() != 0:
         return None, False
-    was_up = subprocess.run([str(K8S), "status"], capture_output=True, check=False).returncode == 0
-    done = subprocess.run([str(K8S), "up"], capture_output=True, text=True, check=False)
+    done = subprocess.run([str(K8S), "up", str(os.getpid())], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         if mode == "on":
             raise SystemExit(f"k8s-local bring-up failed:\n{done.stderr[-3000:]}")
         print(f"kubernetes skipped: bring-up failed ({done.stderr.strip().splitlines()[-1:]})")
         return None, False
-    return done.stdout.strip().splitlines()[-1], not was_up
+    return done.stdout.strip().splitlines()[-1], True
 
 
 async def main(args: argparse.Namespace) -> dict:
@@ -146,7 +147,7 @@ async def main(args: argparse.Namespace) -> dict:
     out.update(local_p50_ms=loc["p50_ms"], local_p99_ms=loc["p99_ms"], local_exec_p50_ms=loc["exec_p50_ms"])
     out.update({k: v for k, v in loc.items() if k.startswith("rollouts_per_min")})
 
-    kubeconfig, started = (args.kubeconfig, False) if args.kubeconfig else k8s_up(args.k8s)
+    kubeconfig, leased = (args.kubeconfig, False) if args.kubeconfig else k8s_up(args.k8s)
     out.update(k8s_p50_ms=None, k8s_p99_ms=None, k8s_warm_p50_ms=None, k8s_exec_p50_ms=None)
     if kubeconfig:
         try:
@@ -181,13 +182,16 @@ async def main(args: argparse.Namespace) -> dict:
                 await asyncio.sleep(2)  # let the pool refill, as between rollouts
             await warm.close()
             out.update(
-                k8s_p50_ms=kf["p50_ms"], k8s_p99_ms=kf["p99_ms"], k8s_warm_p50_ms=statistics.median(warm_lat)
+                k8s_p50_ms=kf["p50_ms"],
+                k8s_p99_ms=kf["p99_ms"],
+                k8s_exec_p50_ms=kf["exec_p50_ms"],
+                k8s_warm_p50_ms=statistics.median(warm_lat),
             )
             print(f"{'k8s warm':>12} create->destroy  p50 {out['k8s_warm_p50_ms']:8.1f} ms", flush=True)
             out.update({f"k8s_{key}": v for key, v in kf.items() if key.startswith("rollouts_per_min")})
         finally:
-            if started:
-                subprocess.run([str(K8S), "down"], capture_output=True, check=False)
+            if leased:
+                subprocess.run([str(K8S), "down", str(os.getpid())], capture_output=True, check=False)
     if out["k8s_p50_ms"]:
         out["k8s_over_local_latency"] = out["k8s_p50_ms"] / out["local_p50_ms"]
         out["local_over_k8s_rollouts_32"] = out["rollouts_per_min_32"] / out["k8s_rollouts_per_min_32"]

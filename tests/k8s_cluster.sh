@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The local Kubernetes cluster for tests and CI, from ../shared/k8s-local (real Kubernetes 1.20, no Docker).
+# The local Kubernetes cluster for tests, benches and CI, from ../shared/k8s-local (real Kubernetes
+# 1.20, no Docker). Several users (pytest sessions, benches) share one cluster through leases.
 #
-#   tests/k8s_cluster.sh prepare   # apt packages, build the 4 binaries once (~7-11 min), helm+kubectl,
-#                                  # images incl. localhost/python-node:bookworm; all cached in $K8S_LOCAL_DIR
-#   tests/k8s_cluster.sh up        # prepare, then start the cluster; prints the kubeconfig path (last stdout line)
-#   tests/k8s_cluster.sh down      # stop everything (caches stay)
-#   tests/k8s_cluster.sh status    # exit 0 = up and healthy
+#   tests/k8s_cluster.sh prepare        # apt packages, the 4 binaries (built once, ~7-20 min), helm+kubectl,
+#                                       # images incl. localhost/python-node:bookworm; cached in $K8S_LOCAL_DIR
+#   tests/k8s_cluster.sh up [PID]       # prepare, start the cluster if it is down, and lease it for
+#                                       # process PID (default: the caller); prints the kubeconfig path
+#   tests/k8s_cluster.sh down [PID]     # drop PID's lease; stop the cluster when no live lease is left,
+#                                       # but only if a lease holder started it (a cluster someone
+#                                       # started by hand, or CI, stays up)
+#   tests/k8s_cluster.sh status         # exit 0 = up and healthy
 #
 # Needs root and Debian 12. Binaries and images live outside the repo: K8S_LOCAL_DIR (default
 # ~/.cache/k8s-local); K8S_LOCAL may point at another copy of the k8s-local script.
@@ -13,6 +17,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 K=${K8S_LOCAL:-$repo/../shared/k8s-local/k8s-local}
 export K8S_LOCAL_DIR=${K8S_LOCAL_DIR:-$HOME/.cache/k8s-local}
+leases=$K8S_LOCAL_DIR/clawgym-leases
 [ -x "$K" ] || { echo "k8s_cluster.sh: no k8s-local script at $K (set K8S_LOCAL)" >&2; exit 2; }
 
 prepare() {
@@ -24,16 +29,47 @@ prepare() {
   echo "k8s_cluster.sh: prepared in $((SECONDS - t0)) s (cache: $K8S_LOCAL_DIR)" >&2
 }
 
+live_leases() {  # drops leases of processes that are gone; prints how many are left
+  local n=0 f
+  for f in "$leases"/[0-9]*; do
+    [ -e "$f" ] || continue
+    if kill -0 "${f##*/}" 2>/dev/null; then n=$((n + 1)); else rm -f "$f"; fi
+  done
+  echo "$n"
+}
+
+locked() {  # runs "$@" holding the lease lock
+  mkdir -p "$leases"
+  exec 9>"$leases/.lock"
+  flock 9
+  "$@"
+}
+
+do_up() {
+  local pid=$1 t0=$SECONDS
+  if ! "$K" status >/dev/null 2>&1; then
+    "$K" up >/dev/null
+    touch "$leases/.started-by-lease"
+    echo "k8s_cluster.sh: up in $((SECONDS - t0)) s" >&2
+  fi
+  touch "$leases/$pid"
+  echo "$K8S_LOCAL_DIR/kubeconfig"
+}
+
+do_down() {
+  rm -f "$leases/$1"
+  if [ "$(live_leases)" = 0 ] && [ -e "$leases/.started-by-lease" ]; then
+    "$K" down >&2
+    rm -f "$leases/.started-by-lease"
+  else
+    echo "k8s_cluster.sh: cluster left up (other leases, or not started by one)" >&2
+  fi
+}
+
 case "${1:-}" in
   prepare) prepare ;;
-  up)
-    prepare
-    t0=$SECONDS
-    kubeconfig=$("$K" up)
-    echo "k8s_cluster.sh: up in $((SECONDS - t0)) s" >&2
-    echo "$kubeconfig"
-    ;;
-  down) "$K" down >&2 ;;
+  up) prepare; locked do_up "${2:-$PPID}" ;;
+  down) locked do_down "${2:-$PPID}" ;;
   status) "$K" status ;;
-  *) echo "usage: $0 prepare|up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare|up [PID]|down [PID]|status" >&2; exit 2 ;;
 esac

@@ -36,8 +36,10 @@ def sandbox_root() -> Iterator[Path]:
 def make_local(sandbox_root: Path) -> Callable[..., LocalBackend]:
     """Builds local backends rooted in `sandbox_root`; bubblewrap is required unless told otherwise."""
 
-    def make(isolation: str = "bwrap", owner: str = "test-owner", **cfg) -> LocalBackend:
-        local = LocalSandboxConfig(root_dir=str(sandbox_root), isolation=isolation)
+    def make(
+        isolation: str = "bwrap", owner: str = "test-owner", ro_paths: list[str] | None = None, **cfg
+    ) -> LocalBackend:
+        local = LocalSandboxConfig(root_dir=str(sandbox_root), isolation=isolation, ro_paths=ro_paths or [])
         return LocalBackend(SandboxConfig(owner=owner, local=local, **cfg))
 
     return make
@@ -70,15 +72,19 @@ def _k8s_unavailable() -> str | None:
 def k8s_cluster() -> Iterator[K8sCluster]:
     """A running single-node Kubernetes 1.20 on 127.0.0.1 with the python3+node image imported.
 
-    Runs `tests/k8s_cluster.sh up` (install, build once, helm, images --debian, up) and
-    `tests/k8s_cluster.sh down` at session end. Skips only where k8s-local cannot run at all
-    (not root, not Debian); any other failure is a test error.
+    Runs `tests/k8s_cluster.sh up <pid>` (install, build once, helm, images --debian, up unless it
+    is up already) and `down <pid>` at session end, which stops the cluster only if no other
+    process holds a lease on it and a lease holder started it. Skips only where k8s-local cannot
+    run at all (not root, not Debian); any other failure is a test error.
     """
     why = _k8s_unavailable()
     if why:
         pytest.skip(why)
     start = time.monotonic()
-    done = subprocess.run([str(K8S_UP), "up"], capture_output=True, text=True, check=False, timeout=1800)
+    lease = str(os.getpid())
+    done = subprocess.run(
+        [str(K8S_UP), "up", lease], capture_output=True, text=True, check=False, timeout=3600
+    )
     if done.returncode != 0:
         pytest.fail(f"k8s-local bring-up failed (rc {done.returncode}):\n{done.stderr[-4000:]}")
     kubeconfig = done.stdout.strip().splitlines()[-1]
@@ -91,4 +97,4 @@ def k8s_cluster() -> Iterator[K8sCluster]:
     try:
         yield cluster
     finally:
-        subprocess.run([str(K8S_UP), "down"], capture_output=True, check=False, timeout=300)
+        subprocess.run([str(K8S_UP), "down", lease], capture_output=True, check=False, timeout=300)

@@ -45,7 +45,9 @@ def test_a_sandbox_cannot_read_another_rollouts_workspace_or_the_hosts_home(make
     backend = make_local()
     secret = "s3cret-" + os.urandom(8).hex()
     marker = Path("/tmp") / f"clawgym-host-marker-{os.getpid()}"
-    marker.write_text(secret)
+    home_marker = Path.home() / f".clawgym-host-marker-{os.getpid()}"
+    for path in (marker, home_marker):
+        path.write_text(secret)
 
     async def scenario():
         victim = await backend.create(SandboxSpec(mounts=["/app"]))
@@ -56,8 +58,8 @@ def test_a_sandbox_cannot_read_another_rollouts_workspace_or_the_hosts_home(make
             host_copy = victim.storage / "fs" / "work" / "secret.txt"
             assert host_copy.read_text() == secret, "the victim's file must exist on the host for the test"
             script = (
-                f"cat {host_copy} /workspace/secret.txt /app/secret.txt {marker} 2>&1; "
-                f"ls -a {backend.root} /root /tmp 2>&1; "
+                f"cat {host_copy} /workspace/secret.txt /app/secret.txt {marker} {home_marker} 2>&1; "
+                f"ls -a {backend.root} /root /root/.cache /tmp 2>&1; "
                 "grep -rs s3cret- /workspace /app /root /tmp /home /run /var/tmp 2>&1; true"
             )
             return await thief.exec(script)
@@ -69,8 +71,13 @@ def test_a_sandbox_cannot_read_another_rollouts_workspace_or_the_hosts_home(make
         result = asyncio.run(scenario())
     finally:
         marker.unlink()
-    assert secret.encode() not in result.stdout, f"the other sandbox's secret leaked: {result.stdout!r}"
-    assert b".cache" not in result.stdout, f"the host's /root is visible: {result.stdout!r}"
+        home_marker.unlink()
+    assert secret.encode() not in result.stdout, (
+        f"the other sandbox's secret (or a host file) leaked: {result.stdout!r}"
+    )
+    assert b"k8s-local" not in result.stdout, (
+        f"the host's ~/.cache is visible beyond ro_paths: {result.stdout!r}"
+    )
 
 
 def test_tmp_is_private_to_a_sandbox_and_persists_between_its_execs(make_local):
@@ -326,3 +333,30 @@ def test_the_sandbox_lifetime_caps_every_exec(make_local):
     first, second = asyncio.run(scenario())
     assert first.timed_out and time.monotonic() - started < 20, f"the lifetime must cut the exec: {first}"
     assert second.timed_out and second.stdout == b"", "nothing may run after the lifetime"
+
+
+def test_installed_harness_clis_are_visible_read_only_even_from_root_only_dirs(make_local):
+    """ro_paths (e.g. ~/.cache/clawgym/harnesses) show at the same path, runnable, not writable."""
+    cache = Path.home() / f".clawgym-test-harnesses-{os.getpid()}"  # inside the host's 0700 HOME
+    (cache / "bin").mkdir(parents=True)
+    (cache / "bin" / "fake-cli").write_text("#!/bin/sh\necho fake-cli ran as $(id -un)\n")
+    (cache / "bin" / "fake-cli").chmod(0o755)
+    backend = make_local(ro_paths=[str(cache)])
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec())
+        try:
+            return await sandbox.exec(f"{cache}/bin/fake-cli; touch {cache}/bin/x 2>&1 || echo refused")
+        finally:
+            await sandbox.destroy()
+
+    try:
+        result = asyncio.run(scenario())
+    finally:
+        for p in sorted(cache.rglob("*"), reverse=True):
+            p.unlink() if p.is_file() else p.rmdir()
+        cache.rmdir()
+    lines = result.stdout.decode().splitlines()
+    expected = "fake-cli ran as sandbox" if AS_ROOT else "fake-cli ran as"
+    assert lines[0].startswith(expected), f"the installed CLI must run inside: {result}"
+    assert lines[-1] == "refused", f"the harness cache must be read-only: {result}"

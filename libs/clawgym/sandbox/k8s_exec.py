@@ -4,8 +4,8 @@ Blocking (the `kubernetes` client is synchronous): `KubernetesBackend` runs it i
 pool. What it works around:
 
 - `kubernetes.stream.stream` swaps `call_api` on the ApiClient it is given while it connects, so
-  concurrent streams (or REST calls) on one client can cross. `PodExec` owns a client used for
-  nothing else and connects under a lock; reading and writing the stream then run unlocked.
+  concurrent streams (or REST calls) on one client can cross. `PodExec` gives each thread its own
+  client, used for nothing but exec streams.
 - Kubernetes 1.20 speaks the v4 channel protocol, which cannot close stdin. Input goes through
   `head -c N |` so the command sees EOF after the last byte (what `kubectl cp` does).
 - Closing the websocket does not stop the command. On timeout or cancellation, a second exec
@@ -61,31 +61,36 @@ def _exit_code(status_frame: bytes | str) -> int | None:
 
 
 class PodExec:
-    """Runs commands in pods through one dedicated ApiClient. Thread-safe."""
+    """Runs commands in pods, through one ApiClient per thread. Thread-safe."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, configuration: client.Configuration, namespace: str) -> None:
+        self.configuration = configuration
         self.namespace = namespace
-        self._connect_lock = threading.Lock()
+        self._per_thread = threading.local()
+
+    def _core(self) -> client.CoreV1Api:
+        core = getattr(self._per_thread, "core", None)
+        if core is None:
+            core = self._per_thread.core = client.CoreV1Api(client.ApiClient(self.configuration))
+        return core
 
     def _connect(self, pod: str, argv: list[str], with_stdin: bool):
-        with self._connect_lock:
-            try:
-                return stream(
-                    self.core.connect_get_namespaced_pod_exec,
-                    pod,
-                    self.namespace,
-                    container="sandbox",
-                    command=argv,
-                    stdin=with_stdin,
-                    stdout=True,
-                    stderr=True,
-                    tty=False,
-                    _preload_content=False,
-                    binary=True,
-                )
-            except client.ApiException as e:
-                raise SandboxFailed(f"exec in pod {pod} failed: {e.reason or e}") from e
+        try:
+            return stream(
+                self._core().connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
+                container="sandbox",
+                command=argv,
+                stdin=with_stdin,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                binary=True,
+            )
+        except client.ApiException as e:
+            raise SandboxFailed(f"exec in pod {pod} failed: {e.reason or e}") from e
 
     def run(
         self,

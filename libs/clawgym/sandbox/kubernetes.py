@@ -100,7 +100,7 @@ class KubernetesBackend:
         configuration = _load_configuration(self.k)
         configuration.connection_pool_maxsize = self.k.max_threads
         self.core = client.CoreV1Api(client.ApiClient(configuration))
-        self.execs = PodExec(client.ApiClient(configuration), self.k.namespace)
+        self.execs = PodExec(configuration, self.k.namespace)
         self.threads = ThreadPoolExecutor(max_workers=self.k.max_threads, thread_name_prefix="clawgym-k8s")
         self.held: set[str] = set()  # pod names this process owns: live, starting, or warm
         self._live: dict[str, KubernetesSandbox] = {}
