@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config, utils
 
 from clawgym.errors import InvalidArgument, NotFound
@@ -39,6 +40,20 @@ def _backend(cluster, owner: str = "test-k8s", **k8s) -> KubernetesBackend:
     return KubernetesBackend(
         SandboxConfig(backend="kubernetes", owner=owner, kubernetes=KubernetesSandboxConfig(**settings))
     )
+
+
+def _renamespaced(doc, names: dict[str, str]):
+    """A manifest with its namespaces (and namespace-selector labels) renamed per `names`."""
+    if isinstance(doc, dict):
+        return {
+            k: names.get(v, v)
+            if k in ("namespace", "clawgym.dev/namespace") and isinstance(v, str)
+            else _renamespaced(v, names)
+            for k, v in doc.items()
+        }
+    if isinstance(doc, list):
+        return [_renamespaced(v, names) for v in doc]
+    return doc
 
 
 def _core(cluster) -> client.CoreV1Api:
@@ -263,35 +278,39 @@ def test_network_none_pods_stay_off_the_node_network_and_policies_select_them(k8
     """
     api = config.new_client_from_config(config_file=k8s_cluster.kubeconfig)
     core = client.CoreV1Api(api)
-    for ns in ("clawgym", "clawgym-sandboxes"):
+    # fresh namespaces, so nothing else using the cluster (the chart's install test) collides
+    suffix = os.urandom(3).hex()
+    names = {"clawgym": f"cg-ctl-{suffix}", "clawgym-sandboxes": f"cg-sbx-{suffix}"}
+    sandboxes = names["clawgym-sandboxes"]
+    for ns in names.values():
         core.create_namespace({"metadata": {"name": ns, "labels": {"clawgym.dev/namespace": ns}}})
     for _ in range(100):  # pod admission needs the namespace's default service account to exist
-        if core.list_namespaced_service_account("clawgym-sandboxes").items:
+        if core.list_namespaced_service_account(sandboxes).items:
             break
         time.sleep(0.1)
     try:
-        utils.create_from_yaml(api, str(REPO / "deploy" / "k8s" / "sandbox-networkpolicy.yaml"))
-        utils.create_from_yaml(api, str(REPO / "deploy" / "k8s" / "orchestrator-rbac.yaml"))
-        policies = client.NetworkingV1Api(api).list_namespaced_network_policy("clawgym-sandboxes").items
+        for manifest in ("sandbox-networkpolicy.yaml", "orchestrator-rbac.yaml"):
+            for doc in yaml.safe_load_all((REPO / "deploy" / "k8s" / manifest).read_text()):
+                utils.create_from_dict(api, _renamespaced(doc, names))
+        policies = client.NetworkingV1Api(api).list_namespaced_network_policy(sandboxes).items
         selectors = {p.metadata.name: p.spec.pod_selector.match_labels for p in policies}
 
         async def scenario():
-            backend = _backend(k8s_cluster, owner="test-netpol", namespace="clawgym-sandboxes", max_threads=8)
+            backend = _backend(k8s_cluster, owner="test-netpol", namespace=sandboxes, max_threads=8)
             online = await backend.create(SandboxSpec(network="proxy"))
             offline = await backend.create(SandboxSpec(network="none"))
             fetch = f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{loopback_server}/answer.txt\", timeout=5)'"
             reached = await online.exec(fetch)
             cut_off = await offline.exec(fetch)
             labels = {
-                s.id: core.read_namespaced_pod(s.id, "clawgym-sandboxes").metadata.labels
-                for s in (online, offline)
+                s.id: core.read_namespaced_pod(s.id, sandboxes).metadata.labels for s in (online, offline)
             }
             await backend.close()
             return online.id, offline.id, reached, cut_off, labels
 
         online, offline, reached, cut_off, labels = asyncio.run(scenario())
     finally:
-        for ns in ("clawgym", "clawgym-sandboxes"):
+        for ns in names.values():
             core.delete_namespace(ns, grace_period_seconds=0)
 
     def selects(policy: str, pod: str) -> bool:
