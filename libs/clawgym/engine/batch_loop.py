@@ -65,17 +65,16 @@ class Request:
     cache: BatchKVCache | None = None  # its own cache while prefilling
     next_token: int = -1  # sampled, not yet fed to the model
 
-    def emit(self, token: int, logprob: float, version: int, finish: FinishReason | None) -> None:
-        """Hands one token to the consumer's event loop; a closed loop counts as an abort."""
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (token, logprob, version, finish))
-        except RuntimeError:
-            self.aborted = True
-
     def end(self, outcome: "FinishReason | Exception") -> None:
         """Tells the consumer the request ended without a token: `abort` at shutdown, or the loop's error."""
         with contextlib.suppress(RuntimeError):  # the consumer's loop is gone: nobody to tell
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (None, 0.0, 0, outcome))
+
+
+def _deliver(items: list[tuple[Request, tuple]]) -> None:
+    """Runs on the consumers' event loop: queues each (token, logprob, version, finish) item."""
+    for request, item in items:
+        request.queue.put_nowait(item)
 
 
 @dataclass(eq=False)
@@ -129,6 +128,7 @@ class BatchLoop:
         self._prefilling: Request | None = None  # loop thread only
         self._rows: list[Request] = []  # loop thread only; row i of self._cache
         self._cache: BatchKVCache | None = None  # loop thread only
+        self._outbox: list[tuple[Request, tuple]] = []  # loop thread only; tokens of the current step
         self._thread = threading.Thread(target=self._run, name="clawgym-torch-engine", daemon=True)
         self._thread.start()
 
@@ -191,8 +191,10 @@ class BatchLoop:
                     self._prefill_step()
                     if self._rows:
                         self._decode_step()
+                    self._flush()
                 except Exception as e:  # a failed forward must not hang its requests or kill the loop
                     log.exception("decode loop step failed; failing the running requests")
+                    self._flush()
                     self._fail_running(e)
         self._shutdown()
 
@@ -317,10 +319,23 @@ class BatchLoop:
             finish = "stop"
         elif request.generated >= request.limit:
             finish = "length"
-        request.emit(token, logprob, self.version, finish)
+        self._outbox.append((request, (token, logprob, self.version, finish)))
         if finish is not None:
             self.counters.finished[finish] += 1
         return finish
+
+    def _flush(self) -> None:
+        """Hands this step's tokens to their event loops: one thread-safe call per loop, not per token."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Request, tuple]]] = {}
+        for request, item in self._outbox:
+            by_loop.setdefault(request.loop, []).append((request, item))
+        self._outbox = []
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # the consumers' loop is closed: nobody will read these
+                for request, _ in items:
+                    request.aborted = True
 
     def _keep(self, rows: list[int]) -> None:
         self._rows = [self._rows[i] for i in rows]
@@ -336,6 +351,7 @@ class BatchLoop:
 
     def _shutdown(self) -> None:
         """Ends every request still queued or running with finish reason `abort`; unblocks pending swaps."""
+        self._flush()
         with self._cond:
             waiting, swaps = list(self._waiting), self._swaps
             self._waiting.clear()
