@@ -69,10 +69,11 @@ def build_messages(instruction: str, mode: str = "text") -> list[dict]:
 
 
 def extract_action(reply: str) -> str | None:
-    """The shell command in a text-mode reply, or None when the reply ends the run.
+    """The shell command of a text-mode reply: its first non-empty shell block, or None (run ends).
 
-    The first fenced block wins; a `$ ` prompt prefix on its lines is dropped (small models copy it).
-    A last line `DONE` (outside any block) or a reply without a block means the model is finished.
+    Shell blocks are untagged or tagged bash/sh/shell/console/zsh; other languages are skipped. A
+    `$ ` prompt prefix on a line is dropped (small models copy it from examples). A block cut off by
+    max_tokens still counts. (A last line `DONE` after the block ends the run too: see run_agent.)
     """
     if not reply or not reply.strip():
         return None

@@ -1,0 +1,1 @@
+"""The bundled mini suite: generated shell chores in the ClawGym format (`families`, `generate`)."""
