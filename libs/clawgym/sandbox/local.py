@@ -19,6 +19,7 @@ development only, and the backend logs a warning.
 
 import asyncio
 import contextlib
+import getpass
 import json
 import logging
 import math
@@ -40,7 +41,6 @@ from clawgym.sandbox.interface import (
     ExecResult,
     SandboxFailed,
     SandboxSpec,
-    check_labels,
     label_value,
     locate,
     sandbox_path,
@@ -149,14 +149,15 @@ class LocalBackend:
         home, tmp = spec.home, "/tmp"
         if self.isolation == "none":
             home, tmp = str(storage["home"]), str(storage["tmp"])
+        user = SANDBOX_USER if self.as_root else getpass.getuser()  # not root: the command keeps our uid
         return {
             "PATH": DEFAULT_PATH,
             "HOME": home,
             "TMPDIR": tmp,
             "LANG": "C.UTF-8",
             "SHELL": "/bin/sh",
-            "USER": SANDBOX_USER,
-            "LOGNAME": SANDBOX_USER,
+            "USER": user,
+            "LOGNAME": user,
         }
 
 
@@ -187,8 +188,7 @@ class LocalSandbox:
         try:
             (storage / "fs").mkdir(parents=True, mode=0o711)
             os.chmod(storage, 0o711)
-            labels = {**spec.labels}
-            check_labels(labels)
+            labels = dict(spec.labels)
             meta = {
                 "id": sandbox_id,
                 "owner": backend.owner,
