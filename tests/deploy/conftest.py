@@ -4,15 +4,17 @@
   in $K8S_LOCAL_DIR/tools, fetched on first use). Skips only where the k8s-local script is absent.
 - `render` — `helm template` of helm/clawgym with given values files / --set / kube version, parsed
   into a list of manifests.
-- `k8s_cluster` — the session-scoped local Kubernetes of the sandbox tests (tests/sandbox/conftest.py),
-  re-exported here so one cluster serves both directories; tests using it are marked `k8s`.
+- `k8s_cluster` — the local Kubernetes: when a cluster is already up (someone else's run), it is
+  used and left up; otherwise the session fixture of the sandbox tests (tests/sandbox/conftest.py)
+  brings it up and takes it down at the end, so one cluster serves both directories.
 """
 
 import importlib.util
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -32,7 +34,20 @@ def _load_sandbox_conftest():
     return module
 
 
-k8s_cluster = _load_sandbox_conftest().k8s_cluster
+sandbox_k8s_cluster = _load_sandbox_conftest().k8s_cluster
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The running cluster (left up: it is not ours to stop), or the sandbox tests' session cluster."""
+    running = (
+        K8S_LOCAL.is_file()
+        and subprocess.run([str(K8S_LOCAL), "status"], capture_output=True).returncode == 0
+    )
+    if running:
+        yield SimpleNamespace(kubeconfig=str(K8S_LOCAL_DIR / "kubeconfig"), namespace="default")
+    else:
+        yield request.getfixturevalue("sandbox_k8s_cluster")
 
 
 @pytest.fixture(scope="session")

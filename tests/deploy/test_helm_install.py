@@ -6,6 +6,7 @@ deploy/k8s_local_image.py (Debian rootfs + the venv's packages + the project; ca
 exist yet are left out of the install and named in the test output.
 """
 
+import json
 import os
 import socket
 import subprocess
@@ -14,7 +15,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -87,8 +87,61 @@ def _available_components() -> tuple[list[str], list[str]]:
     """(components whose service exists, those that do not yet) among what values-k8s-local enables."""
     present, missing = [], []
     for name in ("proxy", "store", "inference", "orchestrator"):
-        (present if find_spec(f"clawgym_services.{name}.__main__") else missing).append(name)
+        (present if (REPO / "services" / name / "__main__.py").is_file() else missing).append(name)
     return present, missing
+
+
+def _pod_report(kubectl_bin: str, namespace: str, env: dict) -> str:
+    """Pod states and the last log lines of every pod that is not ready: what a failed install shows."""
+    pods = json.loads(_run([kubectl_bin, "get", "pods", "-n", namespace, "-o", "json"], env).stdout)["items"]
+    lines = [_run([kubectl_bin, "get", "pods", "-n", namespace, "-o", "wide"], env).stdout]
+    for pod in pods:
+        statuses = pod["status"].get("containerStatuses", [])
+        if statuses and all(c.get("ready") for c in statuses):
+            continue
+        name = pod["metadata"]["name"]
+        logs = _run([kubectl_bin, "logs", "-n", namespace, name, "--tail=25"], env)
+        previous = _run([kubectl_bin, "logs", "-n", namespace, name, "--previous", "--tail=25"], env)
+        lines.append(f"--- {name}:\n{logs.stdout[-3000:]}{previous.stdout[-3000:]}")
+    return "\n".join(lines)
+
+
+def _crash_looping(kubectl_bin: str, namespace: str, env: dict) -> bool:
+    out = _run([kubectl_bin, "get", "pods", "-n", namespace, "-o", "json"], env)
+    for pod in json.loads(out.stdout or '{"items": []}')["items"]:
+        for c in pod["status"].get("containerStatuses", []):
+            reason = (c.get("state", {}).get("waiting") or {}).get("reason", "")
+            if c.get("restartCount", 0) >= 2 or reason in (
+                "CrashLoopBackOff",
+                "ErrImageNeverPull",
+                "CreateContainerConfigError",
+            ):
+                return True
+    return False
+
+
+def _install_and_wait(cmd: list[str], env: dict, kubectl_bin: str, namespace: str) -> None:
+    """`helm install --wait`, failing early (with the pods' logs) once a pod crash-loops."""
+    helm = subprocess.Popen(
+        [*cmd, "--wait", "--timeout", "5m"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 330
+    while helm.poll() is None and time.monotonic() < deadline:
+        time.sleep(5)
+        if _crash_looping(kubectl_bin, namespace, env):
+            helm.kill()
+            pytest.fail(
+                f"a pod crash-loops during helm install --wait:\n{_pod_report(kubectl_bin, namespace, env)}"
+            )
+    if helm.poll() is None:
+        helm.kill()
+    _, err = helm.communicate()
+    if helm.returncode != 0:
+        pytest.fail(f"helm install --wait failed:\n{err}\n{_pod_report(kubectl_bin, namespace, env)}")
 
 
 def test_rendered_manifests_are_accepted_by_the_kubernetes_1_20_api_server(
@@ -140,14 +193,7 @@ def test_helm_install_waits_for_ready_pods_and_the_proxy_answers_healthz_through
     cmd = [helm_bin, "install", "cg", str(CHART), "-n", namespace, "-f", str(CHART / "values-k8s-local.yaml")]
     cmd += [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     start = time.monotonic()
-    installed = _run([*cmd, "--wait", "--timeout", "6m"], kube_env, timeout=420)
-    if installed.returncode != 0:
-        pods = _run([kubectl_bin, "get", "pods", "-n", namespace, "-o", "wide"], kube_env).stdout
-        logs = _run(
-            [kubectl_bin, "logs", "-n", namespace, "-l", "app.kubernetes.io/name=clawgym", "--tail=30"],
-            kube_env,
-        )
-        pytest.fail(f"helm install --wait failed:\n{installed.stderr}\n{pods}\n{logs.stdout}{logs.stderr}")
+    _install_and_wait(cmd, kube_env, kubectl_bin, namespace)
     print(f"helm install --wait: {time.monotonic() - start:.1f} s")
     try:
         local = _free_port()
