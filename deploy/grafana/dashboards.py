@@ -262,6 +262,12 @@ SANDBOXES = Dashboard(
             ),
         ),
         Panel(
+            "Rollouts waiting for a slot",
+            "short",
+            (q("sum(clawgym_orchestrator_waiting_rollouts)", "waiting"),),
+            description="Registered rollouts held back by the global or per-harness concurrency limits.",
+        ),
+        Panel(
             "Sandbox start latency",
             "s",
             quantiles("clawgym_orchestrator_sandbox_start_seconds", by="backend", qs=(0.5, 0.95)),

