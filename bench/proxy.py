@@ -20,6 +20,7 @@ The last line is one JSON object of the figures.
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -166,7 +167,7 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
         run.id, [RolloutSpec(group_id="g", task_id="t", harness="claude-code")] * concurrency
     )
     port = 18000 + (uuid.uuid4().int % 2000)
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", "--port", str(port), "--store", store_url, "--redis",
+    proc = subprocess.Popen([sys.executable, *(os.environ["BENCH_SERVER"].split() if "BENCH_SERVER" in os.environ else [__file__, "--serve"]), "--port", str(port), "--store", store_url, "--redis",
                              redis_url, "--prefix", schema, "--token-delay", str(a.token_delay)])  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -291,6 +292,9 @@ def main() -> None:
     ap.add_argument(
         "--embedded", action="store_true", help="SQLite + in-process state instead of PostgreSQL + Redis"
     )
+    ap.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 64], help="rollouts in parallel, per run"
+    )
     a = ap.parse_args()
     if a.serve:
         serve(a)
@@ -304,7 +308,7 @@ def main() -> None:
     print(f"  from scratch: {render['full_ms_first_later']:.1f} ms at turn 2, {render['full_ms_last']:.1f} ms at turn {a.turns}"
           f"  ({render['full_render_ms_per_prompt_ktok']:.2f} ms per prompt 1k tokens)")  # fmt: skip
     runs = {}
-    for conc in (1, 64):
+    for conc in a.concurrency:
         r = latency_run(a, tok, system, tools, conc)
         runs[conc] = r
         print(f"{conc:>2} concurrent rollouts × {a.calls} calls ({r['prompt_tokens_first_call']} prompt tokens at call 1): "
@@ -312,15 +316,17 @@ def main() -> None:
               f" / p99 {r['direct_p99_ms']:.1f} ms → added p50 {r['added_p50_ms']:.1f} / p99 {r['added_p99_ms']:.1f} ms; "
               f"proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / p99 {r['server_overhead_p99_ms']:.1f} ms; "
               f"prefix-extension rate {r['prefix_extension_rate']:.2f}")  # fmt: skip
+    hi, lo = runs[max(runs)], runs[min(runs)]
     figures = {
-        "overhead_p50_ms": round(runs[64]["added_p50_ms"], 2),
-        "overhead_p99_ms": round(runs[64]["added_p99_ms"], 2),
-        "overhead_p50_ms_1": round(runs[1]["added_p50_ms"], 2),
-        "overhead_p99_ms_1": round(runs[1]["added_p99_ms"], 2),
-        "server_overhead_p50_ms": round(runs[64]["server_overhead_p50_ms"], 2),
-        "server_overhead_p99_ms": round(runs[64]["server_overhead_p99_ms"], 2),
-        "direct_p50_ms": round(runs[64]["direct_p50_ms"], 2),
-        "prefix_extension_rate": runs[64]["prefix_extension_rate"],
+        "concurrency": max(runs),
+        "overhead_p50_ms": round(hi["added_p50_ms"], 2),
+        "overhead_p99_ms": round(hi["added_p99_ms"], 2),
+        "overhead_p50_ms_1": round(lo["added_p50_ms"], 2),
+        "overhead_p99_ms_1": round(lo["added_p99_ms"], 2),
+        "server_overhead_p50_ms": round(hi["server_overhead_p50_ms"], 2),
+        "server_overhead_p99_ms": round(hi["server_overhead_p99_ms"], 2),
+        "direct_p50_ms": round(hi["direct_p50_ms"], 2),
+        "prefix_extension_rate": hi["prefix_extension_rate"],
         "render_ms_per_new_ktok": round(render["render_ms_per_new_ktok"], 3),
         "full_render_ms_per_prompt_ktok": round(render["full_render_ms_per_prompt_ktok"], 3),
         "spliced_render_ms_last": round(render["spliced_ms_last"], 3),

@@ -80,6 +80,10 @@ class ProxyConfig(BaseModel):
         gt=0,
         description="in-process live state: rollouts whose turns are kept (least recently used are dropped)",
     )
+    store_threads: int = Field(
+        32, ge=1, description="threads waiting on store calls (recording, token lookups)"
+    )
+    render_threads: int = Field(4, ge=1, description="threads rendering and tokenizing prompts")
     retry_after_s: int = Field(
         2, ge=0, description="Retry-After seconds sent with 503 while the engine is down"
     )

@@ -23,6 +23,7 @@ from clawgym.capture.generation import CallRun, CallSetup
 from clawgym.capture.identity import RolloutResolver, api_key
 from clawgym.capture.live import LiveState
 from clawgym.capture.metrics import ProxyMetrics
+from clawgym.capture.pools import WorkerPools
 from clawgym.engine.interface import Engine, EngineStatus, SamplingParams
 from clawgym.errors import ClawgymError, InvalidArgument, Unavailable
 from clawgym.protocols.anthropic_messages import AnthropicMessages
@@ -86,7 +87,8 @@ class Gateway:
         self.metrics = metrics
         self.template = ChatTemplate(tokenizer, supports_tools)
         self.builder = PromptBuilder(self.template)
-        self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s)
+        self.pools = WorkerPools(cfg.store_threads, cfg.render_threads)
+        self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s, self.pools)
         self.background: set[asyncio.Task] = set()  # producers of calls still generating
         self._status: EngineStatus | None = None
         self._status_at = 0.0
@@ -170,7 +172,7 @@ class Gateway:
         turns = await self.live.get_turns(rollout.id, self.builder.candidate_keys(conv, keys))
         t1 = time.perf_counter()
         # in a worker thread: the tokenizer releases the GIL, so other calls keep streaming meanwhile
-        prompt = await asyncio.to_thread(self.builder.build, conv, turns, keys)
+        prompt = await self.pools.render(self.builder.build, conv, turns, keys)
         t2 = time.perf_counter()
         status = await self.engine_status()
         room = status.max_context - len(prompt.ids)
@@ -217,6 +219,7 @@ class Gateway:
             self.metrics,
             self.template.info.stop_token_ids,
             self.background,
+            self.pools,
         )
         await run.start()
         return run
@@ -238,7 +241,7 @@ class Gateway:
         try:
             await self.resolver.resolve(api_key(headers))
             conv = protocol.parse_count_tokens(parse_body(body, self.cfg.max_body_bytes))
-            return JsonReply(200, {"input_tokens": self.builder.count_tokens(conv)})
+            return JsonReply(200, {"input_tokens": await self.pools.render(self.builder.count_tokens, conv)})
         except ClawgymError as e:
             return self._error(protocol, e, "unknown")
 
@@ -279,3 +282,4 @@ class Gateway:
         if self.background:
             await asyncio.wait(set(self.background), timeout=grace_s)
         await self.live.aclose()
+        self.pools.shutdown()

@@ -21,6 +21,7 @@ import numpy as np
 from clawgym.arrays import IDS, LOGPROBS
 from clawgym.capture.live import LiveState, turn_of
 from clawgym.capture.metrics import ProxyMetrics
+from clawgym.capture.pools import WorkerPools
 from clawgym.engine.interface import Engine, SamplingParams, TokenChunk
 from clawgym.errors import ClawgymError, Unavailable
 from clawgym.protocols.conversation import (
@@ -75,6 +76,7 @@ class CallRun:
         metrics: ProxyMetrics,
         stop_token_ids: tuple[int, ...],
         background: set[asyncio.Task],
+        pools: WorkerPools,
     ) -> None:
         self.setup = setup
         self._engine = engine
@@ -85,6 +87,7 @@ class CallRun:
         self._labels = (setup.protocol, setup.rollout.harness or "unknown")
         self._stop_ids = set(stop_token_ids)
         self._background = background
+        self._pools = pools
         self._parser = OutputParser(
             setup.reply.new_tool_id,
             parse_tool_calls=setup.options.parse_tool_calls,
@@ -127,7 +130,7 @@ class CallRun:
         self._task.add_done_callback(self._background.discard)
 
     async def _seq_floor(self) -> int:
-        calls = await asyncio.to_thread(self._store.list_calls, self.setup.rollout.id)
+        calls = await self._pools.store(self._store.list_calls, self.setup.rollout.id)
         return max((c.seq for c in calls), default=-1) + 1
 
     # --- consuming ---
@@ -296,7 +299,7 @@ class CallRun:
             latency_s=latency,
             headers=s.headers,
         )
-        await asyncio.to_thread(self._store.record_call, call)
+        await self._pools.store(self._store.record_call, call)
         if completion.finish_reason != "abort":
             # kept before the harness sees the end, so its next request can splice these ids
             segment = s.prompt.ids[s.prompt.segment_start :]

@@ -5,11 +5,11 @@ caller's protocol). Tokens are cached under their sha256 only, never in clear. I
 authenticate anything else: every other header is recorded, not trusted.
 """
 
-import asyncio
 import hashlib
 from collections.abc import Mapping
 
 from clawgym.capture.live import LiveState
+from clawgym.capture.pools import WorkerPools
 from clawgym.errors import NotFound, Unauthenticated
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.records import ENDED_ROLLOUT_STATES, Rollout
@@ -28,8 +28,9 @@ def api_key(headers: Mapping[str, str]) -> str:
 class RolloutResolver:
     """Resolves rollout tokens through the store, with a short-lived cache in the live state."""
 
-    def __init__(self, store: TrajectoryStore, live: LiveState, ttl_s: float) -> None:
+    def __init__(self, store: TrajectoryStore, live: LiveState, ttl_s: float, pools: WorkerPools) -> None:
         self._store = store
+        self._pools = pools
         self._live = live
         self._ttl_s = ttl_s
 
@@ -41,7 +42,7 @@ class RolloutResolver:
         rollout = await self._live.get_rollout(token_hash)
         if rollout is None:
             try:
-                rollout = await asyncio.to_thread(self._store.resolve_token, token)
+                rollout = await self._pools.store(self._store.resolve_token, token)
             except (NotFound, Unauthenticated):
                 raise Unauthenticated("unknown API key: not the token of any rollout") from None
             await self._live.put_rollout(token_hash, rollout, self._ttl_s)

@@ -13,6 +13,8 @@ closing the stream aborts it. It knows nothing about chat templates.
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import numpy as np
+
 from clawgym.engine.interface import EngineStatus, SamplingParams, TokenChunk
 from clawgym.errors import InvalidArgument, Unavailable
 
@@ -75,7 +77,8 @@ class ScriptedEngine:
             raise Unavailable("scripted engine is marked unavailable")
         if not prompt_ids:
             raise InvalidArgument("empty prompt")
-        if any(not 0 <= t < self.vocab_size for t in prompt_ids):
+        ids = np.asarray(prompt_ids)
+        if ids.min() < 0 or ids.max() >= self.vocab_size:
             raise InvalidArgument(f"prompt has token ids outside [0, {self.vocab_size})")
         if len(prompt_ids) + params.max_new_tokens > self.max_context:
             raise InvalidArgument(

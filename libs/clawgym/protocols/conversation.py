@@ -58,10 +58,10 @@ class Message:
         is left out (harnesses strip or keep it at will) and so are ids. Other messages compare
         on role and exact content.
         """
-        if self.role == "assistant":
-            calls = [[c.name, c.canonical_arguments()] for c in self.tool_calls]
-            return json.dumps(["assistant", self.content.strip(), calls], ensure_ascii=False)
-        return json.dumps([self.role, self.content], ensure_ascii=False)
+        if self.role == "assistant":  # length-prefixed parts: unambiguous without escaping
+            parts = [self.content.strip(), *(f"{c.name}\0{c.canonical_arguments()}" for c in self.tool_calls)]
+            return "assistant:" + "".join(f"{len(p)}:{p}" for p in parts)
+        return f"{self.role}:{self.content}"  # the role is a fixed word: the rest is all content
 
 
 @dataclass(frozen=True)

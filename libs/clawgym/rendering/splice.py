@@ -77,14 +77,19 @@ def chain_keys(conv: Conversation) -> list[bytes]:
     key = tools_key(conv.tools)
     keys = []
     for m in conv.messages:
-        key = _digest(key, m.fingerprint().encode())
+        key = _extend(key, m)
         keys.append(key)
     return keys
 
 
+def _extend(key: bytes, message: Message) -> bytes:
+    # the previous key has a fixed length, so key + fingerprint is unambiguous
+    return hashlib.blake2b(key + message.fingerprint().encode(), digest_size=KEY_BYTES).digest()
+
+
 def turn_key(prompt_key: bytes, turn: Message) -> bytes:
     """The key a generated turn is kept under: the prompt's chain extended by the turn."""
-    return _digest(prompt_key, turn.fingerprint().encode())
+    return _extend(prompt_key, turn)
 
 
 class PromptBuilder:
