@@ -1,0 +1,147 @@
+"""The whole rollout path for end-to-end tests: orchestrator → sandbox → real harness → real proxy → store.
+
+Only the policy is scripted (STYLE.md 16): a `ScriptedEngine` behind the real proxy app answers,
+through the real tiny-qwen3 tokenizer, first with a tool call (or bash block) that does the task,
+then with a final message. Which of the two it sends depends on the prompt (how many assistant
+turns it already holds), so a harness's side calls cannot shift the script.
+
+- `tokenizer`: tiny-qwen3.
+- `stack(script, backend=…)`: a SQLite store, the proxy on a free 127.0.0.1 port, and an in-process
+  `Orchestrator` pointed at it; torn down after the test.
+- `scripted(first, final)`: the script for an engine.
+- `write_word`: a bundled mini-suite task "Create a file named F containing the text W.", its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from clawgym.capture.config import ProxyConfig
+from clawgym.config import ClawgymConfig
+from clawgym.engine.scripted import ScriptedEngine
+from clawgym.models import load_tokenizer
+from clawgym.orchestrator.runner import Orchestrator
+from clawgym.store.sql import SqlStore
+from clawgym.tasks.loader import load_tasks
+from clawgym.tasks.model import Task
+from clawgym.tasks.suites import resolve_suite
+from clawgym_services.proxy.server import create_app
+
+WRITE_WORD = re.compile(r"^Create a file named (\S+) containing the text (\S+)\.$")
+
+
+class ServerThread:
+    """uvicorn serving an app on 127.0.0.1 (port 0 → a free one) in a background thread."""
+
+    def __init__(self, app) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("proxy server did not start")
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return load_tokenizer("tiny-qwen3")
+
+
+@dataclass
+class Stack:
+    store: SqlStore
+    engine: ScriptedEngine
+    proxy_url: str
+    orchestrator: Orchestrator
+
+    def run(self, coro):
+        return asyncio.run(coro)
+
+
+@pytest.fixture
+def scripted(tokenizer) -> Callable[[str, str], Callable[[list[int], int], list[int]]]:
+    """script(first, final): the engine answers `first` to a prompt with no earlier assistant turn,
+    `final` otherwise; both tokenized as the policy would emit them, ending in <|im_end|>."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def make(first: str, final: str) -> Callable[[list[int], int], list[int]]:
+        replies = [[*tokenizer.encode(t, add_special_tokens=False), end] for t in (first, final)]
+
+        def script(prompt_ids: list[int], index: int) -> list[int]:
+            turns = tokenizer.decode(prompt_ids).count("<|im_start|>assistant")
+            return list(replies[0 if turns <= 1 else 1])
+
+        return script
+
+    return make
+
+
+@pytest.fixture
+def stack(tokenizer, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Builds the store + proxy + orchestrator stack around a script (see the module docstring)."""
+    closers: list[Callable[[], None]] = []
+
+    def make(
+        script, *, sandbox: dict | None = None, proxy_host_url: str | None = None, **orchestrator
+    ) -> Stack:
+        store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+        closers.append(store.close)
+        engine = ScriptedEngine(script, vocab_size=len(tokenizer), max_context=1_000_000)
+        server = ServerThread(create_app(ProxyConfig(), engine, store, tokenizer)).__enter__()
+        closers.append(lambda: server.__exit__(None, None, None))
+        root = tmp_path / "sandboxes"
+        root.mkdir(mode=0o711, exist_ok=True)
+        root.chmod(0o711)
+        tmp_path.chmod(0o711)  # sandbox uids traverse to their storage
+        cfg = ClawgymConfig(
+            sandbox=sandbox or {"owner": "e2e", "local": {"root_dir": str(root), "isolation": "bwrap"}},
+            orchestrator={"proxy_url": server.url, "retry_backoff_s": 0.1, "max_attempts": 1, **orchestrator},
+        )
+        orch = Orchestrator.from_config(cfg, store=store)
+        closers.append(lambda: asyncio.run(orch.close()))
+        return Stack(store, engine, server.url, orch)
+
+    yield make
+    for close in reversed(closers):
+        close()
+
+
+@dataclass(frozen=True)
+class WriteWord:
+    """A bundled mini-suite task "Create a file named F containing the text W." and its answer."""
+
+    task: Task
+    file: str
+    word: str
+
+    @property
+    def command(self) -> str:
+        return f"echo {self.word} > {self.file}"
+
+
+@pytest.fixture(scope="session")
+def write_word() -> WriteWord:
+    """The first `write_word` task of the bundled mini suite's train split."""
+    for task in load_tasks(resolve_suite("mini"), split="train"):
+        if match := WRITE_WORD.match(task.instruction):
+            return WriteWord(task, match.group(1), match.group(2))
+    raise AssertionError("the mini suite has no write_word task")
