@@ -9,12 +9,14 @@ turns it already holds), so a harness's side calls cannot shift the script.
 - `stack(script, backend=…)`: a SQLite store, the proxy on a free 127.0.0.1 port, and an in-process
   `Orchestrator` pointed at it; torn down after the test.
 - `scripted(first, final)`: the script for an engine.
+- `k8s_cluster`: the sandbox tests' session fixture (tests/sandbox/conftest.py), reused as is.
 - `write_word`: a bundled mini-suite task "Create a file named F containing the text W.", its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import re
 import threading
 import time
@@ -36,7 +38,21 @@ from clawgym.tasks.model import Task
 from clawgym.tasks.suites import resolve_suite
 from clawgym_services.proxy.server import create_app
 
+REPO = Path(__file__).resolve().parents[2]
 WRITE_WORD = re.compile(r"^Create a file named (\S+) containing the text (\S+)\.$")
+
+
+def _sandbox_conftest():
+    """tests/sandbox/conftest.py as a module (test folders are not packages under importlib mode)."""
+    spec = importlib.util.spec_from_file_location(
+        "clawgym_tests_sandbox_conftest", REPO / "tests/sandbox/conftest.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+k8s_cluster = _sandbox_conftest().k8s_cluster  # the local Kubernetes cluster, shared by lease
 
 
 class ServerThread:
