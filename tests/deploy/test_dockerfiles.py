@@ -207,3 +207,29 @@ def test_sandbox_images_pin_the_harness_versions_of_harnesses_md():
             assert python_args.get("MINI_SWE_AGENT_VERSION") == version, (
                 f"sandbox-python pins mini-swe-agent {python_args}"
             )
+
+
+def test_sandbox_images_install_what_the_harness_adapters_pin():
+    """The adapters' InstallSpec (the code's truth) is what the sandbox images carry, Node version included."""
+    from clawgym.harnesses.registry import HARNESSES
+
+    node = (REPO / "deploy" / "docker" / "sandbox-node.Dockerfile").read_text()
+    node_tag = arg_defaults(REPO / "deploy" / "docker" / "sandbox-node.Dockerfile")["NODE_IMAGE"].split(":")[
+        1
+    ]
+    python_args = arg_defaults(REPO / "deploy" / "docker" / "sandbox-python.Dockerfile")
+    checked = 0
+    for name, adapter in HARNESSES.items():
+        spec = adapter.install_spec
+        if spec.manager == "npm":
+            assert spec.requirement in node, f"sandbox-node.Dockerfile lacks {name}'s {spec.requirement}"
+            if spec.node:
+                assert node_tag.startswith(spec.node), (
+                    f"{name} wants Node {spec.node}, the image has {node_tag}"
+                )
+            checked += 1
+        elif spec.manager == "pip":
+            assert spec.package == "mini-swe-agent", f"a pip harness without a sandbox image: {name}"
+            assert python_args["MINI_SWE_AGENT_VERSION"] == spec.version, f"{name} pins {spec.version}"
+            checked += 1
+    assert checked >= 6, f"expected the six installable harnesses, checked {checked}"
