@@ -17,6 +17,7 @@ from clawgym.engine.config import InferenceConfig
 from clawgym.errors import InvalidArgument
 from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.sandbox.config import SandboxConfig
+from clawgym.training.config import TrainerConfig
 
 
 class Section(BaseModel):
@@ -46,6 +47,7 @@ class ClawgymConfig(BaseSettings):
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="policy serving engine")
     proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="capturing serving proxy")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="where rollouts run: local or kubernetes")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the RL run and the trainer service")
     orchestrator: OrchestratorConfig = Field(
         default_factory=OrchestratorConfig, description="rollout orchestrator: limits, retries, proxy URL"
     )

@@ -1,0 +1,1 @@
+"""The RL trainer: the loop over rollout groups, checkpoints the engines hot-reload, resume, FSDP2."""

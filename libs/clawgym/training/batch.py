@@ -1,0 +1,130 @@
+"""A step's batch: store groups → one prefix tree per group, stale groups dropped, shards per rank.
+
+Owns what the trainer decides about groups before any tensor exists: each group's tree (with the
+rewards the run assigns to rollouts that ended without one), its policy lag, whether it is dropped
+(older than `max_policy_lag`) or empty (no generated token), the batch's sharing and reward
+statistics, and which rank trains which trees. Advantages and losses are `clawgym.rl`'s.
+
+One tree per group, not one per batch: GRPO normalises within a group, so a group is the unit a
+rank can train alone, and its samples share the task prompt (most of the sharing); the loss
+normalisation is made global across groups and ranks in `update.py`.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from clawgym.store.records import Group
+from clawgym.trajectory import FlatTree, RadixTree, TreeStats, tree_from_calls
+
+
+@dataclass(frozen=True)
+class GroupTree:
+    """One group as the trainer trains it."""
+
+    group_id: str
+    harness: str
+    flat: FlatTree
+    stats: TreeStats
+    rewards: tuple[float, ...]  # per rollout, in the group's order (failed ones get the run's failed_reward)
+    passed: tuple[bool, ...]
+    oldest_version: int  # the oldest weights that generated any of its tokens
+
+    @property
+    def n_generated(self) -> int:
+        """(rollout, position) pairs the rollouts generated: the "token" loss normaliser's count."""
+        return len(self.flat.gen_pos)
+
+    @property
+    def n_generating_rollouts(self) -> int:
+        """Rollouts with at least one generated token: the "sequence" normaliser's count."""
+        return int(np.unique(self.flat.gen_rollout).size)
+
+
+@dataclass
+class Batch:
+    """The groups of one step: trained trees, plus ids consumed without training."""
+
+    version: int  # the policy version being trained (its update produces version + 1)
+    trees: list[GroupTree] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # older than max_policy_lag
+    dropped_rollouts: int = 0  # rollouts of the dropped groups
+    empty: list[str] = field(default_factory=list)  # nothing generated (every rollout failed early)
+    lags: list[int] = field(default_factory=list)  # policy lag of every group with tokens
+
+    @property
+    def group_ids(self) -> list[str]:
+        """Every group this step consumes: trained, dropped or empty."""
+        return [t.group_id for t in self.trees] + self.dropped + self.empty
+
+    def sharing_ratio(self) -> float:
+        """Σ rollout path tokens / Σ tree tokens: what tree packing saves over training paths one by one."""
+        unique = sum(t.stats.unique_tokens for t in self.trees)
+        return sum(t.stats.path_tokens for t in self.trees) / max(unique, 1)
+
+    def by_harness(self) -> dict[str, dict[str, float]]:
+        """Mean reward and pass rate of the trained rollouts, per harness."""
+        out: dict[str, dict[str, float]] = {}
+        for harness in sorted({t.harness for t in self.trees}):
+            rewards = [r for t in self.trees if t.harness == harness for r in t.rewards]
+            passed = [p for t in self.trees if t.harness == harness for p in t.passed]
+            out[harness] = {"reward": float(np.mean(rewards)), "pass_rate": float(np.mean(passed))}
+        return out
+
+
+def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
+    """The group's tree, or None when no rollout of it has a call."""
+    tree = RadixTree()
+    rewards, passed, harness = [], [], ""
+    for rollout in group.rollouts:
+        if not rollout.calls:
+            continue
+        r = rollout.rollout
+        reward = failed_reward if r.reward is None else float(r.reward)
+        tree_from_calls(rollout.calls, group_id=group.id, reward=reward, tree=tree)
+        rewards.append(reward)
+        passed.append(bool(r.passed))
+        harness = harness or r.harness
+    if not rewards:
+        return None
+    flat = tree.flatten()
+    if len(flat.gen_pos) == 0:
+        return None
+    return GroupTree(
+        group_id=group.id,
+        harness=harness,
+        flat=flat,
+        stats=tree.stats(),
+        rewards=tuple(rewards),
+        passed=tuple(passed),
+        oldest_version=int(flat.gen_version.min()),
+    )
+
+
+def build_batch(groups: list[Group], version: int, max_policy_lag: int, failed_reward: float = 0.0) -> Batch:
+    """Trees of `groups`; groups generated more than `max_policy_lag` versions before `version` are dropped."""
+    batch = Batch(version=version)
+    for group in groups:
+        tree = group_tree(group, failed_reward)
+        if tree is None:
+            batch.empty.append(group.id)
+            continue
+        lag = version - tree.oldest_version
+        batch.lags.append(lag)
+        if lag > max_policy_lag:
+            batch.dropped.append(group.id)
+            batch.dropped_rollouts += len(group.rollouts)
+        else:
+            batch.trees.append(tree)
+    return batch
+
+
+def assign_to_ranks(trees: list[GroupTree], world_size: int) -> list[list[GroupTree]]:
+    """Trees per rank, balanced by tree tokens (largest first onto the least loaded rank); deterministic."""
+    shards: list[list[GroupTree]] = [[] for _ in range(world_size)]
+    load = [0] * world_size
+    for tree in sorted(trees, key=lambda t: (-t.flat.n_positions, t.group_id)):
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        shards[rank].append(tree)
+        load[rank] += tree.flat.n_positions
+    return shards
