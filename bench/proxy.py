@@ -20,7 +20,6 @@ The last line is one JSON object of the figures.
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -167,8 +166,10 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
         run.id, [RolloutSpec(group_id="g", task_id="t", harness="claude-code")] * concurrency
     )
     port = 18000 + (uuid.uuid4().int % 2000)
-    proc = subprocess.Popen([sys.executable, *(os.environ["BENCH_SERVER"].split() if "BENCH_SERVER" in os.environ else [__file__, "--serve"]), "--port", str(port), "--store", store_url, "--redis",
-                             redis_url, "--prefix", schema, "--token-delay", str(a.token_delay)])  # fmt: skip
+    serve_args = ["--port", str(port), "--store", store_url, "--redis", redis_url, "--prefix", schema]
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):

@@ -9,7 +9,6 @@ in the last section; see also ../shared/HARNESSES.md.
 """
 
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -432,7 +431,3 @@ class AnthropicMessages:
 
     def stream_error(self, error: Exception) -> bytes:
         return stream_error(error)
-
-
-def created_at() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
