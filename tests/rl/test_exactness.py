@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Co
 
 from clawgym.rl import LossConfig, ValueHead, gae_terms, grpo_terms, merge_terms, pack, tree_loss, value_terms
 from clawgym.rl.forward import packed_forward, values_by_position
-from clawgym.rl.linear import path_forward, path_loss, path_rows
+from clawgym.rl.linear import pack_paths, path_forward, path_loss, path_rows
 from clawgym.trajectory import FlatTree, tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
@@ -282,3 +282,23 @@ def test_trimmed_logits_per_path_baseline_equals_the_full_logits_reference():
         loss.backward()
         total += loss.item()
     assert_same((total, grads(model)), full, 1e-9, "trimmed vs full logits")
+
+
+def test_sequence_packed_paths_baseline_equals_the_per_path_reference():
+    """The bench's strongest linear baseline (paths side by side, block-causal mask) is the same loss."""
+    model = tiny_model("llama", torch.float64)
+    flat = random_tree(seed=4, group_size=3)
+    terms = grpo_terms(flat)
+    reference = per_path_total(model, flat, terms, LOSS_CFG)
+    deepest = int(flat.depth().max()) + 1
+    zero(model)
+    total = 0.0
+    packs = pack_paths(flat, terms, budget=2 * deepest, dtype=torch.float64)
+    assert len(packs) > 1 and sum(len(p) for p in packs) == sum(
+        len(flat.path_positions(int(n))) for n in terms.path_node
+    ), "every path is laid out whole, once"
+    for pk in packs:
+        loss, _ = tree_loss(model, pk, LOSS_CFG, old_logprob=pk.rows.engine_logprob)
+        loss.backward()
+        total += loss.item()
+    assert_same((total, grads(model)), reference, 1e-6, "sequence-packed paths")

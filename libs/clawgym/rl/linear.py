@@ -3,15 +3,18 @@
 Owns the linearised computation: each rollout path (terms.py, departure 1) as its own causal
 sequence through the model's ordinary forward (`model(input_ids).logits`, HF's own causal mask
 and positions 0..L-1), with that path's unmerged rows. Summed over paths, loss and gradients must
-equal the packed tree's (tests/rl/test_exactness.py); `bench/tree_training.py` times both.
+equal the packed tree's (tests/rl/test_exactness.py). `pack_paths` is the same baseline with
+sequence packing (paths side by side in one sequence, no sharing); `bench/tree_training.py` times
+all three.
 """
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from clawgym.errors import InvalidArgument
 from clawgym.rl.losses import LossConfig, rows_loss
-from clawgym.rl.packing import LossRows
+from clawgym.rl.packing import LossRows, PackedSequence
 from clawgym.rl.terms import PathTerms
 from clawgym.trajectory.flat import FlatTree
 
@@ -102,3 +105,62 @@ def path_loss(
             ref_logprob = path_forward(ref_model, ids, keep=keep)[0][ctx, target]
     v = values[rows.value_token - 1] if values is not None else None
     return rows_loss(logprob, entropy, v, rows, cfg, old_logprob, ref_logprob, policy_version)
+
+
+def pack_paths(
+    flat: FlatTree, terms: PathTerms, budget: int | None = None, dtype: torch.dtype = torch.float32
+) -> list[PackedSequence]:
+    """The linearised baseline at its best: rollout paths as separate causal segments packed into
+    sequences of at most `budget` tokens (sequence packing, as varlen attention does it), no
+    prefix shared. Same forward and loss code as tree packing (`losses.tree_loss`), so timing it
+    against `packing.pack` isolates what sharing saves.
+    """
+    segments = []
+    for p in range(len(terms.path_rollout)):
+        positions = flat.path_positions(int(terms.path_node[p]))
+        segments.append((positions, flat.tokens[positions], path_rows(terms, p, positions, dtype)))
+    longest = max((len(s[0]) for s in segments), default=0)
+    budget = budget or sum(len(s[0]) for s in segments)
+    if longest > budget:
+        raise InvalidArgument(f"a path of {longest} tokens does not fit the packing budget ({budget})")
+    bins: list[list[tuple[np.ndarray, np.ndarray, LossRows]]] = [[]]
+    used = 0
+    for seg in segments:
+        if used + len(seg[0]) > budget:
+            bins.append([])
+            used = 0
+        bins[-1].append(seg)
+        used += len(seg[0])
+    return [_concat(b) for b in bins if b]
+
+
+def _concat(segments: list[tuple[np.ndarray, np.ndarray, LossRows]]) -> PackedSequence:
+    ids, pos, parent, end, tree_pos, rows = [], [], [], [], [], []
+    offset = 0
+    for positions, tokens, r in segments:
+        L = len(positions)
+        local = np.arange(L)
+        ids.append(tokens)
+        tree_pos.append(positions)
+        pos.append(local)
+        parent.append(np.where(local > 0, offset + local - 1, -1))
+        end.append(np.full(L, offset + L))
+        shifted = dict(r.__dict__)
+        shifted["token"] = r.token + offset
+        shifted["value_token"] = r.value_token + offset
+        rows.append(shifted)
+        offset += L
+    tp = np.concatenate(tree_pos)
+
+    def cat(x: list[np.ndarray]) -> Tensor:
+        return torch.from_numpy(np.concatenate(x).astype(np.int64))
+
+    return PackedSequence(
+        input_ids=cat(ids),
+        position_ids=cat(pos),
+        parent=cat(parent),
+        subtree_end=cat(end),
+        tree_pos=torch.from_numpy(tp.astype(np.int64)),
+        owned=torch.ones(len(tp), dtype=torch.bool),
+        rows=LossRows(**{k: torch.cat([r[k] for r in rows]) for k in rows[0]}),
+    )

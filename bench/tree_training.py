@@ -1,0 +1,180 @@
+"""Tree-packed training against training every rollout path separately, on harness-shaped traces.
+
+    .venv/bin/python bench/tree_training.py [--models tiny-qwen3,smollm2-135m] [--reps 2] [--budget 4096]
+
+Synthetic traces (`clawgym.trajectory.synthetic`): one shared system prompt + tools, G=8 samples
+per task, 10+ calls per rollout with a growing history, and branches from compactions and
+sub-agents. Sizes (chosen so the whole run takes a few minutes on 2 shared CPU cores):
+
+- insertion / harness-scale sharing: 4 groups × 8 samples, 10-30 calls, system 2000 tokens, task
+  200, tool results ~60, outputs ~40 (about 2M call tokens, ~100k unique);
+- training, tiny-qwen3 (4M params): 1 group × 8, 10-16 calls, system 600, task 100, tool results
+  ~16, outputs ~12 (a few thousand unique tokens);
+- training, SmolLM2-135M: 1 group × 8, 10-11 calls, system 160, task 32, tool results ~6,
+  outputs ~6 (about 1.3k unique tokens; CPU time is the limit, not memory).
+
+Three ways to compute the same GRPO loss (token aggregation, TIS, clip) and the same gradients
+(checked: max relative gradient difference printed):
+- tree: the tree packed once (`clawgym.rl.packing.pack`), shared prefixes computed once;
+- paths sequence-packed: every rollout path as its own causal segment, side by side in sequences
+  of the same budget (`clawgym.rl.linear.pack_paths`): the best a linearising trainer does, with
+  the same forward and loss code, so `speedup` (this ratio) measures sharing alone;
+- paths one by one: each path through the model's ordinary causal forward (LM head trimmed to the
+  needed slots, as the others), run once: small sequences also lose GEMM efficiency and pay
+  per-backward overheads, so this ratio can exceed the sharing ratio.
+Runs rotate the order of the methods; each keeps its fastest run, in process CPU time (headline:
+on a shared machine other processes stretch wall time) and in wall time. The limit of the speedup is the sharing
+ratio (path tokens / unique tokens); with splitting, the tighter limit is path tokens / packed
+tokens (repeated ancestor context is computed again). The last line is one JSON object.
+"""
+
+import argparse
+import json
+import time
+
+import torch
+
+from clawgym.rl import LossConfig, grpo_terms, merge_terms, pack, tree_loss
+from clawgym.rl.linear import pack_paths, path_loss
+from clawgym.trajectory import tree_from_groups
+from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
+
+INSERT_SHAPE = TraceShape(n_groups=4, group_size=8, calls=(10, 30), system_tokens=2000, task_tokens=200,
+                          observation_tokens=60, output_tokens=40)  # fmt: skip
+TRAIN_SHAPES = {
+    "tiny-qwen3": TraceShape(group_size=8, calls=(10, 16), system_tokens=600, task_tokens=100, observation_tokens=16,
+                             output_tokens=12, header_tokens=4, subagent_system_tokens=100, p_compaction=0.03,
+                             p_subagent=0.03),
+    "smollm2-135m": TraceShape(group_size=8, calls=(10, 11), system_tokens=160, task_tokens=32, observation_tokens=6,
+                               output_tokens=6, header_tokens=3, subagent_system_tokens=32, p_compaction=0.03,
+                               p_subagent=0.03),
+}  # fmt: skip
+LOSS = LossConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
+
+
+def insertion(reps: int) -> dict:
+    groups = synthetic_groups(INSERT_SHAPE, seed=0)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        tree = tree_from_groups(groups)
+        best = min(best, time.perf_counter() - t0)
+    s = tree.stats()
+    print(
+        f"insertion: {s.call_tokens:,} call tokens of {s.n_rollouts} rollouts ({s.n_paths} paths) in {best:.3f}s"
+        f" = {s.call_tokens / best / 1e6:.1f}M tokens/s; {s.unique_tokens:,} unique, {s.path_tokens:,} path tokens,"
+        f" sharing ×{s.sharing_ratio:.2f}, {s.branch_points} branch points, depth {s.depth:,}"
+    )
+    return {"insert_tokens_per_s": s.call_tokens / best, "sharing_ratio_harness_scale": s.sharing_ratio}
+
+
+def grads(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+
+def train_compare(name: str, reps: int, budget: int) -> dict:
+    from clawgym.models import load_model
+
+    model = load_model(name)  # fp32, CPU, eval mode (no dropout); gradients still flow
+    shape = TRAIN_SHAPES[name]
+    shape = TraceShape(**{**shape.__dict__, "vocab_size": min(shape.vocab_size, model.config.vocab_size)})
+    flat = tree_from_groups(synthetic_groups(shape, seed=1)).flatten()
+    s = flat.to_radix().stats()
+    terms = grpo_terms(flat)
+    budget = max(budget, int(flat.depth().max()) + 1)
+    packs = pack(flat, budget, merge_terms(terms))
+    packed_tokens = sum(len(p) for p in packs)
+    n_paths = len(terms.path_rollout)
+    print(
+        f"{name}: {s.n_rollouts} rollouts, {n_paths} paths, {s.unique_tokens:,} unique / {s.path_tokens:,} path tokens"
+        f" (sharing ×{s.sharing_ratio:.2f}), {len(packs)} packed sequence(s) of ≤{budget} = {packed_tokens:,} tokens,"
+        f" {len(terms.pos):,} trainable (path, token) rows"
+    )
+
+    seq_packs = pack_paths(flat, terms, budget)
+
+    def timed(step) -> tuple[float, float]:
+        model.zero_grad(set_to_none=True)
+        t0, c0 = time.perf_counter(), time.process_time()
+        step()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    def tree_packed() -> None:
+        for pk in packs:
+            tree_loss(model, pk, LOSS)[0].backward()
+
+    def sequence_packed() -> None:
+        for pk in seq_packs:
+            tree_loss(model, pk, LOSS)[0].backward()
+
+    def one_by_one() -> None:
+        for p in range(n_paths):
+            path_loss(model, flat, terms, p, LOSS, trim_logits=True)[0].backward()
+
+    methods = {"tree": tree_packed, "paths_packed": sequence_packed, "paths_one_by_one": one_by_one}
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in methods}
+    final_grads = {}
+    for i in range(reps):
+        names = list(methods)[i % 3 :] + list(methods)[: i % 3]  # rotate the order between runs
+        for k in names:
+            if k == "paths_one_by_one" and times[k]:
+                continue  # the slowest baseline runs once
+            times[k].append(timed(methods[k]))
+            final_grads[k] = grads(model)
+    rel = max(
+        float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
+        for k in ("paths_packed", "paths_one_by_one")
+        for a, b in zip(final_grads["tree"], final_grads[k], strict=True)
+    )
+    cpu = {k: min(t[1] for t in v) for k, v in times.items()}
+    wall = {k: min(t[0] for t in v) for k, v in times.items()}
+    speedup = cpu["paths_packed"] / cpu["tree"]
+    limit = s.path_tokens / packed_tokens
+    print(
+        f"{name}: forward+backward CPU time: tree-packed {cpu['tree']:.2f}s, paths sequence-packed"
+        f" {cpu['paths_packed']:.2f}s, paths one by one {cpu['paths_one_by_one']:.2f}s"
+        f" (wall {wall['tree']:.2f}s, {wall['paths_packed']:.2f}s, {wall['paths_one_by_one']:.2f}s)"
+    )
+    print(
+        f"{name}: speedup ×{speedup:.2f} over sequence-packed paths, ×{cpu['paths_one_by_one'] / cpu['tree']:.2f}"
+        f" over paths one by one; limit ×{s.sharing_ratio:.2f} (sharing), ×{limit:.2f} (path/packed tokens)"
+        f" → {speedup / s.sharing_ratio:.0%} of the sharing ratio; max relative gradient difference {rel:.1e}"
+    )
+    return {
+        "sharing_ratio": s.sharing_ratio,
+        "speedup": speedup,
+        "speedup_vs_one_by_one": cpu["paths_one_by_one"] / cpu["tree"],
+        "speedup_wall": wall["paths_packed"] / wall["tree"],
+        "limit_path_over_packed": limit,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "unique_tokens": s.unique_tokens,
+        "path_tokens": s.path_tokens,
+        "packed_tokens": packed_tokens,
+        "paths": n_paths,
+        "grad_rel_diff": rel,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="tiny-qwen3,smollm2-135m", help="comma-separated clawgym model specs")
+    ap.add_argument("--reps", type=int, default=2, help="timed runs of the packed methods (rotating order)")
+    ap.add_argument("--budget", type=int, default=4096, help="packing budget in tokens per sequence")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    figures = insertion(reps=3)
+    per_model = {name: train_compare(name, args.reps, args.budget) for name in args.models.split(",") if name}
+    headline = per_model.get("smollm2-135m") or next(iter(per_model.values()), {})
+    figures.update(
+        sharing_ratio=headline.get("sharing_ratio"),
+        speedup=headline.get("speedup"),
+        speedup_over_sharing=(headline["speedup"] / headline["sharing_ratio"]) if headline else None,
+        models=per_model,
+    )
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
