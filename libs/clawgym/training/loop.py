@@ -91,7 +91,8 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)
         self.policy: BuiltPolicy | None = None
         self.feed: GroupFeed | None = None
-        self._consumed_untrained: list[str] = []  # dropped/empty groups, committed with the next checkpoint
+        # groups of steps that trained nothing (all dropped or empty): committed with the next checkpoint
+        self._untrained = Batch(version=0)
         self._task_ids: list[str] = []
         self._download_cache = Path(f"/tmp/clawgym-trainer-{cfg.run_name}")
 
@@ -172,7 +173,8 @@ class Trainer:
             batch = build_batch(groups, self.version, self.cfg.max_policy_lag, self.cfg.failed_reward)
             self._count_lag(batch)
             if not batch.trees:
-                self._consumed_untrained += batch.dropped + batch.empty
+                self._untrained.dropped += batch.dropped
+                self._untrained.empty += batch.empty
                 log.warning("step %d: all %d groups dropped or empty", self.version + 1, len(groups))
             trees = assign_to_ranks(batch.trees, self.world.size)
             norm = Normaliser.of(batch.trees)
@@ -215,7 +217,7 @@ class Trainer:
                 "lr": lr,
                 "version": version,
                 "groups": len(batch.trees),
-                "groups_dropped": len(batch.dropped),
+                "groups_dropped": len(batch.dropped) + len(self._untrained.dropped),
                 "rollouts": sum(len(t.rewards) for t in batch.trees),
                 "reward": float(np.mean([r for t in batch.trees for r in t.rewards])),
                 "pass_rate": float(np.mean([p for t in batch.trees for p in t.passed])),
@@ -268,7 +270,7 @@ class Trainer:
 
     def _commit(self, batch: Batch, record: dict[str, Any], uri: str) -> None:
         """Registers the checkpoint with the groups it consumed (the commit point), then the rest."""
-        consumed = batch.group_ids + self._consumed_untrained
+        consumed = batch.group_ids + self._untrained.group_ids
         by_harness = batch.by_harness()
         metrics = record | {
             f"harness/{h}/{k}": v for h, stats in by_harness.items() for k, v in stats.items()
@@ -277,7 +279,7 @@ class Trainer:
         self.store.record_checkpoint(
             Checkpoint(self.run_id, version, version, uri, metrics, group_ids=tuple(consumed))
         )
-        self._consumed_untrained = []
+        self._untrained = Batch(version=0)
         self.feed.consumed(consumed)
         self.store.record_train_step(self.run_id, version, metrics)
         ckpt.prune_checkpoints(self.cfg, version)
