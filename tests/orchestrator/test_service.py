@@ -7,6 +7,7 @@ nop pseudo-harness in it, the task's verifier after it, a PostgreSQL store recor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import urllib.request
@@ -299,3 +300,33 @@ def test_metrics_endpoint_exports_what_the_dashboards_query(make_orchestrator, f
         'clawgym_orchestrator_active_sandboxes{backend="local",harness="oracle"} 0.0',
     ):
         assert needle in text, f"/metrics lacks {needle!r}"
+
+
+def test_a_caller_that_stops_listening_cancels_its_batch(make_orchestrator, suite, sandbox_root):
+    """Leaving the RunRollouts stream (the client went away) cancels the batch: the running rollout
+    ends cancelled in the store and its sandbox is destroyed, well before its 120 s solution ends."""
+    served = make_orchestrator()
+    run = served.store.create_run("disconnect")
+    batch = Batch(run.id, [RolloutRequest("sleep-long", "oracle")], suite=str(suite))
+
+    async def leave_once_running() -> str:
+        client = served.client()
+        try:
+            async with contextlib.aclosing(client.run_rollouts(batch)) as statuses:
+                async for status in statuses:
+                    if status.state == "running":
+                        return status.rollout_id  # leaving closes the stream: the call is cancelled
+        finally:
+            await client.close()
+        raise AssertionError("the rollout never started")
+
+    rollout_id = asyncio.run(leave_once_running())
+    deadline = time.monotonic() + 60
+    while served.store.get_rollout(rollout_id).status != "cancelled":
+        assert time.monotonic() < deadline, f"still {served.store.get_rollout(rollout_id).status} after 60 s"
+        time.sleep(0.2)
+    assert served.store.get_rollout(rollout_id).reward is None, "a cancelled rollout is not rewarded"
+    deadline = time.monotonic() + 30
+    while sandboxes_in(sandbox_root):
+        assert time.monotonic() < deadline, "the cancelled rollout's sandbox was not destroyed"
+        time.sleep(0.2)

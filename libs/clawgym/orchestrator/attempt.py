@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from clawgym.harnesses.base import HarnessAdapter, RunContext
+from clawgym.harnesses.base import HarnessAdapter, Launch, RunContext
 from clawgym.harnesses.rollout import HOME, sandbox_spec
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.failures import InfraFailure, classify
@@ -56,6 +56,15 @@ class AttemptResult:
     harness_timed_out: bool
     harness_output: str
     timings: dict[str, float]
+
+
+def from_image(adapter: HarnessAdapter, launch: Launch) -> Launch:
+    """The launch for a sandbox whose image carries the harness on PATH (deploy/docker/sandbox-*),
+    not in the host's install cache: the CLI is called by its name instead of its cache path."""
+    spec = adapter.install_spec
+    if spec.manager == "none" or not launch.argv or launch.argv[0] != adapter.executable():
+        return launch
+    return dataclasses.replace(launch, argv=(spec.bin, *launch.argv[1:]))
 
 
 class ProxyProbe:
@@ -114,6 +123,8 @@ class AttemptRunner:
             launch = adapter.launch(task.instruction, ctx, task)
         except Exception as e:
             raise classify(e, failures.HARNESS_START) from e
+        if self.backend.name != "local":
+            launch = from_image(adapter, launch)
         spec = sandbox_spec(
             task,
             launch,
