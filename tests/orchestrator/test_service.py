@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
-from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus
+from clawgym.orchestrator import open_rollout_service
+from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus, collect
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.suites import resolve_suite
 
@@ -330,3 +331,27 @@ def test_a_caller_that_stops_listening_cancels_its_batch(make_orchestrator, suit
     while sandboxes_in(sandbox_root):
         assert time.monotonic() < deadline, "the cancelled rollout's sandbox was not destroyed"
         time.sleep(0.2)
+
+
+def test_the_config_picks_the_grpc_client_or_an_in_process_orchestrator(
+    make_orchestrator, pg_url, sandbox_root
+):
+    """open_rollout_service: orchestrator.grpc_url set → the service's client; empty → in-process.
+    Both run the same batch to the same rewards."""
+    served = make_orchestrator()
+    run = served.store.create_run("factory")
+    task = mini_tasks(1)[0]
+    batch = Batch(run.id, [RolloutRequest(task, "oracle"), RolloutRequest(task, "nop")])
+
+    async def through(cfg) -> list[tuple[str, float | None]]:
+        service = await open_rollout_service(cfg, store=served.store)
+        try:
+            return sorted((s.harness, s.reward) for s in await collect(service, batch))
+        finally:
+            await service.close()
+
+    remote = served.cfg.model_copy(
+        update={"orchestrator": served.cfg.orchestrator.model_copy(update={"grpc_url": served.target})}
+    )
+    assert asyncio.run(through(remote)) == [("nop", 0.0), ("oracle", 1.0)], "over gRPC"
+    assert asyncio.run(through(served.cfg)) == [("nop", 0.0), ("oracle", 1.0)], "in-process"
