@@ -8,6 +8,7 @@ port, with the real tiny-qwen3 tokenizer and a real SQLite store; only the engin
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -33,7 +34,9 @@ class Proxy:
 
     def __init__(self, texts: list[str], db: Path) -> None:
         tokenizer = load_tokenizer("tiny-qwen3")
-        self.engine = ScriptedEngine.from_texts(tokenizer, texts, max_context=8192)
+        self.engine = ScriptedEngine.from_texts(
+            tokenizer, texts, max_context=131072
+        )  # Claude Code sends ~20k
         self.store = SqlStore(f"sqlite:///{db}")
         app = create_app(ProxyConfig(), self.engine, self.store, tokenizer)
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
@@ -119,3 +122,29 @@ def test_mini_swe_agent_solves_a_mini_task_through_the_proxy(tmp_path, backend):
         calls = proxy.store.list_calls(rollout_id)
     assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
     assert len(calls) >= 2, f"both scripted turns went through the proxy: {len(calls)} calls"
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+def test_claude_code_solves_a_mini_task_through_the_proxy(tmp_path, backend):
+    """Claude Code's Write tool call (Qwen-style in the policy's text, Anthropic tool_use on the wire).
+
+    Claude Code's system prompt and tools come to ~20k tokens: the engine's context must hold them."""
+    adapter = get_harness("claude-code")
+    adapter.install()
+    task = mini_task("write_word", tmp_path)
+    path, word = (
+        task.instruction.removeprefix("Create a file named ").rstrip(".").split(" containing the text ")
+    )
+    args = {"file_path": f"{task.workdir}/{path}", "content": word}
+    texts = [f'<tool_call>\n{{"name": "Write", "arguments": {json.dumps(args)}}}\n</tool_call>', "Done."]
+    with Proxy(texts, tmp_path / "store.db") as proxy:
+        rollout_id, token = proxy.register(adapter.name, task.id)
+        outcome = asyncio.run(
+            run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
+        )
+        calls = proxy.store.list_calls(rollout_id)
+    assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
+    assert {c.protocol for c in calls} == {calls[0].protocol} and len(calls) >= 2, (
+        "all calls captured, one protocol"
+    )
