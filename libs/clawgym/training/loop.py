@@ -217,6 +217,7 @@ class Trainer:
                 "lr": lr,
                 "version": version,
                 "groups": len(batch.trees),
+                "trained_groups": [t.group_id for t in batch.trees],
                 "groups_dropped": len(batch.dropped) + len(self._untrained.dropped),
                 "rollouts": sum(len(t.rewards) for t in batch.trees),
                 "reward": float(np.mean([r for t in batch.trees for r in t.rewards])),
