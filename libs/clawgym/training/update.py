@@ -139,7 +139,9 @@ def update(
     n_steps = world.max_int(len(packs))
     old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 else None
     ref = _rows_logprobs(reference, packs, world) if reference is not None and algo.kl_coef > 0 else None
-    params = [p for p in policy.parameters() if p.requires_grad]
+    # The optimizer's parameters, not `policy.parameters()`: after a no-grad forward FSDP2 may leave the
+    # root's parameters unsharded, and those tensors are not the ones that receive the gradients.
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     for _epoch in range(algo.epochs):
         optimizer.zero_grad(set_to_none=True)
         parts = []
