@@ -24,6 +24,12 @@ from clawgym.tasks.suites import resolve_suite
 
 pytestmark = pytest.mark.slow
 
+# Cancels wait this long after "running" so the harness process has started: a local exec cancelled
+# within ~10 ms of its spawn waits for the whole command (asyncio 3.11 waits for the pipes, which the
+# sandboxed command, already detached from bwrap, holds). That race is the local sandbox backend's
+# (clawgym.sandbox.process.run_tree); what these tests check is the orchestrator's cancel.
+SETTLE_S = 1.0
+
 
 def mini_tasks(n: int) -> list[str]:
     """The first task of n families of the bundled mini suite's train split."""
@@ -137,6 +143,7 @@ def test_cancelling_a_batch_destroys_its_sandboxes_and_marks_its_rollouts_cancel
         async for status in client.run_rollouts(batch):
             statuses.append(status)
             if sum(s.state == "running" for s in statuses) == 3 and cancelled is None:
+                await asyncio.sleep(SETTLE_S)
                 cancelled = await client.cancel("b-cancel")
         return statuses, cancelled, time.monotonic() - started
 
@@ -173,6 +180,7 @@ def test_cancelling_one_rollout_leaves_the_rest_of_its_batch_running(make_orches
         async for status in client.run_rollouts(batch):
             statuses.append(status)
             if status.task_id == "sleep-long" and status.state == "running":
+                await asyncio.sleep(SETTLE_S)
                 cancelled = await client.cancel("b-one", status.rollout_id)
         return statuses, cancelled
 
@@ -316,6 +324,7 @@ def test_a_caller_that_stops_listening_cancels_its_batch(make_orchestrator, suit
             async with contextlib.aclosing(client.run_rollouts(batch)) as statuses:
                 async for status in statuses:
                     if status.state == "running":
+                        await asyncio.sleep(SETTLE_S)
                         return status.rollout_id  # leaving closes the stream: the call is cancelled
         finally:
             await client.close()

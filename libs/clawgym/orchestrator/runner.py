@@ -18,7 +18,8 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -126,7 +127,16 @@ class Orchestrator:
         self._resources = cfg.resources() if cfg.sandbox_resources else None
         check_labels(cfg.sandbox_labels)
         self._batches: dict[str, _BatchState] = {}
+        # Store writes get threads of their own: the default executor is small (CPUs + 4) and
+        # local sandboxes' file operations queue there too.
+        self._store_threads = ThreadPoolExecutor(
+            max_workers=min(64, 2 * cfg.max_concurrent_rollouts + 2), thread_name_prefix="orchestrator-store"
+        )
         self.reaped = 0
+
+    def _store(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
+        """A blocking store call, run on the store threads."""
+        return asyncio.get_running_loop().run_in_executor(self._store_threads, fn, *args)
 
     @classmethod
     def from_config(cls, cfg: ClawgymConfig, store: TrajectoryStore | None = None) -> Orchestrator:
@@ -154,6 +164,7 @@ class Orchestrator:
         for batch_id in list(self._batches):
             await self.cancel(batch_id)
         await self.backend.close()
+        self._store_threads.shutdown(wait=False)
 
     # --- the service ----------------------------------------------------------------------------
 
@@ -169,7 +180,7 @@ class Orchestrator:
             for _ in range(request.samples):
                 specs.append(RolloutSpec(group_id, task.id, adapter.name, batch.policy_version))
                 plan.append((task, adapter, group_id))
-        registered = await asyncio.to_thread(self.store.register_rollouts, batch.run_id, specs)
+        registered = await self._store(self.store.register_rollouts, batch.run_id, specs)
         state = _BatchState(batch_id, batch, batch.proxy_url or self.cfg.proxy_url)
         for (task, adapter, group_id), reg in zip(plan, registered, strict=True):
             slot = _Slot(task, adapter, group_id, reg.rollout_id, reg.token)
@@ -260,9 +271,7 @@ class Orchestrator:
                 )
 
                 async def running(sandbox_id: str) -> None:
-                    await uninterrupted(
-                        asyncio.to_thread(self.store.start_rollout, slot.rollout_id, sandbox_id)
-                    )
+                    await uninterrupted(self._store(self.store.start_rollout, slot.rollout_id, sandbox_id))
                     state.emit(slot, "running")
 
                 async def verifying() -> None:
@@ -315,21 +324,15 @@ class Orchestrator:
         if failure.retried and slot.attempt < self.cfg.max_attempts:
             spec = RolloutSpec(slot.group_id, slot.task.id, slot.adapter.name, state.batch.policy_version)
             try:
-                [replacement] = await asyncio.to_thread(
-                    self.store.register_rollouts, state.batch.run_id, [spec]
-                )
-            except ClawgymError:
+                [replacement] = await self._store(self.store.register_rollouts, state.batch.run_id, [spec])
+            except Exception:
                 log.exception("rollout %s: registering its retry failed; not retrying", slot.rollout_id)
         await self._end(state, slot, "failed", error=failure.message, failure=failure.kind,
                         retrying=replacement is not None, timings={"attempt": float(slot.attempt)})  # fmt: skip
         if replacement is None:
             return False
-        slot.rollout_id, slot.token, slot.attempt = (
-            replacement.rollout_id,
-            replacement.token,
-            slot.attempt + 1,
-        )
-        slot.ended = False
+        slot.rollout_id, slot.token = replacement.rollout_id, replacement.token
+        slot.attempt, slot.ended = slot.attempt + 1, False
         state.emit(slot, "registered")
         return True
 
@@ -353,7 +356,7 @@ class Orchestrator:
         slot.ended = True
         error = _clean(error)
         try:
-            await asyncio.to_thread(
+            await self._store(
                 self.store.finish_rollout, slot.rollout_id, status, reward, passed, error, timings or {}
             )
         except FailedPrecondition:
