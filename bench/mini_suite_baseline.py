@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -59,6 +60,11 @@ def generate(model, tok, prompts: list[str], *, sample: bool, max_new_tokens: in
                 stopping_criteria=[FenceClosed(tok, enc.input_ids.shape[1])],
             )
         replies += tok.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
+        print(
+            f"generated {len(replies)}/{len(prompts)} ({'sampled' if sample else 'greedy'})",
+            file=sys.stderr,
+            flush=True,
+        )
     return replies
 
 

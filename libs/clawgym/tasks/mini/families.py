@@ -60,6 +60,14 @@ NAMES = (
     "message",
     "todo",
     "log",
+    "summary",
+    "draft",
+    "words",
+    "items",
+    "story",
+    "names",
+    "numbers",
+    "letter",
 )
 DIRS = (
     "data",
@@ -74,6 +82,18 @@ DIRS = (
     "reports",
     "music",
     "cache",
+    "tests",
+    "assets",
+    "notes",
+    "videos",
+    "photos",
+    "scripts",
+    "drafts",
+    "old",
+    "public",
+    "config",
+    "letters",
+    "games",
 )
 
 
