@@ -103,7 +103,12 @@ class _BatchState:
 
 
 class Orchestrator:
-    """Runs batches on one sandbox backend, recording into one store. Call `start()` first."""
+    """Runs batches on one sandbox backend, recording into one store. Call `start()` first.
+
+    Limits are shared by every batch of this orchestrator; it belongs to the event loop it first
+    runs on (its semaphores do). Owners must be unique per live orchestrator: `start()` reaps
+    every sandbox of its owner that this object does not hold.
+    """
 
     def __init__(
         self,
