@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 
 from clawgym.engine.torch_engine import TorchEngine
 from clawgym.models import load_model
+from clawgym.store.bus import CHECKPOINTS
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
 from clawgym.training.source import RolloutBatch, RolloutRequest
@@ -50,6 +51,10 @@ def test_sync_loop_commits_each_step_with_its_groups_and_serves_each_version(
     assert store.list_unconsumed_groups(run_id) == [], "sync mode requests only what it trains"
     assert runner.run(engine.status()).policy_version == 2, (
         "the engine must be told to serve every new version"
+    )
+    events = [m.fields for m in store.bus.read(CHECKPOINTS)]
+    assert [(e["run_id"], e["version"]) for e in events] == [(run_id, "1"), (run_id, "2")], (
+        f"each registered checkpoint must be announced on the `checkpoints` stream: {events}"
     )
     metrics = checkpoints[-1].metrics
     for key in ("loss", "approx_kl", "clipfrac", "entropy", "grad_norm", "logprob_mismatch", "policy_lag",
