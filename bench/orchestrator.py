@@ -1,13 +1,14 @@
 """Orchestrator overhead per rollout: the orchestrator vs the bare sandbox sequence, side by side.
 
-    .venv/bin/python bench/orchestrator.py [--n 40] [--store sqlite|postgresql]
+    .venv/bin/python bench/orchestrator.py [--n 40]
 
 Both arms run the nop harness on the same bundled mini-suite task in local bubblewrap sandboxes:
 
 - bare: `clawgym.harnesses.rollout.run_task` — create sandbox, put the task in, run the harness,
   copy the tests in, run the verifier, destroy. No store, no limits, no statuses.
 - orchestrator: `Orchestrator.run_rollouts` — the same sequence plus registering the rollouts
-  (one batch write), start/finish records in the store, limits, status stream, metrics.
+  (one batch write), start/finish records in an SQLite store (the embedded mode's), limits,
+  status stream, metrics.
 
 Sequential (concurrency 1) gives the per-rollout overhead of the orchestrator (ms and ratio);
 concurrency 2 and 8 give rollouts/min on this machine. Mean phase timings come from the
@@ -34,8 +35,6 @@ from clawgym.sandbox import make_sandbox_backend
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.suites import resolve_suite
-
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def sandbox_settings(root: str) -> dict:
@@ -75,13 +74,11 @@ async def orchestrated(task, root: str, store: SqlStore, n: int, concurrency: in
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=40, help="rollouts per arm")
-    ap.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
     args = ap.parse_args()
     task = next(t for t in load_tasks(resolve_suite("mini"), split="train"))
     root = tempfile.mkdtemp(prefix="clawgym-bench-orch-")
     os.chmod(root, 0o711)
-    url = f"sqlite:///{Path(root) / 'store.db'}" if args.store == "sqlite" else PG_URL
-    store = SqlStore(url)
+    store = SqlStore(f"sqlite:///{Path(root) / 'store.db'}")
 
     await bare(task, root, 3)  # warm-up: page cache, bwrap probe
     base = await bare(task, root, args.n)
@@ -95,7 +92,7 @@ async def main() -> None:
         rates[c] = 60 / per
     store.close()
 
-    print(f"task {task.id}, nop harness, {args.store} store, {os.cpu_count()} CPUs, n={args.n}")
+    print(f"task {task.id}, nop harness, sqlite store, {os.cpu_count()} CPUs, n={args.n}")
     print(f"bare sequence      {base * 1000:8.1f} ms/rollout (sequential)")
     print(f"orchestrator       {seq * 1000:8.1f} ms/rollout (sequential)")
     print(f"overhead           {(seq - base) * 1000:8.1f} ms/rollout  (x{seq / base:.2f})")
