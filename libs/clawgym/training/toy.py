@@ -106,7 +106,9 @@ class ToyRolloutSource:
     async def _run_batch(self, batch: RolloutBatch) -> None:
         try:
             await asyncio.gather(*(self._run_group(batch, i) for i in range(batch.n_groups)))
-        except BaseException as e:  # surfaced to the trainer by check()
+        except asyncio.CancelledError:  # the runner is closing: the batch is abandoned, not failed
+            raise
+        except Exception as e:  # surfaced to the trainer by check()
             log.exception("toy batch %s failed", batch.batch_id)
             with self._lock:
                 self._errors.append(e)
