@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from clawgym.store.bus import make_bus
+from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
 
 KILLS = 3
@@ -128,5 +129,36 @@ def test_a_trainer_killed_at_random_points_continues_without_training_a_group_tw
         assert adam_steps == {final_version}, (
             f"AdamW must have continued across restarts: {adam_steps} steps vs version {final_version}"
         )
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("variant", ["ppo", "lora"])
+def test_a_new_trainer_resumes_the_value_head_and_adapters_of_the_last_checkpoint(
+    variant, sqlite_url, trainer_cfg, make_trainer
+):
+    """After one step, a fresh Trainer on the same run starts at version 1 with the trained value
+    head (PPO) or LoRA adapters, and AdamW's state of that step."""
+    extra = (
+        {"algorithm": {"name": "ppo", "lr": 1e-3}}
+        if variant == "ppo"
+        else {"lora": {"enabled": True, "r": 4}}
+    )
+    cfg = trainer_cfg(steps=2, **extra)
+    store = SqlStore(sqlite_url, MemoryBus())
+    try:
+        first = make_trainer(cfg, store)
+        first.run(steps=1)
+        trained = {k: v.clone() for k, v in first.policy.module.state_dict().items()}
+        second = make_trainer(cfg, store)
+        second.start()
+        assert second.version == 1 and second.run_id == first.run_id, "the new trainer must continue the run"
+        resumed = second.policy.module.state_dict()
+        keys = [k for k in trained if ("value_head" in k if variant == "ppo" else "lora_" in k)]
+        assert keys, f"test setup: the {variant} policy must have {variant} parameters"
+        for k in keys:
+            torch.testing.assert_close(resumed[k], trained[k], msg=f"{k} was not restored")
+        steps = {int(s["step"]) for s in second.optimizer.state_dict()["state"].values()}
+        assert steps == {1}, f"the optimizer state of step 1 must be restored, got steps {steps}"
     finally:
         store.close()

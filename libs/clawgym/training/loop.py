@@ -119,6 +119,9 @@ class Trainer:
         self.policy = build_policy(self.cfg, weights=weights, value_head_state=state.get("value_head"))
         if state.get("adapters"):
             self.policy.module.lm.load_state_dict(state["adapters"], strict=False)
+        self.policy.module.to(self.world.device)
+        if self.policy.reference is not None:
+            self.policy.reference.to(self.world.device)
         if self.world.size > 1:
             shard(self.policy.module, self.policy.module.decoder_layers(), self.world)
             if self.policy.reference is not None:
@@ -130,7 +133,8 @@ class Trainer:
             ckpt.restore_optimizer(self.policy, self.optimizer, state)
             self.scheduler.load_state_dict(state["scheduler"])
             torch.set_rng_state(state["torch_rng"])
-            self.rng.bit_generator.state = state["plan_rng"]
+            if "plan_rng" in state:
+                self.rng.bit_generator.state = state["plan_rng"]
         if self.world.is_main:
             self._task_ids = list(self.cfg.tasks) or self.source.task_ids()
             self.feed = GroupFeed(

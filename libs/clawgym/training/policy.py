@@ -92,7 +92,8 @@ def build_policy(
 
     dtype = getattr(torch, cfg.dtype)
     lm = load_model(weights or cfg.model, dtype=dtype, cache_dir=cfg.cache_dir)
-    lm.config._attn_implementation = "sdpa"  # tree packing needs a mask-taking backend (rl/forward.py)
+    if lm.config._attn_implementation not in ("sdpa", "eager", "flex_attention"):
+        lm.set_attn_implementation("sdpa")  # tree packing needs a backend that takes a mask (rl/forward.py)
     reference = None
     if cfg.algorithm.kl_coef > 0:
         reference = PolicyModule(copy.deepcopy(lm).requires_grad_(False).eval())
@@ -103,7 +104,7 @@ def build_policy(
     value_head = None
     if cfg.algorithm.name == "ppo":
         torch.manual_seed(cfg.seed)
-        value_head = ValueHead(lm.config.get_text_config().hidden_size, dtype=torch.float32)
+        value_head = ValueHead(lm.config.get_text_config().hidden_size, dtype=dtype)
         if value_head_state is not None:
             value_head.load_state_dict(value_head_state)
     lm.train()
