@@ -7,8 +7,10 @@ groups are dropped and counted; groups whose announcement was lost are found by 
 
 import itertools
 import time
+import uuid
 from pathlib import Path
 
+import fsspec
 import pytest
 from prometheus_client import generate_latest
 
@@ -147,3 +149,21 @@ def test_every_consumed_group_is_consumed_once(store, trainer_cfg, make_trainer)
     consumed = _consumed(store, trainer.run_id)
     for a, b in itertools.combinations(consumed, 2):
         assert not set(a) & set(b), f"a group was consumed twice: {consumed}"
+
+
+def test_checkpoints_go_to_an_fsspec_uri_and_the_engine_reloads_from_it(
+    store, trainer_cfg, make_trainer, engine, runner
+):
+    """checkpoint_uri on an object-store-like filesystem (fsspec memory://): written, pruned, reloaded."""
+    uri = f"memory://clawgym-{uuid.uuid4().hex[:8]}"
+    trainer = make_trainer(trainer_cfg(steps=2, keep_checkpoints=1, checkpoint_uri=uri), store)
+    trainer.run()
+    assert [c.uri for c in store.list_checkpoints(trainer.run_id)] == [
+        f"{uri}/test-run/v000001",
+        f"{uri}/test-run/v000002",
+    ]
+    fs = fsspec.filesystem("memory")
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{uri}/test-run", detail=False))
+    assert names == ["run.json", "v000002"], f"the newest version (and the run marker) must remain: {names}"
+    assert fs.exists(f"{uri}/test-run/v000002/model.safetensors"), "the weights must be uploaded"
+    assert runner.run(engine.status()).policy_version == 2, "the engine must reload from the fsspec URI"
