@@ -1,12 +1,13 @@
 """Base pass rate of the bundled policy (SmolLM2-135M-Instruct) on the mini suite, per task family.
 
-For each test task: the reference harness's first request (its own system prompt and message
-layout, rendered with the policy's chat template), one greedy reply and K sampled replies (T=1),
+For each test task: the reference harness's first request (its own system prompt, worked example
+and message layout, rendered with the policy's chat template), one greedy reply and K sampled
+replies per temperature (no top-p/top-k),
 the first fenced bash block of each run in a fresh local sandbox holding the task's input files,
 then the task's verifier. This is the harness's first turn only: a lower bound on what a full
 multi-turn rollout scores.
 
-    .venv/bin/python bench/mini_suite_baseline.py [--per-family 4] [--samples 4]
+    .venv/bin/python bench/mini_suite_baseline.py [--per-family 3] [--temperatures 0.7,1.0] [--samples 2]
 
 Prints a table per family; the LAST line is one JSON object of the figures.
 """
@@ -43,8 +44,10 @@ class FenceClosed:
         return torch.tensor([t.count("```") >= 2 for t in texts], dtype=torch.bool)
 
 
-def generate(model, tok, prompts: list[str], *, sample: bool, max_new_tokens: int, batch: int) -> list[str]:
-    """Replies to chat-rendered prompts, `batch` at a time (left padding)."""
+def generate(
+    model, tok, prompts: list[str], *, temperature: float | None, max_new_tokens: int, batch: int
+) -> list[str]:
+    """Replies to chat-rendered prompts, `batch` at a time (left padding); temperature None = greedy."""
     replies: list[str] = []
     for i in range(0, len(prompts), batch):
         enc = tok(prompts[i : i + batch], return_tensors="pt", padding=True, add_special_tokens=False)
@@ -52,8 +55,8 @@ def generate(model, tok, prompts: list[str], *, sample: bool, max_new_tokens: in
             out = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,
-                do_sample=sample,
-                temperature=1.0 if sample else None,
+                do_sample=temperature is not None,
+                temperature=temperature,
                 top_p=None,
                 top_k=None,
                 pad_token_id=tok.pad_token_id,
@@ -61,7 +64,7 @@ def generate(model, tok, prompts: list[str], *, sample: bool, max_new_tokens: in
             )
         replies += tok.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
         print(
-            f"generated {len(replies)}/{len(prompts)} ({'sampled' if sample else 'greedy'})",
+            f"generated {len(replies)}/{len(prompts)} (T={temperature or 'greedy'})",
             file=sys.stderr,
             flush=True,
         )
@@ -100,9 +103,10 @@ async def score_all(tasks: list[Task], replies: list[str], concurrency: int = 4)
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--per-family", type=int, default=4, help="test tasks per family")
-    p.add_argument("--samples", type=int, default=3, help="sampled replies per task (T=1)")
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--per-family", type=int, default=3, help="test tasks per family")
+    p.add_argument("--temperatures", default="0.7,1.0", help="sampling temperatures (greedy always runs)")
+    p.add_argument("--samples", type=int, default=2, help="sampled replies per task and temperature")
+    p.add_argument("--max-new-tokens", type=int, default=40)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show", action="store_true", help="print every reply")
@@ -119,84 +123,73 @@ def main() -> None:
         if len(by_family[task.metadata["family"]]) < args.per_family:
             by_family[task.metadata["family"]].append(task)
     tasks = [t for family in by_family.values() for t in family]
+    # one run per (mode, task, sample); "greedy" runs once per task
+    modes = ["greedy", *(f"T{float(t):g}" for t in args.temperatures.split(",") if t)]
+    runs = [(m, t) for m in modes for t in tasks for _ in range(1 if m == "greedy" else args.samples)]
+    key = {
+        "task_ids": [t.id for t in tasks],
+        "messages": reference_agent.build_messages("{task}"),
+        "modes": modes,
+    }
 
     if args.replies is not None and args.replies.is_file():
         saved = json.loads(args.replies.read_text())
-        if (
-            saved["task_ids"] != [t.id for t in tasks]
-            or saved["system_prompt"] != reference_agent.SYSTEM_PROMPT
-        ):
-            raise SystemExit(f"{args.replies} holds replies for other tasks or another system prompt")
-        greedy, sampled, gen_s = saved["greedy"], saved["sampled"], saved["generate_s"]
+        if saved["key"] != key or len(saved["replies"]) != len(runs):
+            raise SystemExit(f"{args.replies} holds replies for other tasks, prompts or modes")
+        replies, gen_s = saved["replies"], saved["generate_s"]
     else:
         torch.manual_seed(args.seed)
         tok = load_tokenizer("smollm2-135m")
         model = load_model("smollm2-135m", dtype=torch.bfloat16)
-        prompts = [
-            tok.apply_chat_template(
+        prompt = {
+            t.id: tok.apply_chat_template(
                 reference_agent.build_messages(t.instruction), tokenize=False, add_generation_prompt=True
             )
             for t in tasks
-        ]
+        }
         t0 = time.perf_counter()
-        greedy = generate(
-            model, tok, prompts, sample=False, max_new_tokens=args.max_new_tokens, batch=args.batch
-        )
-        sampled = generate(
-            model,
-            tok,
-            [p for p in prompts for _ in range(args.samples)],
-            sample=True,
-            max_new_tokens=args.max_new_tokens,
-            batch=args.batch,
-        )
+        replies = []
+        for mode in modes:
+            todo = [prompt[t.id] for m, t in runs if m == mode]
+            temperature = None if mode == "greedy" else float(mode[1:])
+            replies += generate(
+                model,
+                tok,
+                todo,
+                temperature=temperature,
+                max_new_tokens=args.max_new_tokens,
+                batch=args.batch,
+            )
         gen_s = time.perf_counter() - t0
         if args.replies is not None:  # scoring can be redone without generating again
-            args.replies.write_text(
-                json.dumps(
-                    {
-                        "task_ids": [t.id for t in tasks],
-                        "system_prompt": reference_agent.SYSTEM_PROMPT,
-                        "greedy": greedy,
-                        "sampled": sampled,
-                        "generate_s": gen_s,
-                    }
-                )
-            )
-    sampled_tasks = [t for t in tasks for _ in range(args.samples)]
-    results = asyncio.run(score_all(tasks + sampled_tasks, greedy + sampled))
-    g_res, s_res = results[: len(tasks)], results[len(tasks) :]
+            args.replies.write_text(json.dumps({"key": key, "replies": replies, "generate_s": gen_s}))
 
-    rows: dict[str, dict[str, float]] = {}
-    for family, members in by_family.items():
-        g = [r for t, r in zip(tasks, g_res, strict=True) if t.metadata["family"] == family]
-        s = [r for t, r in zip(sampled_tasks, s_res, strict=True) if t.metadata["family"] == family]
-        rows[family] = {
-            "level": members[0].metadata["level"],
-            "greedy": sum(r >= 1.0 for _, r in g) / len(g),
-            "sampled": sum(r >= 1.0 for _, r in s) / len(s),
-            "has_block": sum(b for b, _ in s) / len(s),
-        }
+    results = asyncio.run(score_all([t for _, t in runs], replies))
+    passed: dict[str, dict[str, list[bool]]] = {m: defaultdict(list) for m in modes}
+    blocks: dict[str, list[bool]] = {m: [] for m in modes}
+    for (mode, task), (has_block, reward) in zip(runs, results, strict=True):
+        passed[mode][task.metadata["family"]].append(reward >= 1.0)
+        blocks[mode].append(has_block)
     if args.show:
-        for task, reply, (_, reward) in zip(tasks + sampled_tasks, greedy + sampled, results, strict=True):
-            print(f"--- {task.id} reward={reward}: {task.instruction}\n{reply}")
-    print(f"{'family':14} lvl  greedy  sampled  has_block")
-    for family, row in rows.items():
-        print(
-            f"{family:14} {row['level']:>3}  {row['greedy']:6.2f}  {row['sampled']:7.2f}  {row['has_block']:9.2f}"
-        )
-    figures = {
+        for (mode, task), reply, (_, reward) in zip(runs, replies, results, strict=True):
+            print(f"--- {mode} {task.id} reward={reward}: {task.instruction}\n{reply}")
+
+    rate = lambda xs: round(sum(xs) / len(xs), 3) if xs else 0.0  # noqa: E731
+    print(f"{'family':14} lvl " + "".join(f"{m:>8}" for m in modes))
+    for family, members in by_family.items():
+        cells = "".join(f"{rate(passed[m][family]):8.2f}" for m in modes)
+        print(f"{family:14} {members[0].metadata['level']:>3} {cells}")
+    figures: dict[str, object] = {
         "tasks": len(tasks),
         "samples_per_task": args.samples,
-        "greedy_pass": round(sum(r >= 1.0 for _, r in g_res) / len(g_res), 3),
-        "sampled_pass": round(sum(r >= 1.0 for _, r in s_res) / len(s_res), 3),
-        "sampled_has_block": round(sum(b for b, _ in s_res) / len(s_res), 3),
-        "families_with_signal": sum(row["sampled"] > 0 for row in rows.values()),
-        "families": len(rows),
         "generate_s": round(gen_s, 1),
-        "per_family_sampled": {f: round(r["sampled"], 3) for f, r in rows.items()},
-        "per_family_greedy": {f: round(r["greedy"], 3) for f, r in rows.items()},
     }
+    for mode in modes:
+        figures[f"pass_{mode}"] = rate([x for xs in passed[mode].values() for x in xs])
+        figures[f"has_block_{mode}"] = rate(blocks[mode])
+        figures[f"families_with_signal_{mode}"] = sum(any(xs) for xs in passed[mode].values())
+    for mode in modes:
+        figures[f"per_family_{mode}"] = {f: rate(xs) for f, xs in passed[mode].items()}
     print(json.dumps(figures))
 
 

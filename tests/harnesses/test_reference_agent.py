@@ -61,14 +61,19 @@ def test_agent_runs_the_bash_block_creates_the_file_and_stops(chat_server, agent
     assert (agent.work / "a.txt").read_text() == "hi\n", "the bash block should have run in the workdir"
     assert len(chat_server.requests) == 2, "one call to act, one call that ends the run"
     first, second = chat_server.requests
-    assert first["messages"][0] == {"role": "system", "content": reference_agent.SYSTEM_PROMPT}, (
-        "system prompt first"
+    assert first["messages"] == reference_agent.build_messages("Create a.txt containing hi."), (
+        "the first request"
     )
-    assert user_turns(first) == ["Create a.txt containing hi."], "the task is the first user turn"
+    assert first["messages"][0] == {"role": "system", "content": reference_agent.SYSTEM_PROMPT}, (
+        "system first"
+    )
+    assert first["messages"][1:-1] == reference_agent.EXAMPLE_TURNS, "then the worked example, as chat turns"
+    assert user_turns(first)[-1] == "Create a.txt containing hi.", "then the task as the last user turn"
     assert "exit code 0" in user_turns(second)[-1] and "wrote" in user_turns(second)[-1], (
         "the command's output and exit code should be fed back as the next user turn"
     )
-    assert second["messages"][2]["role"] == "assistant", "the model's own reply stays in the history"
+    assert second["messages"][-2]["role"] == "assistant", "the model's own reply stays in the history"
+    assert second["messages"][:-2] == first["messages"], "the history is re-sent unchanged"
     assert chat_server.headers[0]["authorization"] == "Bearer tok-1", "the API key goes out as a Bearer token"
     assert first["model"] == "policy", "the configured model name is sent"
 

@@ -31,14 +31,21 @@ import urllib.request
 # --- prompt and action format -------------------------------------------------------------------
 
 SYSTEM_PROMPT = """You are a Linux shell assistant. You do the user's task by running bash commands in the current directory.
-Reply with one bash code block. For example:
+Reply with one bash code block. After the command has run, reply DONE if the task is finished."""
 
-Task: Create a file named test.txt containing the text hi.
-```bash
-echo hi > test.txt
-```
-
-After the command has run, reply DONE if the task is finished."""
+# A worked example, sent as real chat turns before the task: a small model copies the shape of a
+# conversation far more reliably than it follows a description of one. Its commands (ls, date)
+# belong to no task family of the bundled suite.
+EXAMPLE_TURNS = [
+    {"role": "user", "content": "Write the current date into the file today.txt."},
+    {"role": "assistant", "content": "```bash\ndate > today.txt\n```"},
+    {"role": "user", "content": "Output (exit code 0):\n(no output)"},
+    {"role": "assistant", "content": "DONE"},
+    {"role": "user", "content": "Show the files in this directory."},
+    {"role": "assistant", "content": "```bash\nls\n```"},
+    {"role": "user", "content": "Output (exit code 0):\ntoday.txt"},
+    {"role": "assistant", "content": "DONE"},
+]
 
 TOOLS_SYSTEM_PROMPT = """You are a helpful assistant that uses a Linux shell.
 Call the bash tool to run commands in the current directory. When the task is done, answer without a tool call."""
@@ -63,9 +70,10 @@ SHELL_TAGS = ("", "bash", "sh", "shell", "console", "zsh")
 
 
 def build_messages(instruction: str, mode: str = "text") -> list[dict]:
-    """The first request's messages: the system prompt and the task as the user's turn."""
-    system = SYSTEM_PROMPT if mode == "text" else TOOLS_SYSTEM_PROMPT
-    return [{"role": "system", "content": system}, {"role": "user", "content": instruction}]
+    """The first request's messages: the system prompt, (text mode) the worked example, then the task."""
+    if mode != "text":
+        return [{"role": "system", "content": TOOLS_SYSTEM_PROMPT}, {"role": "user", "content": instruction}]
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *EXAMPLE_TURNS, {"role": "user", "content": instruction}]
 
 
 def extract_action(reply: str) -> str | None:
