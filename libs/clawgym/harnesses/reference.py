@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, Launch, Limits, RunContext, WireProtocol, under
+from clawgym.harnesses.base import HarnessAdapter, Limits, RunContext, WireProtocol, under
 
 AGENT_SCRIPT = Path(__file__).with_name("reference_agent.py")
 
@@ -21,7 +21,11 @@ class Reference(HarnessAdapter):
     default_limits: ClassVar[Limits] = Limits(timeout_s=600.0, max_turns=4)
 
     def __init__(
-        self, cache_dir=None, limits: Limits | None = None, mode: str = "text", max_tokens: int = 256
+        self,
+        cache_dir: str | Path | None = None,
+        limits: Limits | None = None,
+        mode: str = "text",
+        max_tokens: int = 256,
     ) -> None:
         super().__init__(cache_dir, limits)
         self.mode, self.max_tokens = mode, max_tokens
@@ -53,12 +57,5 @@ class Reference(HarnessAdapter):
     def env(self, ctx: RunContext) -> dict[str, str]:
         return {**super().env(ctx), "OPENAI_API_KEY": ctx.token}
 
-    def launch(self, instruction: str, ctx: RunContext, task=None) -> Launch:
-        base = super().launch(instruction, ctx, task)
-        return Launch(
-            base.argv,
-            base.env,
-            base.cwd,
-            base.timeout_s,
-            {**base.files, self.script_path(ctx): AGENT_SCRIPT.read_bytes()},
-        )
+    def config_files(self, ctx: RunContext) -> dict[str, str]:
+        return {self.script_path(ctx): AGENT_SCRIPT.read_text()}
