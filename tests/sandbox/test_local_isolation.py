@@ -248,6 +248,35 @@ def test_cancelling_an_exec_kills_its_process_tree(make_local):
     assert asyncio.run(scenario()) == [], "cancelling the exec must kill everything it started"
 
 
+@pytest.mark.skipif(not AS_ROOT, reason="killing by sandbox uid needs a per-sandbox uid (root)")
+def test_a_cancel_that_lands_while_the_exec_is_starting_returns_at_once_and_leaves_nothing(make_local):
+    """A cancel in the first milliseconds (mid-spawn, before bwrap tethers its child) must not
+    wait for the command: the tree is killed through the sandbox's uid, not left holding pipes."""
+    backend = make_local()
+    marker = str(700_000 + os.getpid() % 99_999)
+
+    async def scenario() -> tuple[float, list[int]]:
+        sandbox = await backend.create(SandboxSpec(timeout_s=120))
+        worst = 0.0
+        try:
+            for i in range(20):
+                run = asyncio.ensure_future(sandbox.exec(f"sleep {marker}"))
+                await asyncio.sleep(0.0005 * i)  # 0 to 10 ms: spawn, bwrap setup, running
+                t0 = time.monotonic()
+                run.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await run
+                worst = max(worst, time.monotonic() - t0)
+            await asyncio.sleep(0.2)
+            return worst, _pids_running(f"sleep {marker}")
+        finally:
+            await sandbox.destroy()
+
+    worst, left = asyncio.run(scenario())
+    assert worst < 5.0, f"a cancel during start waited {worst:.1f} s: it waited for the command to end"
+    assert left == [], "a cancelled start must not leave the sandboxed command running"
+
+
 @pytest.mark.skipif(not AS_ROOT, reason="RLIMIT_NPROC per sandbox needs a per-sandbox uid (root)")
 def test_a_fork_bomb_hits_the_process_limit_and_the_exec_still_ends(make_local):
     backend = make_local()

@@ -52,9 +52,11 @@ from clawgym.sandbox.local_bwrap import (
     UidPool,
     bwrap_argv,
     identity_files,
+    kill_uid,
     probe_bwrap,
     rlimit_prefix,
     system_binds,
+    uid_is_free,
 )
 from clawgym.sandbox.process import run_tree
 
@@ -134,6 +136,10 @@ class LocalBackend:
             except (OSError, ValueError):
                 continue
             if meta.get("owner") == owner:
+                uid = meta.get("uid")
+                # its processes may outlive a killed owner; the uid is safe to kill once unheld
+                if isinstance(uid, int) and self.uids is not None and uid_is_free(self.uids.lock_dir, uid):
+                    kill_uid(uid)
                 shutil.rmtree(entry, ignore_errors=True)
                 reaped += 1
         return reaped
@@ -381,6 +387,7 @@ class LocalSandbox:
                 cwd=host_cwd,
                 user=self.uid if self.backend.isolation == "none" else None,
                 kill_group_after_exit=self.backend.isolation == "none",
+                kill_extra=self._kill_processes,
             )
         )
         self._running.add(task)
@@ -412,6 +419,11 @@ class LocalSandbox:
                 base, parts = self._locate(bind.dest, strict=True)
                 os.close(self._open_dir(base, parts, create=True))
 
+    def _kill_processes(self) -> None:
+        """Kills whatever runs as this sandbox's own uid (reaches what escaped the process group)."""
+        if self.uid is not None:
+            kill_uid(self.uid)
+
     async def destroy(self) -> None:
         if self._destroyed:
             return
@@ -419,6 +431,7 @@ class LocalSandbox:
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
+        self._kill_processes()
         await asyncio.to_thread(shutil.rmtree, self.storage, True)
         if self._uid_lock is not None:
             os.close(self._uid_lock)

@@ -21,6 +21,7 @@ import fcntl
 import os
 import random
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,38 @@ class UidPool:
                 continue
             return uid, fd
         raise SandboxFailed(f"all {self.count} sandbox uids from {self.base} are in use")
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILLs every process whose real uid is `uid` (a sandbox's own uid); returns how many."""
+    killed = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                real_uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+            if real_uid == uid:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, StopIteration, ValueError):
+            continue  # gone meanwhile, or not ours to read
+    return killed
+
+
+def uid_is_free(lock_dir: Path, uid: int) -> bool:
+    """True when no live sandbox holds `uid` (its pool lock can be taken), so killing it is safe."""
+    try:
+        fd = os.open(lock_dir / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def system_binds(paths: list[str]) -> list[str]:

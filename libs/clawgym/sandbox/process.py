@@ -12,13 +12,17 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from clawgym.sandbox.interface import ExecResult
 
 # After the tree is dead, pipes close at once; a descendant that escaped the group (no bwrap)
 # may hold them open, so reading its leftovers is bounded.
 _DRAIN_AFTER_EXIT_S = 2.0
+# Taking a tree down re-kills at this period: a descendant born while bwrap was still setting up
+# (before --die-with-parent applied) is only reachable through `kill_extra`, and may appear late.
+_REKILL_PERIOD_S = 0.2
+_TAKE_DOWN_LIMIT_S = 30.0
 
 
 class _Capture:
@@ -41,6 +45,23 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+async def _take_down(proc: asyncio.subprocess.Process, kill_extra: Callable[[], None] | None) -> None:
+    """SIGKILLs the group (and `kill_extra`) until the leader is reaped and its pipes are closed.
+
+    `proc.wait()` also waits for the pipes, which an escaped descendant keeps open: so kill again
+    until they close, rather than wait for that descendant to finish on its own.
+    """
+    waiter = asyncio.ensure_future(proc.wait())
+    deadline = time.monotonic() + _TAKE_DOWN_LIMIT_S
+    while not waiter.done() and time.monotonic() < deadline:
+        _kill_group(proc.pid)
+        if kill_extra is not None:
+            kill_extra()
+        await asyncio.wait([waiter], timeout=_REKILL_PERIOD_S)
+    if not waiter.done():
+        waiter.cancel()
+
+
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
     # The command may exit without reading its input; that is its business, not an error.
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -61,27 +82,40 @@ async def run_tree(
     user: int | None = None,
     pass_fds: Sequence[int] = (),
     kill_group_after_exit: bool = False,
+    kill_extra: Callable[[], None] | None = None,
 ) -> ExecResult:
     """Runs `argv` as a new process group and returns when it and its output are done.
 
     `user`: switch to this uid/gid (no supplementary groups) before exec; needs root.
     `kill_group_after_exit`: also SIGKILL what the leader left running in its group (used when
     no PID namespace does that for us).
+    `kill_extra`: called with every kill on timeout or cancellation, for what the group cannot
+    reach (the local backend kills every process of the sandbox's uid).
     """
     start = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env),
-        cwd=cwd,
-        process_group=0,
-        user=user,
-        group=user,
-        extra_groups=[] if user is not None else None,
-        pass_fds=tuple(pass_fds),
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env),
+            cwd=cwd,
+            process_group=0,
+            user=user,
+            group=user,
+            extra_groups=[] if user is not None else None,
+            pass_fds=tuple(pass_fds),
+        )
     )
+    try:
+        # Shielded: a cancel mid-spawn would make asyncio kill only the leader and then wait for
+        # pipes that the not-yet-tethered child holds open, i.e. for the whole command.
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _take_down(await spawn, kill_extra)
+        raise
     out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
     assert proc.stdout is not None and proc.stderr is not None
     readers = [asyncio.ensure_future(out.drain(proc.stdout)), asyncio.ensure_future(err.drain(proc.stderr))]
@@ -96,8 +130,8 @@ async def run_tree(
             await asyncio.wait_for(proc.wait(), timeout=max(timeout_s, 0.0))
         except TimeoutError:
             timed_out = True
-            _kill_group(proc.pid)  # the leader is not reaped yet, so the group id is still ours
-            await proc.wait()
+            # the leader is not reaped yet, so the group id is still ours
+            await _take_down(proc, kill_extra)
         else:
             if kill_group_after_exit:
                 _kill_group(proc.pid)
@@ -106,9 +140,7 @@ async def run_tree(
             task.cancel()
     finally:
         if proc.returncode is None:  # cancelled (or failed) while running: take the tree down
-            _kill_group(proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                await asyncio.shield(proc.wait())
+            await asyncio.shield(_take_down(proc, kill_extra))
         for task in (*readers, *([feeder] if feeder else [])):
             task.cancel()
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
