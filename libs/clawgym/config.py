@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from clawgym.capture.config import ProxyConfig
 from clawgym.engine.config import InferenceConfig
 from clawgym.errors import InvalidArgument
+from clawgym.evaluation.config import EvaluationConfig
 from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.training.config import TrainerConfig
@@ -50,6 +51,9 @@ class ClawgymConfig(BaseSettings):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the RL run and the trainer service")
     orchestrator: OrchestratorConfig = Field(
         default_factory=OrchestratorConfig, description="rollout orchestrator: limits, retries, proxy URL"
+    )
+    evaluation: EvaluationConfig = Field(
+        default_factory=EvaluationConfig, description="held-out evaluation: tasks, Pass@k, how often, harnesses"
     )
 
 

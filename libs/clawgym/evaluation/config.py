@@ -1,0 +1,30 @@
+"""The `evaluation` config section (`ClawgymConfig.evaluation`, env `CLAWGYM_EVALUATION__…`).
+
+Owns what a run evaluates and when: held-out tasks of the trainer's suite (its `test` split by
+default), samples per task, which Pass@k, how often during training, and through which harnesses
+(by default every harness the trainer trains with, so each is evaluated as it is trained).
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EvaluationConfig(BaseModel):
+    """Periodic and final evaluation of a training run, and the defaults of `clawgym eval`."""
+
+    # Same rule as clawgym.config.Section (unknown keys are errors); kept local so that
+    # clawgym.config can import this section without an import cycle.
+    model_config = ConfigDict(extra="forbid")
+
+    suite: str = Field("", description="task suite to evaluate on; empty = trainer.suite")
+    split: str = Field("test", description="the suite's split of held-out tasks (all tasks if it has none)")
+    tasks: int = Field(0, ge=0, description="evaluate on this many tasks, spread over task families; 0 = all")
+    samples: int = Field(1, ge=1, description="rollouts per (task, harness): n of the Pass@k estimator")
+    ks: list[int] = Field(default_factory=lambda: [1], description="report Pass@k for each k (k <= samples)")
+    harnesses: list[str] = Field(
+        default_factory=list, description="harnesses to evaluate through; empty = the trainer's harness mix"
+    )
+    every_steps: int = Field(
+        0, ge=0, description="evaluate every N training steps; 0 = only before and after"
+    )
+    at_start: bool = Field(True, description="evaluate the initial policy before the first step")
+    at_end: bool = Field(True, description="evaluate the final policy after the last step")

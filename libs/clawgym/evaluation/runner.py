@@ -1,0 +1,169 @@
+"""The eval runner: Pass@k of the served policy through harnesses on a task suite, over any RolloutService.
+
+Owns running an evaluation as rollouts (one group of `samples` per (task, harness)) and turning
+their outcomes into per-task counts and Pass@k (`passk.py`). It does not choose the policy: the
+rollouts go through whatever proxy and engine the rollout service points at, so "evaluate
+checkpoint V" means "make the engine serve V first" (the app does that).
+
+Eval rollouts are registered under a run of their own (`eval_run`), never the training run, so a
+trainer watching its run's `groups.ready` stream never trains on evaluation groups. The results
+are recorded against the training run (`record_eval`), one row per harness.
+
+A rollout that ended without a task outcome (an infrastructure failure after its retries, or a
+cancel) counts as a sample that did not pass, and is counted in `infra_failures` so a broken
+sandbox is never mistaken for a weak policy.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from clawgym.errors import InvalidArgument
+from clawgym.evaluation.passk import PassAtK, TaskCounts, estimate
+from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
+from clawgym.store.interface import TrajectoryStore
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What to evaluate: tasks of a suite × harnesses, `samples` rollouts each, Pass@k for each k."""
+
+    suite: str
+    task_ids: Sequence[str]
+    harnesses: Sequence[str] = ("reference",)
+    samples: int = 1
+    ks: Sequence[int] = (1,)
+
+    def validate(self) -> None:
+        if not self.task_ids:
+            raise InvalidArgument("an evaluation needs at least one task")
+        if not self.harnesses:
+            raise InvalidArgument("an evaluation needs at least one harness")
+        if self.samples < 1:
+            raise InvalidArgument(f"samples must be >= 1, got {self.samples}")
+        bad = [k for k in self.ks if k < 1 or k > self.samples]
+        if bad:
+            raise InvalidArgument(f"pass@k needs 1 <= k <= samples ({self.samples}); got k={bad}")
+
+
+@dataclass
+class HarnessEval:
+    """One harness's results: per-task counts, Pass@k, mean reward, failures."""
+
+    harness: str
+    counts: list[TaskCounts]
+    pass_at: dict[int, PassAtK]
+    mean_reward: float
+    infra_failures: int
+    rewards: dict[str, list[float]] = field(default_factory=dict)  # task id → rewards of its samples
+
+    def metrics(self, suite: str, version: int) -> dict:
+        """The JSON recorded with `record_eval` (and written into reports)."""
+        return {
+            "suite": suite,
+            "version": version,
+            "tasks": len(self.counts),
+            "samples": sum(t.n for t in self.counts),
+            "mean_reward": self.mean_reward,
+            "infra_failures": self.infra_failures,
+            **{f"pass@{k}": p.value for k, p in self.pass_at.items()},
+            **{f"pass@{k}_ci95": list(p.ci95) for k, p in self.pass_at.items()},
+            "ci_method": {str(k): p.method for k, p in self.pass_at.items()},
+            "per_task": {t.task_id: [t.n, t.c] for t in self.counts},
+        }
+
+
+@dataclass
+class EvalResult:
+    """An evaluation of one policy version: one `HarnessEval` per harness."""
+
+    suite: str
+    version: int
+    harnesses: dict[str, HarnessEval]
+    eval_run_id: str
+    seconds: float = 0.0
+
+
+def eval_run(store: TrajectoryStore, name: str, config: dict | None = None) -> str:
+    """A fresh run to register evaluation rollouts under (see the module doc); returns its id."""
+    return store.create_run(f"{name}-eval-{uuid.uuid4().hex[:6]}", {"kind": "eval", **(config or {})}).id
+
+
+def summarize(spec: EvalSpec, finals: Sequence[RolloutStatus], version: int, eval_run_id: str) -> EvalResult:
+    """Per-task counts and Pass@k from the final status of every rollout of the batch."""
+    rewards: dict[tuple[str, str], list[float]] = defaultdict(list)
+    passed: dict[tuple[str, str], int] = defaultdict(int)
+    infra: dict[str, int] = defaultdict(int)
+    for s in finals:
+        if s.retrying:
+            continue  # replaced by a retry in the same slot; the retry's outcome counts
+        key = (s.harness, s.task_id)
+        if s.state != "finished":
+            infra[s.harness] += 1
+        rewards[key].append(float(s.reward or 0.0) if s.state == "finished" else 0.0)
+        passed[key] += bool(s.state == "finished" and s.passed)
+    results: dict[str, HarnessEval] = {}
+    for harness in spec.harnesses:
+        counts = [
+            TaskCounts(t, len(rewards[(harness, t)]), passed[(harness, t)])
+            for t in spec.task_ids
+            if rewards[(harness, t)]
+        ]
+        if not counts:
+            raise InvalidArgument(f"no rollout of harness {harness!r} ended; nothing to evaluate")
+        usable = [k for k in spec.ks if all(t.n >= k for t in counts)]
+        all_rewards = [r for t in spec.task_ids for r in rewards[(harness, t)]]
+        results[harness] = HarnessEval(
+            harness=harness,
+            counts=counts,
+            pass_at={k: estimate(counts, k) for k in usable},
+            mean_reward=sum(all_rewards) / len(all_rewards),
+            infra_failures=infra[harness],
+            rewards={t: rewards[(harness, t)] for t in spec.task_ids if rewards[(harness, t)]},
+        )
+    return EvalResult(spec.suite, version, results, eval_run_id)
+
+
+async def evaluate(
+    service: RolloutService,
+    store: TrajectoryStore,
+    spec: EvalSpec,
+    *,
+    version: int = 0,
+    eval_run_id: str = "",
+    record_run_id: str = "",
+    proxy_url: str = "",
+    on_status: Callable[[RolloutStatus], None] | None = None,
+) -> EvalResult:
+    """Runs the evaluation batch and returns Pass@k per harness; records it on `record_run_id` if given.
+
+    `eval_run_id`: the run the rollouts are registered under (a fresh one when empty).
+    `on_status`: called with every rollout transition (progress bars).
+    """
+    import time
+
+    spec.validate()
+    started = time.monotonic()
+    run_id = eval_run_id or eval_run(store, "clawgym", {"suite": spec.suite})
+    batch = Batch(
+        run_id=run_id,
+        rollouts=[RolloutRequest(t, h, spec.samples) for h in spec.harnesses for t in spec.task_ids],
+        suite=spec.suite,
+        policy_version=version,
+        proxy_url=proxy_url,
+    )
+    finals: list[RolloutStatus] = []
+    async for status in service.run_rollouts(batch):
+        if on_status is not None:
+            on_status(status)
+        if status.ended:
+            finals.append(status)
+    result = summarize(spec, finals, version, run_id)
+    result.seconds = time.monotonic() - started
+    if record_run_id:
+        for harness, h in result.harnesses.items():
+            store.record_eval(record_run_id, version, spec.suite, harness, h.metrics(spec.suite, version))
+    return result

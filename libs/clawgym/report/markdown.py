@@ -1,0 +1,118 @@
+"""The run report as markdown (`report.md`), readable in any viewer, with the PNG plots beside it.
+
+Owns the layout: headline summary, evaluations (Pass@k with 95% intervals per harness × version),
+stage timings, a per-step table of the training diagnostics, the plots, the settings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from clawgym.report.data import RunReport
+
+STEP_COLUMNS = (
+    ("step", "step", "{:d}"),
+    ("reward", "reward", "{:.3f}"),
+    ("pass_rate", "pass", "{:.3f}"),
+    ("loss", "loss", "{:.4f}"),
+    ("approx_kl", "KL", "{:.4f}"),
+    ("entropy", "entropy", "{:.3f}"),
+    ("logprob_mismatch", "|Δlogp|", "{:.4f}"),
+    ("sharing_ratio", "sharing", "{:.2f}"),
+    ("groups", "groups", "{:d}"),
+    ("groups_dropped", "dropped", "{:d}"),
+    ("rollout_wait_s", "rollouts s", "{:.1f}"),
+    ("update_s", "update s", "{:.1f}"),
+)
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None:
+        return ""
+    try:
+        return fmt.format(int(value) if fmt == "{:d}" else float(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def render(report: RunReport, images: list[Path]) -> str:
+    """The markdown text; `images` are the PNGs (relative to the report's folder)."""
+    out = [f"# {report.title}", "", f"Run `{report.run_id}`.", ""]
+    if report.summary:
+        out += [
+            "## Summary",
+            "",
+            *_table(["figure", "value"], [[k, _summary_value(v)] for k, v in report.summary.items()]),
+            "",
+        ]
+    if report.evals:
+        ks = sorted({k for e in report.evals for k in e.pass_at})
+        header = ["when", "version", "harness", "suite", "tasks", "samples", *(f"Pass@{k} (95% CI)" for k in ks),
+                  "mean reward", "infra failures"]  # fmt: skip
+        rows = [
+            [
+                e.label,
+                str(e.version),
+                e.harness,
+                e.suite,
+                str(e.tasks),
+                str(e.samples),
+                *(
+                    f"{e.pass_at[k]:.3f} [{e.ci95[k][0]:.3f}, {e.ci95[k][1]:.3f}]" if k in e.pass_at else ""
+                    for k in ks
+                ),
+                f"{e.mean_reward:.3f}",
+                str(e.infra_failures),
+            ]
+            for e in report.evals
+        ]
+        out += ["## Evaluations", "", *_table(header, rows), ""]
+    if report.stages:
+        total = sum(report.stages.values())
+        rows = [
+            [name, f"{s:.1f}", f"{100 * s / total:.0f}%" if total else ""]
+            for name, s in report.stages.items()
+        ]
+        out += ["## Stages (wall time)", "", *_table(["stage", "seconds", "share"], rows), ""]
+    if images:
+        out += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images] + [""]
+    if report.steps:
+        columns = [c for c in STEP_COLUMNS if any(c[0] in s for s in report.steps)]
+        rows = [[_cell(s.get(key), fmt) for key, _, fmt in columns] for s in report.steps]
+        out += ["## Training steps", "", *_table([name for _, name, _ in columns], rows), ""]
+        harnesses = report.harnesses()
+        if len(harnesses) > 1:
+            rows = [
+                [str(s.get("step"))]
+                + [
+                    _cell(s.get(f"harness/{h}/{m}"), "{:.3f}")
+                    for h in harnesses
+                    for m in ("reward", "pass_rate")
+                ]
+                for s in report.steps
+            ]
+            header = ["step", *(f"{h} {m}" for h in harnesses for m in ("reward", "pass"))]
+            out += ["### Per harness", "", *_table(header, rows), ""]
+    if report.notes:
+        out += ["## Notes", "", *(f"- {n}" for n in report.notes), ""]
+    if report.settings:
+        out += ["## Settings", "", "```json", json.dumps(report.settings, indent=2, default=str), "```", ""]
+    return "\n".join(out)
+
+
+def _summary_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    if isinstance(v, list | tuple) and all(isinstance(x, float) for x in v):
+        return "[" + ", ".join(f"{x:.3f}" for x in v) + "]"
+    return str(v)

@@ -1,0 +1,238 @@
+"""`Runtime`: every part a run needs, assembled from one `ClawgymConfig`, in-process or as clients.
+
+Owns the deployment modes of ARCHITECTURE.md §8 from the app's side:
+
+- embedded (`orchestrator.grpc_url` empty): one process. SqlStore (SQLite by default) with its bus
+  (in-memory by default), the torch engine, the proxy app served by uvicorn on a loopback port in
+  a thread, the in-process `Orchestrator` with local sandboxes, and the trainer loop. Same
+  interfaces as the services, in-process implementations.
+- services (compose, cluster, or `service_mode.ServiceStack` on loopback): the store, engine and
+  orchestrator are gRPC clients (`StoreClient`, `GrpcEngine`, `OrchestratorClient`); the proxy is
+  the one the harnesses reach at `trainer.proxy_url`; this process runs the trainer loop (and
+  evaluations) against them.
+
+The trainer loop, the rollout source and the eval runner see only the interfaces, so both modes run
+the same code. Not here: what a command does with the parts (quickstart, train, eval, rollout).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from clawgym.config import ClawgymConfig
+from clawgym.engine.interface import Engine
+from clawgym.errors import InvalidArgument
+from clawgym.evaluation.runner import EvalResult, EvalSpec, evaluate
+from clawgym.orchestrator.interface import RolloutService, RolloutStatus
+from clawgym.store.bus import make_bus
+from clawgym.store.interface import TrajectoryStore
+from clawgym.training.aio import LoopThread
+from clawgym.training.loop import Trainer
+from clawgym_app.runtime.catalog import HarnessSettings, SettingsCatalog
+from clawgym_app.runtime.server import ServerThread
+from clawgym_app.runtime.source import ServiceSource
+
+log = logging.getLogger(__name__)
+
+
+def is_embedded(cfg: ClawgymConfig) -> bool:
+    """Embedded when no orchestrator service is named: everything then runs in this process."""
+    return not cfg.orchestrator.grpc_url
+
+
+def embedded_config(cfg: ClawgymConfig) -> ClawgymConfig:
+    """`cfg` with what one process implies: the engine and the proxy serve the trainer's model."""
+    if not is_embedded(cfg) or not cfg.trainer.model:
+        return cfg
+    model = cfg.trainer.model
+    return cfg.model_copy(
+        update={
+            "inference": cfg.inference.model_copy(update={"model": model, "grpc_url": ""}),
+            "proxy": cfg.proxy.model_copy(update={"model": model, "inference_url": ""}),
+        }
+    )
+
+
+class Runtime:
+    """The store, engine, proxy URL and rollout service of one config, plus the loop that drives them."""
+
+    def __init__(
+        self, cfg: ClawgymConfig, harness_settings: dict[str, HarnessSettings] | None = None
+    ) -> None:
+        self.cfg = embedded_config(cfg)
+        self.harness_settings = dict(harness_settings or {})
+        self.embedded = is_embedded(self.cfg)
+        self.loop = LoopThread("clawgym-runtime")
+        self._closers: list[Callable[[], Any]] = [self.loop.close]
+        self.store: TrajectoryStore
+        self.engine: Engine
+        self.tokenizer: Any = None
+        self.proxy_url = ""
+        self.rollouts: RolloutService
+
+    # --- assembly ---
+
+    @classmethod
+    def open(
+        cls,
+        cfg: ClawgymConfig,
+        harness_settings: dict[str, HarnessSettings] | None = None,
+        *,
+        engine: Engine | None = None,
+    ) -> Runtime:
+        """Builds (embedded) or connects to (services) every part; `close()` releases them."""
+        rt = cls(cfg, harness_settings)
+        try:
+            rt._open(engine)
+        except BaseException:
+            rt.close()
+            raise
+        return rt
+
+    def _open(self, engine: Engine | None) -> None:
+        from clawgym.engine.factory import connect_engine
+        from clawgym.models import load_tokenizer
+        from clawgym.store import open_store
+
+        cfg = self.cfg
+        model = cfg.trainer.model or cfg.proxy.model
+        self.tokenizer = load_tokenizer(model, cache_dir=Path(cfg.trainer.cache_dir).expanduser())
+        self.store = open_store(cfg.store)
+        self._closers.append(getattr(self.store, "close", lambda: None))
+        self.bus = getattr(self.store, "bus", None) or make_bus(cfg.store.bus_url)
+        self.engine = engine if engine is not None else connect_engine(cfg.inference)
+        if engine is None:
+            self._closers.append(self._close_engine)
+        if self.embedded:
+            self.proxy_url = self._start_proxy()
+            self.rollouts = self.loop.run(self._start_orchestrator())
+        else:
+            from clawgym.orchestrator.grpc_client import OrchestratorClient
+
+            self.proxy_url = cfg.trainer.proxy_url or cfg.orchestrator.proxy_url
+            self.rollouts = self.loop.run(_make_client(OrchestratorClient, cfg.orchestrator.grpc_url))
+        self._closers.append(lambda: self.loop.run(self.rollouts.close(), timeout_s=60))
+
+    def _start_proxy(self) -> str:
+        from clawgym.models import policy_spec
+        from clawgym_services.proxy.server import create_app
+
+        p = self.cfg.proxy
+        app = create_app(
+            p, self.engine, self.store, self.tokenizer, supports_tools=policy_spec(p.model).supports_tools
+        )
+        server = ServerThread(app, host="127.0.0.1", port=0)
+        url = server.start()
+        self._closers.append(server.stop)
+        log.info("embedded proxy on %s", url)
+        return url
+
+    async def _start_orchestrator(self) -> RolloutService:
+        from clawgym.harnesses.base import DEFAULT_CACHE_DIR
+        from clawgym.orchestrator.runner import Orchestrator
+        from clawgym.sandbox import make_sandbox_backend
+        from clawgym.tasks.provision import PROVISION_DIR
+
+        o = self.cfg.orchestrator.model_copy(update={"proxy_url": self.proxy_url})
+        cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
+        sandbox = o.sandbox_config(self.cfg.sandbox, ro_paths=[cache, str(PROVISION_DIR)])
+        catalog = SettingsCatalog(
+            self.harness_settings,
+            suites_dir=o.suites_dir or None,
+            harness_cache_dir=o.harness_cache_dir or None,
+            harness_timeout_s=o.harness_timeout_s,
+        )
+        orchestrator = Orchestrator(o, self.store, make_sandbox_backend(sandbox), catalog=catalog)
+        await orchestrator.start()
+        return orchestrator
+
+    def _close_engine(self) -> None:
+        close = getattr(self.engine, "aclose", None) or getattr(self.engine, "close", None)
+        if close is not None:
+            result = close()
+            if hasattr(result, "__await__"):
+                self.loop.run(result, timeout_s=60)
+
+    # --- what commands use ---
+
+    def trainer(self, on_status: Callable[[RolloutStatus], None] | None = None) -> Trainer:
+        """A trainer for `cfg.trainer` whose rollouts this runtime's rollout service runs (train split)."""
+        from clawgym.training.config import check_trainer_config
+
+        check_trainer_config(self.cfg.trainer)
+        tasks = list(self.cfg.trainer.tasks) or train_task_ids(self.cfg.trainer.suite)
+        source = ServiceSource(self.rollouts, self.loop, tasks, proxy_url=self.proxy_url, on_status=on_status)
+        return Trainer(
+            self.cfg.trainer,
+            store=self.store,
+            bus=self.bus,
+            source=source,
+            tokenizer=self.tokenizer,
+            engines=[self.engine],
+            runner=self.loop,
+        )
+
+    def evaluate(
+        self,
+        spec: EvalSpec,
+        *,
+        version: int,
+        eval_run_id: str = "",
+        record_run_id: str = "",
+        on_status: Callable[[RolloutStatus], None] | None = None,
+    ) -> EvalResult:
+        """Runs an evaluation of whatever the engine serves now (see `clawgym.evaluation.runner`)."""
+        return self.loop.run(
+            evaluate(
+                self.rollouts,
+                self.store,
+                spec,
+                version=version,
+                eval_run_id=eval_run_id,
+                record_run_id=record_run_id,
+                proxy_url=self.proxy_url,
+                on_status=on_status,
+            )
+        )
+
+    def load_checkpoint(self, version: int, uri: str) -> float:
+        """Makes the engine serve checkpoint `version` at `uri`; returns the seconds it took."""
+        return self.loop.run(self.engine.load_weights(version, uri), timeout_s=600)
+
+    def served_version(self) -> int:
+        return self.loop.run(self.engine.status(), timeout_s=60).policy_version
+
+    def close(self) -> None:
+        """Releases every part this runtime opened, newest first (errors are logged, not raised)."""
+        for close in reversed(self._closers):
+            try:
+                close()
+            except Exception:
+                log.exception("closing %s failed", getattr(close, "__qualname__", close))
+        self._closers.clear()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+async def _make_client(cls, target: str):
+    """A gRPC client made on the runtime's loop (an aio channel belongs to the loop that made it)."""
+    return cls(target)
+
+
+def train_task_ids(suite: str) -> list[str]:
+    """The suite's train split, or every task when it has no split named train."""
+    from clawgym.training.source import suite_task_ids
+
+    ids = suite_task_ids(suite, split="train")
+    if not ids:
+        ids = suite_task_ids(suite)
+    if not ids:
+        raise InvalidArgument(f"trainer.suite: {suite!r} holds no tasks")
+    return ids
