@@ -5,7 +5,9 @@ import importlib
 import typer
 from rich.console import Console
 
-app = typer.Typer(help="clawgym: RL for LLM agents through the harnesses people already use.", no_args_is_help=True)
+app = typer.Typer(
+    help="clawgym: RL for LLM agents through the harnesses people already use.", no_args_is_help=True
+)
 serve_app = typer.Typer(help="Run one clawgym microservice.", no_args_is_help=True)
 app.add_typer(serve_app, name="serve")
 app.add_typer(importlib.import_module("clawgym_app.session_cmd").session_app, name="session")
@@ -27,12 +29,22 @@ def _register_serve(name: str) -> None:
 
     command.__doc__ = f"Run the {name} service (`clawgym serve {name} --help` for its options)."
     serve_app.command(
-        name, context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+        name,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     )(command)
 
 
 for _name in SERVICES:
     _register_serve(_name)
+
+# The run commands (ARCHITECTURE.md §3); each module keeps its heavy imports inside the command.
+for _command, _module in (
+    ("quickstart", "clawgym_app.quickstart_cmd"),
+    ("train", "clawgym_app.train_cmd"),
+    ("eval", "clawgym_app.eval_cmd"),
+    ("rollout", "clawgym_app.rollout_cmd"),
+):
+    app.command(_command)(importlib.import_module(_module).command)
 
 
 @app.command()

@@ -19,7 +19,7 @@ STEP_COLUMNS = (
     ("loss", "loss", "{:.4f}"),
     ("approx_kl", "KL", "{:.4f}"),
     ("entropy", "entropy", "{:.3f}"),
-    ("logprob_mismatch", "|Δlogp|", "{:.4f}"),
+    ("logprob_mismatch", "mean abs Δlogp", "{:.4f}"),
     ("sharing_ratio", "sharing", "{:.2f}"),
     ("groups", "groups", "{:d}"),
     ("groups_dropped", "dropped", "{:d}"),

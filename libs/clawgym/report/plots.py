@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: render to files only
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 from clawgym.report.data import RunReport, series
 
@@ -60,6 +61,8 @@ def reward_and_pass_rate(report: RunReport, path: Path) -> Path | None:
             ax_p.errorbar(vx, vy, yerr=[low, high], fmt="s", capsize=5, markersize=7, color=colour,
                           markeredgecolor="black", label=f"{harness} held-out Pass@1 (95% CI)")  # fmt: skip
     for ax, name in ((ax_r, "mean reward of the step's rollouts"), (ax_p, "pass rate")):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(left=-0.3)
         ax.set_xlabel("step (= policy version)")
         ax.set_ylabel(name)
         ax.set_ylim(-0.03, 1.03)
@@ -82,6 +85,7 @@ def _metric_panels(
             xs, ys = series(report.steps, key)
             _line(ax, xs, ys, key, COLOURS[j % len(COLOURS)])
         ax.set_title(name, fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")

@@ -1,0 +1,59 @@
+"""`clawgym train -c run.yaml`: a full run from a config file, embedded or against services.
+
+The mode follows from the config (ARCHITECTURE.md §8): no `orchestrator.grpc_url` → embedded, one
+process (store URL, bus, local or Kubernetes sandboxes as configured); otherwise the store,
+inference and orchestrator services the config names, with this process as the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from clawgym.errors import ClawgymError
+
+
+def command(
+    config: Path = typer.Option(..., "--config", "-c", help="run config YAML (a whole ClawgymConfig)"),
+    steps: int = typer.Option(0, help="override trainer.steps"),
+    run_dir: str = typer.Option("", help="where the report goes (default runs/<timestamp>)"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object at the end"),
+) -> None:
+    """Train a policy with GRPO or PPO through the config's harness mix; evaluate; write the report."""
+    from clawgym.config import load_config
+    from clawgym_app.logs import log_to_file, quiet_libraries
+    from clawgym_app.quickstart import new_run_dir
+    from clawgym_app.runtime import Runtime, is_embedded
+    from clawgym_app.training_run import TrainingRun
+
+    console = Console(stderr=True) if as_json else Console()
+    try:
+        cfg = load_config(config)
+        if steps:
+            cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"steps": steps})})
+        folder = Path(run_dir) if run_dir else new_run_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        log_to_file(folder / "run.log")
+        quiet_libraries()
+        mode = "embedded" if is_embedded(cfg) else f"services (orchestrator {cfg.orchestrator.grpc_url})"
+        t = cfg.trainer
+        mix = ", ".join(f"{h.name}×{h.weight:g}" for h in t.harnesses)
+        console.print(f"[bold]clawgym train[/bold] {config} → {folder}: {mode}; {t.algorithm.name} on {t.model}, "
+                      f"{mix}, suite {t.suite}")  # fmt: skip
+        with console.status("starting the runtime (store, engine, proxy, orchestrator)"):
+            runtime = Runtime.open(cfg)
+        with runtime:
+            outcome = TrainingRun(runtime, folder, console, title=f"clawgym train: {t.run_name}",
+                                  settings={"config_file": str(config)}).run()  # fmt: skip
+    except ClawgymError as e:
+        console.print(f"[red]clawgym train:[/red] {e}")
+        raise typer.Exit(2) from e
+    if as_json:
+        print(json.dumps({**outcome.summary, "report": str(outcome.report)}))
+    else:
+        for key, value in outcome.summary.items():
+            console.print(f"{key}: {value}")
+        console.print(f"report: {outcome.report}")

@@ -1,0 +1,226 @@
+"""A training run with its evaluations and report: what `clawgym train` and `clawgym quickstart` share.
+
+Owns the order of a run as a person sees it: evaluate the initial policy (held-out tasks, through
+the harnesses it trains with), train step after step (evaluating every `evaluation.every_steps`),
+evaluate the final policy, write the report. Stops early, between steps, when a time budget would
+not leave room for the final evaluation. The parts come from a `Runtime` (embedded or services).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+from clawgym.config import ClawgymConfig
+from clawgym.evaluation.passk import paired_difference
+from clawgym.evaluation.runner import EvalResult, EvalSpec
+from clawgym.evaluation.select import eval_tasks
+from clawgym.orchestrator.interface import RolloutStatus
+from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
+from clawgym.training.loop import Trainer
+from clawgym_app.progress import RolloutBar, Stopwatch, make_progress
+from clawgym_app.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LabelledEval:
+    label: str
+    result: EvalResult
+
+
+@dataclass
+class RunOutcome:
+    """What a run did: its store run, evaluations, stage timings, report and headline figures."""
+
+    run_id: str
+    version: int
+    evals: list[LabelledEval] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    report: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class _Relay:
+    """Forwards rollout statuses to whichever bar is current (the source's callback is fixed)."""
+
+    def __init__(self) -> None:
+        self.target = None
+
+    def __call__(self, status: RolloutStatus) -> None:
+        if self.target is not None:
+            self.target(status)
+
+
+def eval_spec(cfg: ClawgymConfig) -> EvalSpec:
+    """The held-out evaluation `cfg.evaluation` asks for (harnesses default to the trainer's mix)."""
+    e = cfg.evaluation
+    suite = e.suite or cfg.trainer.suite
+    harnesses = e.harnesses or list(dict.fromkeys(h.name for h in cfg.trainer.harnesses))
+    tasks = eval_tasks(suite, e.tasks, e.split)
+    return EvalSpec(suite, [t.id for t in tasks], harnesses, e.samples, e.ks)
+
+
+class TrainingRun:
+    """Runs `cfg` on `runtime`, showing progress on `console` and writing the report into `run_dir`."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        run_dir: Path,
+        console: Console,
+        *,
+        title: str = "clawgym run",
+        deadline: float | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.rt = runtime
+        self.cfg = runtime.cfg
+        self.run_dir = run_dir
+        self.console = console
+        self.title = title
+        self.deadline = deadline  # time.monotonic() by which the whole run should be done
+        self.settings = settings or {}
+        self.clock = Stopwatch()
+        self.relay = _Relay()
+        self.spec = eval_spec(self.cfg)
+        self.trainer: Trainer | None = None
+
+    # --- the run ---
+
+    def run(self) -> RunOutcome:
+        e = self.cfg.evaluation
+        with make_progress(self.console) as progress:
+            with self.clock.stage("start trainer"):
+                self.trainer = self.rt.trainer(on_status=self.relay)
+                task = progress.add_task("loading the trainer's policy", total=None, info="")
+                self.trainer.start()
+                progress.remove_task(task)
+            outcome = RunOutcome(self.trainer.run_id, self.trainer.version)
+            try:
+                if e.at_start:
+                    outcome.evals.append(self._evaluate(progress, "before", "eval before"))
+                self._train(progress, outcome)
+                if e.at_end and (
+                    not outcome.evals or outcome.evals[-1].result.version != self.trainer.version
+                ):
+                    outcome.evals.append(self._evaluate(progress, "after", "eval after"))
+            finally:
+                self.trainer.close()
+        outcome.version = self.trainer.version
+        with self.clock.stage("report"):
+            outcome.stages = dict(self.clock.stages)
+            outcome.summary = self.summary(outcome)
+            outcome.report = self.write_report(outcome)
+        outcome.stages = dict(self.clock.stages)
+        return outcome
+
+    def _train(self, progress: Progress, outcome: RunOutcome) -> None:
+        t = self.cfg.trainer
+        trainer = self.trainer
+        steps = progress.add_task("training", total=t.steps, completed=trainer.version, info="")
+        durations: list[float] = []
+        reserve = 0.0
+        if outcome.evals:  # the final evaluation costs about what the first one did
+            reserve = 1.15 * outcome.evals[0].result.seconds + 10.0
+        while trainer.version < t.steps:
+            if self.deadline is not None and durations:
+                left = self.deadline - time.monotonic()
+                if left < max(durations[-3:]) + reserve:
+                    note = (
+                        f"stopped after {trainer.version} of {t.steps} steps: the time budget "
+                        f"({left:.0f} s left) would not fit another step and the final evaluation"
+                    )
+                    outcome.notes.append(note)
+                    self.console.print(f"[yellow]{note}[/yellow]")
+                    break
+            bar = RolloutBar(
+                progress, f"  step {trainer.version + 1} rollouts", t.groups_per_step * t.group_size
+            )
+            self.relay.target = bar
+            started = time.monotonic()
+            with self.clock.stage("train"):
+                trainer.run(steps=1)
+            durations.append(time.monotonic() - started)
+            self.relay.target = None
+            progress.remove_task(bar.task)
+            m = trainer.status.metrics
+            info = (
+                f"reward {m.get('reward', math.nan):.2f} · pass {m.get('pass_rate', math.nan):.2f} · "
+                f"{durations[-1]:.0f} s/step"
+            )
+            progress.update(steps, completed=trainer.version, info=info)
+            every = self.cfg.evaluation.every_steps
+            if every and trainer.version % every == 0 and trainer.version < t.steps:
+                outcome.evals.append(
+                    self._evaluate(progress, f"step {trainer.version}", "eval during training")
+                )
+
+    def _evaluate(self, progress: Progress, label: str, stage: str) -> LabelledEval:
+        spec = self.spec
+        total = len(spec.task_ids) * len(spec.harnesses) * spec.samples
+        bar = RolloutBar(progress, f"eval {label} (v{self.trainer.version})", total)
+        with self.clock.stage(stage):
+            result = self.rt.evaluate(
+                spec, version=self.trainer.version, record_run_id=self.trainer.run_id, on_status=bar
+            )
+        bar.done()
+        parts = [
+            f"{h}: Pass@1 {r.pass_at[1].value:.3f}" for h, r in result.harnesses.items() if 1 in r.pass_at
+        ]
+        progress.update(bar.task, info=" · ".join(parts))
+        return LabelledEval(label, result)
+
+    # --- results ---
+
+    def summary(self, outcome: RunOutcome) -> dict[str, Any]:
+        """Headline figures: Pass@1 before/after per harness with 95% CIs, the paired difference."""
+        out: dict[str, Any] = {"steps": outcome.version, "minutes": round(self.clock.elapsed / 60, 2)}
+        first = next((e for e in outcome.evals if e.label == "before"), None)
+        last = next((e for e in reversed(outcome.evals) if e.label == "after"), None)
+        for harness in self.spec.harnesses:
+            suffix = "" if len(self.spec.harnesses) == 1 else f"_{harness}"
+            for name, ev in (("before", first), ("after", last)):
+                if ev is not None and 1 in ev.result.harnesses[harness].pass_at:
+                    p = ev.result.harnesses[harness].pass_at[1]
+                    out[f"pass1_{name}{suffix}"] = round(p.value, 4)
+                    out[f"ci95_{name}{suffix}"] = [round(p.ci95[0], 4), round(p.ci95[1], 4)]
+            if first is not None and last is not None:
+                delta, ci = paired_difference(
+                    first.result.harnesses[harness].counts, last.result.harnesses[harness].counts
+                )
+                out[f"delta{suffix}"] = round(delta, 4)
+                out[f"ci95_delta{suffix}"] = [round(ci[0], 4), round(ci[1], 4)]
+                out[f"significant{suffix}"] = bool(
+                    out[f"ci95_after{suffix}"][0] > out[f"ci95_before{suffix}"][1]
+                )
+        out["eval_tasks"] = len(self.spec.task_ids)
+        out["eval_samples"] = self.spec.samples
+        return out
+
+    def write_report(self, outcome: RunOutcome) -> Path:
+        points = [
+            EvalPoint.from_metrics(h.metrics(ev.result.suite, ev.result.version), harness, ev.label)
+            for ev in outcome.evals
+            for harness, h in ev.result.harnesses.items()
+        ]
+        report = RunReport(
+            title=self.title,
+            run_id=outcome.run_id,
+            settings={**self.settings, "config": self.cfg.model_dump(mode="json")},
+            steps=steps_from_store(self.rt.store, outcome.run_id),
+            evals=points,
+            stages=dict(self.clock.stages),
+            summary=outcome.summary,
+            notes=outcome.notes,
+        )
+        return write_report(report, self.run_dir)
