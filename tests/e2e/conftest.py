@@ -7,7 +7,8 @@ turns it already holds), so a harness's side calls cannot shift the script.
 
 - `tokenizer`: tiny-qwen3.
 - `stack(script, backend=…)`: a SQLite store, the proxy on a free 127.0.0.1 port, and an in-process
-  `Orchestrator` pointed at it; torn down after the test.
+  `Orchestrator` pointed at it; torn down after the test. `Stack.requests` lists the (method, path)
+  of every HTTP request the proxy received, in order.
 - `scripted(first, final)`: the script for an engine.
 - `k8s_cluster`: the sandbox tests' session fixture (tests/sandbox/conftest.py), reused as is.
 - `write_word`: a bundled mini-suite task "Create a file named F containing the text W.", its answer.
@@ -21,7 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,19 @@ class ServerThread:
         self.thread.join(timeout=30)
 
 
+class RequestLog:
+    """The proxy app behind an ASGI wrapper that notes each HTTP request's (method, path) first."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.requests: list[tuple[str, str]] = []
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            self.requests.append((scope["method"], scope["path"]))
+        await self.app(scope, receive, send)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return load_tokenizer("tiny-qwen3")
@@ -88,6 +102,7 @@ class Stack:
     engine: ScriptedEngine
     proxy_url: str
     orchestrator: Orchestrator
+    requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path) the proxy received
 
     def run(self, coro):
         return asyncio.run(coro)
@@ -95,16 +110,21 @@ class Stack:
 
 @pytest.fixture
 def scripted(tokenizer) -> Callable[[str, str], Callable[[list[int], int], list[int]]]:
-    """script(first, final): the engine answers `first` to a prompt with no earlier assistant turn,
-    `final` otherwise; both tokenized as the policy would emit them, ending in <|im_end|>."""
+    """script(first, final): the engine answers `first` to a prompt that continues none of its
+    earlier answers (a rollout's first call), `final` to one that extends an earlier prompt + answer;
+    both tokenized as the policy would emit them, ending in <|im_end|>. Counting assistant turns
+    instead would miscount harnesses whose first prompt already holds example turns."""
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
     def make(first: str, final: str) -> Callable[[list[int], int], list[int]]:
         replies = [[*tokenizer.encode(t, add_special_tokens=False), end] for t in (first, final)]
+        answered: list[list[int]] = []  # prompt + answer of every earlier call
 
         def script(prompt_ids: list[int], index: int) -> list[int]:
-            turns = tokenizer.decode(prompt_ids).count("<|im_start|>assistant")
-            return list(replies[0 if turns <= 1 else 1])
+            continues = any(len(seq) <= len(prompt_ids) and prompt_ids[: len(seq)] == seq for seq in answered)
+            reply = list(replies[1 if continues else 0])
+            answered.append([*prompt_ids, *reply])
+            return reply
 
         return script
 
@@ -122,7 +142,8 @@ def stack(tokenizer, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
         closers.append(store.close)
         engine = ScriptedEngine(script, vocab_size=len(tokenizer), max_context=1_000_000)
-        server = ServerThread(create_app(ProxyConfig(), engine, store, tokenizer)).__enter__()
+        app = RequestLog(create_app(ProxyConfig(), engine, store, tokenizer))
+        server = ServerThread(app).__enter__()
         closers.append(lambda: server.__exit__(None, None, None))
         root = tmp_path / "sandboxes"
         root.mkdir(mode=0o711, exist_ok=True)
@@ -134,7 +155,7 @@ def stack(tokenizer, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         )
         orch = Orchestrator.from_config(cfg, store=store)
         closers.append(lambda: asyncio.run(orch.close()))
-        return Stack(store, engine, server.url, orch)
+        return Stack(store, engine, server.url, orch, app.requests)
 
     yield make
     for close in reversed(closers):
