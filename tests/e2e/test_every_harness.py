@@ -28,7 +28,8 @@ the harness's next call with the same tool list (the same agent). OpenClaw appen
 context user message to every request and re-sends it after the new turns, so its next prompt
 extends the acting prompt with that trailing message taken out (asserted exactly, see
 `expected_prefix`). OpenClaw's V8 isolates need more than the default 2 GiB RLIMIT_DATA of a
-local sandbox (measured: 4 GiB fails, 5 GiB runs), so its case raises the sandbox memory limit.
+local sandbox (measured: 4 GiB fails, 5 GiB runs): its adapter declares a minimum the orchestrator
+applies, so its case runs with the default sandbox settings.
 """
 
 from __future__ import annotations
@@ -122,7 +123,6 @@ CASES = [
         lambda path, word, _: {"path": path, "content": word + "\n"},
         constant_trace=True,
         resent_context="<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>",
-        orchestrator={"sandbox_resources": {"limits": {"memory": "8Gi"}}},
     ),
 ]
 

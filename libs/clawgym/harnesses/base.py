@@ -55,6 +55,7 @@ class Limits:
 
     timeout_s: float = 900.0
     max_turns: int | None = None
+    min_memory_mb: int | None = None  # the sandbox memory limit this CLI cannot start below
 
 
 @dataclass(frozen=True)

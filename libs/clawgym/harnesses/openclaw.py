@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, InstallSpec, RunContext, WireProtocol, dump_json, under
+from clawgym.harnesses.base import (
+    HarnessAdapter,
+    InstallSpec,
+    Limits,
+    RunContext,
+    WireProtocol,
+    dump_json,
+    under,
+)
 
 PROVIDER = "clawgym"
 
@@ -21,6 +29,9 @@ class OpenClaw(HarnessAdapter):
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         "npm", "openclaw", "2026.9.6", bin="openclaw", node="24.22.3"
     )
+    # Node reserves ~4.7 GB of address space at start (V8's code range) while using ~0.9 GB: under
+    # the local backend's RLIMIT_DATA it dies with exit 133 below 5 GiB.
+    default_limits: ClassVar[Limits] = Limits(min_memory_mb=6144)
 
     def config_path(self, ctx: RunContext) -> str:
         return under(ctx.home, ".openclaw", "clawgym.json5")

@@ -133,7 +133,11 @@ class AttemptRunner:
             labels=plan.labels,
             network="proxy",  # pseudo-harnesses too: a task's solution may talk to loopback services
         )
-        spec = dataclasses.replace(spec, image=plan.image, resources=plan.resources or spec.resources)
+        resources = plan.resources or spec.resources
+        floor = plan.adapter.limits.min_memory_mb
+        if floor and resources.memory_mb < floor:  # a harness that cannot start below it (OpenClaw)
+            resources = dataclasses.replace(resources, memory_mb=floor)
+        spec = dataclasses.replace(spec, image=plan.image, resources=resources)
 
         t0 = time.monotonic()
         try:
