@@ -33,17 +33,18 @@ import urllib.request
 SYSTEM_PROMPT = """You are a Linux shell assistant. You do the user's task by running bash commands in the current directory.
 Reply with one bash code block. After the command has run, reply DONE if the task is finished."""
 
-# A worked example, sent as real chat turns before the task: a small model copies the shape of a
-# conversation far more reliably than it follows a description of one. Its commands (ls, date)
-# belong to no task family of the bundled suite.
+# Two worked examples, sent as real chat turns before the task: a small model copies the shape of a
+# conversation far more reliably than it follows a description of one. Each uses the names its own
+# task gives (a 135M model copied a lone example's file name into every answer). The first shows the
+# `echo WORD > FILE` shape the easiest mini-suite families need; `tail` answers none of them.
 EXAMPLE_TURNS = [
-    {"role": "user", "content": "Write the current date into the file today.txt."},
-    {"role": "assistant", "content": "```bash\ndate > today.txt\n```"},
+    {"role": "user", "content": "Write the word hello into the file greeting.txt."},
+    {"role": "assistant", "content": "```bash\necho hello > greeting.txt\n```"},
     {"role": "user", "content": "Output (exit code 0):\n(no output)"},
     {"role": "assistant", "content": "DONE"},
-    {"role": "user", "content": "Show the files in this directory."},
-    {"role": "assistant", "content": "```bash\nls\n```"},
-    {"role": "user", "content": "Output (exit code 0):\ntoday.txt"},
+    {"role": "user", "content": "Show the last 2 lines of the file notes.md."},
+    {"role": "assistant", "content": "```bash\ntail -n 2 notes.md\n```"},
+    {"role": "user", "content": "Output (exit code 0):\nbuy milk\ncall Sam"},
     {"role": "assistant", "content": "DONE"},
 ]
 
@@ -73,7 +74,11 @@ def build_messages(instruction: str, mode: str = "text") -> list[dict]:
     """The first request's messages: the system prompt, (text mode) the worked example, then the task."""
     if mode != "text":
         return [{"role": "system", "content": TOOLS_SYSTEM_PROMPT}, {"role": "user", "content": instruction}]
-    return [{"role": "system", "content": SYSTEM_PROMPT}, *EXAMPLE_TURNS, {"role": "user", "content": instruction}]
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        *EXAMPLE_TURNS,
+        {"role": "user", "content": instruction},
+    ]
 
 
 def extract_action(reply: str) -> str | None:
