@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clawgym.config import ClawgymConfig
-from clawgym_app.logs import log_to_file, quiet_libraries
+from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
 from clawgym_app.runtime import HarnessSettings, Runtime
 from clawgym_app.training_run import RunOutcome, TrainingRun
 
@@ -44,6 +44,7 @@ class QuickstartOptions:
     max_new_tokens: int = 40
     max_turns: int = 1
     concurrency: int = 8
+    threads: int = 0
     minutes: float = 15.0
     seed: int = 0
     run_dir: str = ""
@@ -106,6 +107,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     log_to_file(run_dir / "run.log")
     quiet_libraries()
+    threads = set_threads(opts.threads)
     cfg = opts.config(run_dir)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     console.print(
@@ -122,7 +124,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
             console,
             title=f"clawgym quickstart: {opts.model} through the reference harness on {opts.suite}",
             deadline=started + 60 * opts.minutes,
-            settings={"quickstart": asdict(opts), "proxy_url": runtime.proxy_url},
+            settings={"quickstart": asdict(opts), "torch_threads": threads, "proxy_url": runtime.proxy_url},
         )
         run.clock.stages["start runtime"] = open_s
         outcome = run.run()

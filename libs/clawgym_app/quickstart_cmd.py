@@ -42,6 +42,9 @@ def command(
     max_new_tokens: int = typer.Option(D["max_new_tokens"], help="generated tokens per model call, at most"),
     max_turns: int = typer.Option(D["max_turns"], help="reference harness: model calls per rollout, at most"),
     concurrency: int = typer.Option(D["concurrency"], help="rollouts running at once"),
+    threads: int = typer.Option(
+        0, help="torch threads; 0 = auto (1 when other processes keep the cores busy)"
+    ),
     minutes: float = typer.Option(D["minutes"], help="time budget: training stops early to fit it"),
     suite: str = typer.Option("mini", help="task suite (train split to train, test split to evaluate)"),
     seed: int = typer.Option(0, help="seed of task sampling"),
@@ -56,7 +59,7 @@ def command(
     opts = QuickstartOptions(
         model=model, suite=suite, steps=steps, eval_tasks=eval_tasks, eval_samples=eval_samples,
         group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
-        max_new_tokens=max_new_tokens, max_turns=max_turns, concurrency=concurrency, minutes=minutes,
+        max_new_tokens=max_new_tokens, max_turns=max_turns, concurrency=concurrency, threads=threads, minutes=minutes,
         seed=seed, run_dir=run_dir,
     )  # fmt: skip
     console = Console(stderr=True) if as_json else Console()

@@ -20,6 +20,9 @@ def command(
     config: Path = typer.Option(..., "--config", "-c", help="run config YAML (a whole ClawgymConfig)"),
     steps: int = typer.Option(0, help="override trainer.steps"),
     run_dir: str = typer.Option("", help="where the report goes (default runs/<timestamp>)"),
+    spawn_services: bool = typer.Option(
+        False, help="start store, inference, proxy and orchestrator as local `clawgym serve` processes first"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object at the end"),
 ) -> None:
     """Train a policy with GRPO or PPO through the config's harness mix; evaluate; write the report."""
@@ -27,6 +30,7 @@ def command(
     from clawgym_app.logs import log_to_file, quiet_libraries
     from clawgym_app.quickstart import new_run_dir
     from clawgym_app.runtime import Runtime, is_embedded
+    from clawgym_app.runtime.services import ServiceStack
     from clawgym_app.training_run import TrainingRun
 
     console = Console(stderr=True) if as_json else Console()
@@ -38,16 +42,25 @@ def command(
         folder.mkdir(parents=True, exist_ok=True)
         log_to_file(folder / "run.log")
         quiet_libraries()
+        stack = None
+        if spawn_services:
+            stack = ServiceStack(cfg, folder / "services")
+            with console.status(f"starting the services (logs in {stack.folder})"):
+                cfg = stack.start()
         mode = "embedded" if is_embedded(cfg) else f"services (orchestrator {cfg.orchestrator.grpc_url})"
         t = cfg.trainer
         mix = ", ".join(f"{h.name}×{h.weight:g}" for h in t.harnesses)
         console.print(f"[bold]clawgym train[/bold] {config} → {folder}: {mode}; {t.algorithm.name} on {t.model}, "
                       f"{mix}, suite {t.suite}")  # fmt: skip
-        with console.status("starting the runtime (store, engine, proxy, orchestrator)"):
-            runtime = Runtime.open(cfg)
-        with runtime:
-            outcome = TrainingRun(runtime, folder, console, title=f"clawgym train: {t.run_name}",
-                                  settings={"config_file": str(config)}).run()  # fmt: skip
+        try:
+            with console.status("starting the runtime (store, engine, proxy, orchestrator)"):
+                runtime = Runtime.open(cfg)
+            with runtime:
+                outcome = TrainingRun(runtime, folder, console, title=f"clawgym train: {t.run_name}",
+                                      settings={"config_file": str(config), "mode": mode}).run()  # fmt: skip
+        finally:
+            if stack is not None:
+                stack.stop()
     except ClawgymError as e:
         console.print(f"[red]clawgym train:[/red] {e}")
         raise typer.Exit(2) from e

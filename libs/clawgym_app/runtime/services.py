@@ -1,0 +1,189 @@
+"""`ServiceStack`: the services mode on one machine — store, inference, proxy and orchestrator, each a
+`clawgym serve X` process on a loopback port, talking gRPC, on PostgreSQL + Redis.
+
+Owns starting the processes, waiting until each answers, and the config that points a trainer at
+them (`Runtime` then opens gRPC clients). The stack is what docker-compose runs, without Docker:
+`clawgym train -c run.yaml --spawn-services` and the service-mode tests use it. Each process gets
+the run config's sections through `CLAWGYM_<SECTION>` variables (JSON), so every service sees the
+same settings a compose file would give it; its output goes to `<folder>/<service>.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from clawgym.config import ClawgymConfig
+from clawgym.errors import InvalidArgument, Unavailable
+from clawgym.store.bus import split_prefix
+
+CLAWGYM = Path(sys.executable).with_name("clawgym")
+ORDER = ("store", "inference", "proxy", "orchestrator")
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the services need their numbers before they start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    port: int
+    process: subprocess.Popen
+    log: Path
+
+    def tail(self, n: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+
+
+class ServiceStack:
+    """The four services of `cfg` as local processes; `start()` returns the config that uses them."""
+
+    def __init__(self, cfg: ClawgymConfig, folder: Path) -> None:
+        if cfg.store.url.startswith("sqlite") or cfg.store.bus_url.startswith("memory"):
+            raise InvalidArgument(
+                "the services mode shares state between processes: store.url must be PostgreSQL "
+                f"and store.bus_url Redis (got {cfg.store.url.split('@')[-1]}, {cfg.store.bus_url})"
+            )
+        if not cfg.trainer.model:
+            raise InvalidArgument("trainer.model: missing; the inference service serves it")
+        self.cfg = cfg
+        self.folder = Path(folder)
+        self.ports = {name: free_port() for name in ORDER}
+        self.processes: list[ServiceProcess] = []
+
+    def config(self) -> ClawgymConfig:
+        """`cfg` pointed at this stack's services (the trainer's side)."""
+        c, p = self.cfg, self.ports
+        model = c.trainer.model
+        proxy_url = f"http://127.0.0.1:{p['proxy']}"
+        # the proxy's live state shares the bus's Redis, under the bus URL's key namespace (if any)
+        redis, namespace = split_prefix(c.store.bus_url)
+        return c.model_copy(
+            update={
+                "store": c.store.model_copy(update={"grpc_url": f"127.0.0.1:{p['store']}"}),
+                "inference": c.inference.model_copy(
+                    update={"grpc_url": f"127.0.0.1:{p['inference']}", "model": model}
+                ),
+                "proxy": c.proxy.model_copy(
+                    update={
+                        "model": model,
+                        "inference_url": f"127.0.0.1:{p['inference']}",
+                        "redis_url": redis,
+                        "redis_prefix": f"{namespace}{c.proxy.redis_prefix}",
+                    }
+                ),
+                "orchestrator": c.orchestrator.model_copy(
+                    update={"grpc_url": f"127.0.0.1:{p['orchestrator']}", "proxy_url": proxy_url}
+                ),
+                "trainer": c.trainer.model_copy(update={"proxy_url": proxy_url}),
+            }
+        )
+
+    def _env(self, cfg: ClawgymConfig) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWGYM_")}
+        for section in ("store", "inference", "proxy", "sandbox", "orchestrator"):
+            env[f"CLAWGYM_{section.upper()}"] = json.dumps(getattr(cfg, section).model_dump(mode="json"))
+        return env
+
+    def _argv(self, name: str, cfg: ClawgymConfig) -> list[str]:
+        port = str(self.ports[name])
+        local = ["--host", "127.0.0.1", "--port", port]
+        if name == "store":
+            return [*local, "--url", cfg.store.url, "--bus", cfg.store.bus_url]
+        if name == "inference":
+            return [
+                *local,
+                "--metrics-port",
+                "0",
+                "--model",
+                cfg.inference.model,
+                "--dtype",
+                cfg.inference.dtype,
+            ]
+        if name == "proxy":
+            return [*local, "--model", cfg.proxy.model, "--inference", cfg.proxy.inference_url,
+                    "--redis", cfg.proxy.redis_url, "--max-new-tokens", str(cfg.proxy.max_new_tokens),
+                    *(["--temperature", str(cfg.proxy.temperature)] if cfg.proxy.temperature is not None else [])]  # fmt: skip
+        return [*local, "--metrics-port", "0", "--proxy-url", cfg.orchestrator.proxy_url]
+
+    def start(self, timeout_s: float = 300.0) -> ClawgymConfig:
+        """Starts every service in dependency order, each answering before the next starts."""
+        cfg = self.config()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        env = self._env(cfg)
+        try:
+            for name in ORDER:
+                log = self.folder / f"{name}.log"
+                with log.open("wb") as out:
+                    process = subprocess.Popen(
+                        [str(CLAWGYM), "serve", name, *self._argv(name, cfg)],
+                        env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    )  # fmt: skip
+                service = ServiceProcess(name, self.ports[name], process, log)
+                self.processes.append(service)
+                self._wait(service, time.monotonic() + timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return cfg
+
+    def _wait(self, service: ServiceProcess, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if service.process.poll() is not None:
+                raise Unavailable(
+                    f"clawgym serve {service.name} exited with {service.process.returncode}:\n{service.tail()}"
+                )
+            if _answers(service):
+                return
+            time.sleep(0.3)
+        raise Unavailable(
+            f"clawgym serve {service.name} did not answer on :{service.port}:\n{service.tail()}"
+        )
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM to each service, newest first; SIGKILL to what is still running after `grace_s`."""
+        for service in reversed(self.processes):
+            if service.process.poll() is None:
+                service.process.send_signal(signal.SIGTERM)
+                try:
+                    service.process.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    os.killpg(service.process.pid, signal.SIGKILL)
+                    service.process.wait()
+        self.processes.clear()
+
+    def __enter__(self) -> ServiceStack:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _answers(service: ServiceProcess) -> bool:
+    """The proxy answers GET /healthz; a gRPC service accepts a channel."""
+    if service.name == "proxy":
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{service.port}/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+    with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=1)
+            return True
+        except grpc.FutureTimeoutError:
+            return False

@@ -1,0 +1,60 @@
+"""The same training loop in service mode: store, inference, proxy and orchestrator each a real
+`clawgym serve` process on a loopback port (gRPC between them, PostgreSQL + Redis for state), and
+the trainer — `clawgym train --spawn-services`, the app's own process — driving them for 2 steps."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from sqlalchemy import create_engine, text
+
+pytestmark = pytest.mark.slow
+CLAWGYM = [sys.executable, "-c", "from clawgym_app.cli import main; main()"]
+
+
+def test_two_grpo_steps_across_service_processes_commit_checkpoints_and_reload_the_inference_service(
+    learnable, pg_url, redis_url, tmp_path
+):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "store": {"url": pg_url, "bus_url": redis_url},
+        "proxy": {"max_new_tokens": 16, "temperature": 1.0},
+        "orchestrator": {"max_concurrent_rollouts": 8, "retry_backoff_s": 0.1},
+        "trainer": {
+            "model": str(learnable.policy), "run_name": "services", "steps": 2, "group_size": 4,
+            "groups_per_step": 2, "algorithm": {"name": "grpo", "lr": 2e-3}, "suite": str(learnable.suite),
+            "checkpoint_uri": str(tmp_path / "checkpoints"), "keep_checkpoints": 1, "sweep_interval_s": 1.0,
+            "rollout_timeout_s": 300.0,
+        },
+        "evaluation": {"samples": 2, "split": "test"},
+    }))  # fmt: skip
+    done = subprocess.run(
+        [*CLAWGYM, "train", "-c", str(config), "--spawn-services", "--run-dir", str(tmp_path / "run"), "--json"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    logs = "".join(
+        f"\n--- {p.name}\n{p.read_text()[-3000:]}"
+        for p in sorted((tmp_path / "run" / "services").glob("*.log"))
+    )
+    assert done.returncode == 0, f"clawgym train failed:\n{done.stdout}\n{done.stderr[-5000:]}{logs}"
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2 and "pass1_after" in summary, f"2 steps, evaluated after: {summary}"
+    assert "services (orchestrator 127.0.0.1:" in done.stderr, "the run went through the orchestrator service"
+
+    engine = create_engine(pg_url)
+    with engine.connect() as db:
+        versions = db.execute(text("SELECT version FROM checkpoints ORDER BY version")).scalars().all()
+        harnesses = db.execute(text("SELECT DISTINCT harness FROM rollouts")).scalars().all()
+        calls = db.execute(text("SELECT count(*) FROM calls")).scalar_one()
+        policy_versions = db.execute(text("SELECT DISTINCT policy_version FROM calls")).scalars().all()
+        evals = db.execute(text("SELECT version FROM evals ORDER BY version")).scalars().all()
+    engine.dispose()
+    assert versions == [1, 2], f"both steps committed their checkpoint to PostgreSQL: {versions}"
+    assert harnesses == ["reference"] and calls >= 16, f"the proxy service recorded the calls ({calls})"
+    assert 2 in policy_versions, (
+        f"the inference service reloaded v2 before the final evaluation: {policy_versions}"
+    )
+    assert evals == [0, 2], f"evaluations before and after were recorded: {evals}"
+    assert (tmp_path / "run" / "report.md").is_file(), "the report is written in service mode too"

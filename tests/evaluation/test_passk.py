@@ -1,0 +1,78 @@
+"""Pass@k and its intervals: the unbiased estimator against its combinatorial definition, Wilson
+against textbook values, bootstraps that are reproducible and cover what they should."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clawgym.errors import InvalidArgument
+from clawgym.evaluation.passk import (
+    TaskCounts,
+    bootstrap_interval,
+    estimate,
+    paired_difference,
+    pass_at_k,
+    wilson_interval,
+)
+
+
+@given(st.integers(1, 40).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+def test_pass_at_k_equals_one_minus_the_binomial_ratio(nck):
+    """pass@k = 1 - C(n-c, k)/C(n, k) (Chen et al. 2021), for every n, c, k with k <= n."""
+    n, c, k = nck
+    exact = 1.0 - math.comb(n - c, k) / math.comb(n, k)
+    assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-12), f"n={n} c={c} k={k}"
+
+
+def test_pass_at_1_is_the_fraction_of_samples_that_passed():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3), "pass@1 with n samples is c/n"
+    assert pass_at_k(5, 0, 3) == 0.0, "no passing sample: pass@k is 0"
+    assert pass_at_k(5, 3, 3) == 1.0, "fewer failures than k: every k-subset holds a pass"
+
+
+def test_pass_at_k_refuses_impossible_counts():
+    with pytest.raises(InvalidArgument, match="at least 3 samples"):
+        pass_at_k(2, 1, 3)
+    with pytest.raises(InvalidArgument):
+        pass_at_k(3, 4, 1)
+
+
+def test_wilson_interval_matches_textbook_values_and_stays_in_0_1():
+    """Wilson 95% for 0/10 is [0, 0.2775]; for 5/10, [0.2366, 0.7634] (Newcombe 1998, table I)."""
+    low, high = wilson_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=1e-4), "0 of 10"
+    low, high = wilson_interval(5, 10)
+    assert (low, high) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4)), "5 of 10"
+    low, high = wilson_interval(10, 10)
+    assert high == pytest.approx(1.0) and low == pytest.approx(0.7225, abs=1e-4), "10 of 10 mirrors 0 of 10"
+
+
+def test_bootstrap_interval_is_reproducible_and_brackets_the_mean():
+    values = np.random.default_rng(1).random(50)
+    a, b = bootstrap_interval(values), bootstrap_interval(values)
+    assert a == b, "a fixed seed: the same values give the same interval"
+    assert a[0] < values.mean() < a[1], "the interval brackets the sample mean"
+    assert bootstrap_interval([0.4] * 20) == (pytest.approx(0.4), pytest.approx(0.4)), "no spread, no width"
+
+
+def test_estimate_uses_wilson_for_one_sample_per_task_and_bootstrap_otherwise():
+    single = [TaskCounts(f"t{i}", 1, int(i < 3)) for i in range(10)]
+    p = estimate(single)
+    assert (p.value, p.method, p.ci95) == (0.3, "wilson", wilson_interval(3, 10)), "one sample per task"
+    several = [TaskCounts(f"t{i}", 4, i % 5) for i in range(10)]
+    q = estimate(several, k=2)
+    assert q.method == "bootstrap" and q.samples == 40, "several samples: bootstrap over tasks"
+    assert q.value == pytest.approx(np.mean([pass_at_k(4, i % 5, 2) for i in range(10)])), "mean over tasks"
+
+
+def test_paired_difference_pairs_tasks_and_excludes_zero_for_a_clear_gain():
+    before = [TaskCounts(f"t{i}", 1, 0) for i in range(40)]
+    after = [TaskCounts(f"t{i}", 1, int(i % 2 == 0)) for i in range(40)]
+    delta, (low, high) = paired_difference(before, after)
+    assert delta == pytest.approx(0.5), "half of the tasks flipped to passing"
+    assert 0 < low <= delta <= high, f"a gain on half of 40 paired tasks is significant: [{low}, {high}]"
+    with pytest.raises(InvalidArgument, match="no task"):
+        paired_difference(before, [TaskCounts("other", 1, 1)])
