@@ -49,7 +49,8 @@ class LocalSandboxConfig(_Section):
         description="host paths visible read-only at the same place (symlinks are recreated as symlinks)",
     )
     ro_paths: list[str] = Field(
-        default_factory=lambda: ["~/.cache/clawgym/harnesses"],
+        # harness CLIs, and the tasks' provisioned setup steps (pytest, pip targets) the verifiers use
+        default_factory=lambda: ["~/.cache/clawgym/harnesses", "~/.cache/clawgym/provision"],
         description="more host paths visible read-only at the same place, e.g. installed harness CLIs; "
         "missing ones are skipped; ~ is the host user's home (hidden otherwise)",
     )
