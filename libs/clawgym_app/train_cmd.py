@@ -65,7 +65,7 @@ def command(
         console.print(f"[red]clawgym train:[/red] {e}")
         raise typer.Exit(2) from e
     if as_json:
-        print(json.dumps({**outcome.summary, "report": str(outcome.report)}))
+        print(json.dumps({**outcome.summary, "mode": mode, "report": str(outcome.report)}))
     else:
         for key, value in outcome.summary.items():
             console.print(f"{key}: {value}")

@@ -45,7 +45,7 @@ def write_suite(root: Path, test_tasks: int = 2) -> Path:
     return root
 
 
-def warm_start(prompts: list[list[int]], tokenizer, out: Path, steps: int = 30, lr: float = 3e-3) -> Path:
+def warm_start(prompts: list[list[int]], tokenizer, out: Path, steps: int = 120, lr: float = 1e-3) -> Path:
     """tiny-qwen3 fine-tuned to answer each prompt with RIGHT or WRONG equally often; saved to `out`."""
     from clawgym.models import load_model
 

@@ -2,8 +2,8 @@
 local sandboxes, verifiers, SQLite store and trainer in one process — and the reward moves up.
 
 The policy starts at about even odds between the right action and a wrong one (conftest.py), so
-what the test sees is learning from verifier rewards alone: the held-out evaluation's mean reward
-after 4 steps must beat the one before by a clear margin.
+what the test sees is learning from verifier rewards alone: the reward of the trainer's own batches
+climbs, and the held-out evaluation's mean reward after 5 steps beats the one before by a clear margin.
 """
 
 import io
@@ -27,10 +27,10 @@ def learnable_config(learnable, tmp_path, **trainer) -> ClawgymConfig:
         trainer={
             "model": str(learnable.policy),
             "run_name": "learnable",
-            "steps": 4,
+            "steps": 5,
             "group_size": 6,
             "groups_per_step": 2,
-            "algorithm": {"name": "grpo", "lr": 2e-3},
+            "algorithm": {"name": "grpo", "lr": 1.5e-4},
             "suite": str(learnable.suite),
             "checkpoint_uri": str(tmp_path / "checkpoints"),
             "keep_checkpoints": 1,
@@ -38,7 +38,7 @@ def learnable_config(learnable, tmp_path, **trainer) -> ClawgymConfig:
             "rollout_timeout_s": 300.0,
             **trainer,
         },
-        evaluation={"samples": 8, "split": "test"},
+        evaluation={"samples": 12, "split": "test"},
     )
 
 
@@ -49,17 +49,19 @@ def test_grpo_through_the_reference_harness_moves_the_held_out_reward_up(learnab
         outcome = TrainingRun(rt, tmp_path / "report", Console(file=io.StringIO())).run()
         steps = steps_from_store(rt.store, outcome.run_id)
     before, after = (e.result.harnesses["reference"] for e in (outcome.evals[0], outcome.evals[-1]))
-    assert (outcome.evals[0].label, outcome.evals[-1].label, outcome.version) == ("before", "after", 4), (
-        "evaluated before and after 4 steps"
+    assert (outcome.evals[0].label, outcome.evals[-1].label, outcome.version) == ("before", "after", 5), (
+        "evaluated before and after 5 steps"
     )
     assert before.infra_failures == 0 and after.infra_failures == 0, "every evaluation rollout ran"
-    assert 0.15 <= before.mean_reward <= 0.85, (
+    assert 0.1 <= before.mean_reward <= 0.9, (
         f"the warm policy starts undecided (else there is nothing to learn): {before.mean_reward:.2f}"
     )
-    assert after.mean_reward >= before.mean_reward + 0.25, (
+    rewards = [s["reward"] for s in steps]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5], "each step committed a checkpoint with its metrics"
+    assert (rewards[-1] + rewards[-2]) / 2 >= rewards[0] + 0.2, f"the batches' reward climbs: {rewards}"
+    assert after.mean_reward >= before.mean_reward + 0.2, (
         f"GRPO on verifier rewards made the right action likelier: {before.mean_reward:.2f} → {after.mean_reward:.2f}"
     )
-    assert [s["step"] for s in steps] == [1, 2, 3, 4], "each step committed a checkpoint with its metrics"
     assert all(s["groups"] == 2 and s["rollouts"] == 12 for s in steps), f"2 groups × G=6 per step: {steps}"
     assert all(s["sharing_ratio"] > 1.5 for s in steps), (
         "a group's rollouts share the harness prompt in one tree"

@@ -38,7 +38,7 @@ def test_a_two_harness_run_records_and_trains_groups_of_both_harnesses(learnable
             "group_size": 2,
             "groups_per_step": 4,
             "harnesses": [{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
-            "algorithm": {"name": "grpo", "lr": 1e-3},
+            "algorithm": {"name": "grpo", "lr": 1.5e-4},
             "suite": str(learnable.suite),
             "checkpoint_uri": str(tmp_path / "checkpoints"),
             "keep_checkpoints": 1,

@@ -10,7 +10,9 @@ Intervals, 95% by default:
 1. Pass@1 with one sample per task: the Wilson score interval of (passed, tasks): samples are
    independent Bernoulli trials, and Wilson stays inside [0, 1] and honest near 0 and 1.
 2. Anything else (Pass@1 with several samples per task, Pass@k): a percentile bootstrap over
-   tasks, because samples of one task are correlated and the task is the unit that varies.
+   tasks, because samples of one task are correlated and the task is the unit that varies,
+   widened where needed to the Wilson interval of the estimate over the tasks (value × tasks of
+   tasks): a bootstrap of all-pass or all-fail tasks has no width, yet 10 perfect tasks are not proof.
 3. A before/after difference on the same tasks: a paired bootstrap over tasks.
 Bootstraps use a fixed seed, so the same counts give the same interval.
 """
@@ -116,7 +118,10 @@ def estimate(counts: Sequence[TaskCounts], k: int = 1) -> PassAtK:
         return PassAtK(
             k, value, wilson_interval(sum(t.c for t in counts), len(counts)), len(counts), samples, "wilson"
         )
-    return PassAtK(k, value, bootstrap_interval(per_task), len(counts), samples, "bootstrap")
+    boot = bootstrap_interval(per_task)
+    over_tasks = wilson_interval(round(value * len(counts)), len(counts))
+    ci = (min(boot[0], over_tasks[0]), max(boot[1], over_tasks[1]))
+    return PassAtK(k, value, ci, len(counts), samples, "bootstrap")
 
 
 def paired_difference(

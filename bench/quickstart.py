@@ -1,0 +1,98 @@
+"""Wall time of each stage of `clawgym quickstart` and its held-out Pass@1 before/after.
+
+Runs the real quickstart (the installed `clawgym` CLI, embedded mode, CPU) once with the given
+options, then reads its run folder: stage times, per-step times (rollouts vs update), rollout and
+token throughput, Pass@1 before/after with 95% intervals and the paired difference.
+
+    .venv/bin/python bench/quickstart.py                       # the defaults (SmolLM2-135M, ~15 min)
+    .venv/bin/python bench/quickstart.py -- --model tiny-qwen3 --steps 2 --eval-tasks 8   # a smoke run
+
+Arguments after `--` go to `clawgym quickstart` unchanged. The LAST line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CLAWGYM = Path(sys.executable).with_name("clawgym")
+
+
+def step_figures(db: Path) -> list[dict]:
+    """Per-step metrics the trainer committed with each checkpoint."""
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT version, metrics FROM checkpoints ORDER BY version").fetchall()
+    return [{"step": v, **json.loads(m)} for v, m in rows]
+
+
+def rollout_figures(db: Path) -> dict:
+    """Rollouts, calls and generated tokens recorded by the run, and mean per-call latency."""
+    with sqlite3.connect(db) as c:
+        rollouts = c.execute("SELECT count(*) FROM rollouts WHERE status = 'finished'").fetchone()[0]
+        calls, out_bytes, prompt_bytes, latency = c.execute(
+            "SELECT count(*), sum(length(output_ids)), sum(length(prompt_ids)), avg(latency_s) FROM calls"
+        ).fetchone()
+    return {
+        "rollouts": rollouts,
+        "calls": calls,
+        "generated_tokens": (out_bytes or 0) // 4,  # int32 ids, packed
+        "prompt_tokens": (prompt_bytes or 0) // 4,
+        "mean_call_latency_s": round(latency or 0.0, 2),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", default="", help="keep the run folder here (default: a temp folder)")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="-- then options for clawgym quickstart")
+    args = p.parse_args()
+    extra = [a for a in args.rest if a != "--"]
+    run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="clawgym-quickstart-"))
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(CLAWGYM), "quickstart", "--run-dir", str(run_dir), "--json", *extra],
+        stdout=subprocess.PIPE, stderr=None, text=True, env=os.environ,
+    )  # fmt: skip
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"clawgym quickstart failed with {done.returncode}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    steps = step_figures(run_dir / "clawgym.db")
+    counts = rollout_figures(run_dir / "clawgym.db")
+    stages = result["stages_s"]
+    total = sum(stages.values())
+    print(f"{'stage':22} {'seconds':>8} {'share':>6}")
+    for name, seconds in stages.items():
+        print(f"{name:22} {seconds:8.1f} {100 * seconds / total:5.0f}%")
+    print(f"\n{'step':>4} {'reward':>7} {'rollouts s':>10} {'update s':>9} {'step s':>7} {'tokens':>7}")
+    for s in steps:
+        print(f"{s['step']:4d} {s['reward']:7.3f} {s['rollout_wait_s']:10.1f} {s['update_s']:9.1f} "
+              f"{s['rollout_wait_s'] + s['step_s']:7.1f} {s['tokens']:7d}")  # fmt: skip
+    rollout_s = sum(s["rollout_wait_s"] for s in steps)
+    update_s = sum(s["step_s"] for s in steps)
+    print(f"\nPass@1 before {result['pass1_before']:.3f} {result['ci95_before']}  "
+          f"after {result['pass1_after']:.3f} {result['ci95_after']}  "
+          f"difference {result.get('delta', float('nan')):+.3f} {result.get('ci95_delta')}")  # fmt: skip
+    figures = {
+        **{k: result.get(k) for k in ("pass1_before", "pass1_after", "ci95_before", "ci95_after", "delta",
+                                      "ci95_delta", "significant", "steps", "eval_tasks", "minutes")},
+        "wall_s": round(wall, 1),
+        "stages_s": stages,
+        "rollout_vs_update_time": round(rollout_s / update_s, 2) if update_s else None,
+        "mean_step_s": round((rollout_s + update_s) / len(steps), 1) if steps else None,
+        "rollouts_per_min": round(60 * counts["rollouts"] / wall, 1),
+        **counts,
+        "run_dir": str(run_dir),
+    }  # fmt: skip
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
