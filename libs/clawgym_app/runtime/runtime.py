@@ -18,6 +18,8 @@ the same code. Not here: what a command does with the parts (quickstart, train, 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -138,7 +140,15 @@ class Runtime:
 
         o = self.cfg.orchestrator.model_copy(update={"proxy_url": self.proxy_url})
         cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
-        sandbox = o.sandbox_config(self.cfg.sandbox, ro_paths=[cache, str(PROVISION_DIR)])
+        sandbox_cfg = self.cfg.sandbox
+        if not sandbox_cfg.owner:
+            # An owner of its own: a backend's reap at start deletes every sandbox of its owner that
+            # it does not hold, so processes sharing the default owner (the host name) would delete
+            # each other's live sandboxes.
+            sandbox_cfg = sandbox_cfg.model_copy(
+                update={"owner": f"{socket.gethostname()}-clawgym-{os.getpid()}"}
+            )
+        sandbox = o.sandbox_config(sandbox_cfg, ro_paths=[cache, str(PROVISION_DIR)])
         catalog = SettingsCatalog(
             self.harness_settings,
             suites_dir=o.suites_dir or None,
