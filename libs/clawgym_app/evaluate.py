@@ -52,8 +52,11 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
         raise InvalidArgument(f"--k must be >= 1, got {req.k}")
     samples = req.samples or max(req.k, e.samples)
     ks = sorted({1, req.k, *(kk for kk in e.ks if kk <= samples)})
-    tasks = eval_tasks(suite, e.tasks if req.tasks < 0 else req.tasks, req.split or e.split)
-    return cfg, EvalSpec(suite, [t.id for t in tasks], harnesses, samples, ks)
+    if e.task_ids and req.tasks < 0 and not req.split and not req.suite:
+        ids = list(e.task_ids)
+    else:
+        ids = [t.id for t in eval_tasks(suite, e.tasks if req.tasks < 0 else req.tasks, req.split or e.split)]
+    return cfg, EvalSpec(suite, ids, harnesses, samples, ks)
 
 
 def known_run(store: TrajectoryStore, cfg: ClawgymConfig) -> str:

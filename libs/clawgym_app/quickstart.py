@@ -34,12 +34,13 @@ class QuickstartOptions:
 
     model: str = "smollm2-135m"
     suite: str = "mini"
-    steps: int = 12
-    eval_tasks: int = 56
+    max_level: int = 2
+    steps: int = 16
+    eval_tasks: int = 0
     eval_samples: int = 1
-    group_size: int = 6
-    groups_per_step: int = 6
-    lr: float = 2e-5
+    group_size: int = 8
+    groups_per_step: int = 4
+    lr: float = 5e-5
     temperature: float = 0.7
     max_new_tokens: int = 40
     max_turns: int = 1
@@ -51,6 +52,7 @@ class QuickstartOptions:
 
     def config(self, run_dir: Path) -> ClawgymConfig:
         """The whole `ClawgymConfig` of the quickstart run (embedded mode)."""
+        train_ids, eval_ids = self.task_ids()
         return ClawgymConfig(
             store={"url": f"sqlite:///{run_dir / 'clawgym.db'}", "bus_url": "memory://", "grpc_url": ""},
             inference={"model": self.model, "engine": "torch", "dtype": "float32", "grpc_url": ""},
@@ -75,6 +77,7 @@ class QuickstartOptions:
                 "algorithm": {"name": "grpo", "lr": self.lr},
                 "harnesses": [{"name": "reference", "weight": 1.0}],
                 "suite": self.suite,
+                "tasks": train_ids,
                 "seed": self.seed,
                 "mode": "sync",
                 "max_policy_lag": 1,
@@ -83,8 +86,22 @@ class QuickstartOptions:
                 "rollout_timeout_s": 900.0,
                 "sweep_interval_s": 5.0,
             },
-            evaluation={"tasks": self.eval_tasks, "samples": self.eval_samples, "ks": [1], "split": "test"},
+            evaluation={"task_ids": eval_ids, "samples": self.eval_samples, "ks": [1], "split": "test"},
         )
+
+    def task_ids(self) -> tuple[list[str], list[str]]:
+        """(train, held-out) task ids: the suite's train and test splits, at most `max_level` (tasks
+        carrying a `level`), the held-out ones cut to `eval_tasks` spread over families."""
+        from clawgym.evaluation.select import spread
+        from clawgym.tasks.loader import load_tasks
+        from clawgym.tasks.suites import resolve_suite
+
+        tasks = [t for t in load_tasks(resolve_suite(self.suite)) if not t.unsupported]
+        if self.max_level:
+            tasks = [t for t in tasks if int(t.metadata.get("level", 0) or 0) <= self.max_level]
+        train = [t.id for t in tasks if t.split == "train"] or [t.id for t in tasks]
+        held_out = [t for t in tasks if t.split == "test"] or tasks
+        return train, [t.id for t in spread(held_out, self.eval_tasks)]
 
     def harness_settings(self) -> dict[str, HarnessSettings]:
         return {"reference": HarnessSettings(max_turns=self.max_turns, max_tokens=self.max_new_tokens)}
@@ -110,8 +127,11 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
     threads = set_threads(opts.threads)
     cfg = opts.config(run_dir)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    levels = f", levels <= {opts.max_level}" if opts.max_level else ""
+    train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
     console.print(
-        f"[bold]clawgym quickstart[/bold] → {run_dir}  ({opts.model}, reference harness, {opts.suite} suite)"
+        f"[bold]clawgym quickstart[/bold] → {run_dir}\n  {opts.model} through the reference harness on the "
+        f"{opts.suite} suite{levels}: {len(train_ids)} train tasks, {len(eval_ids)} held-out tasks"
     )
     with console.status(f"starting the embedded runtime: store, {opts.model} engine, proxy, orchestrator"):
         t0 = time.monotonic()

@@ -6,33 +6,36 @@ Kept light to import (the heavy modules load when the command runs), so `clawgym
 from __future__ import annotations
 
 import sys
+from types import MappingProxyType
 
 import typer
 from rich.console import Console
 
 from clawgym.errors import ClawgymError
 
-D = {  # the defaults live in QuickstartOptions; repeated here so --help shows them without importing torch
-    "model": "smollm2-135m",
-    "steps": 12,
-    "eval_tasks": 56,
-    "eval_samples": 1,
-    "group_size": 6,
-    "groups_per_step": 6,
-    "lr": 2e-5,
-    "temperature": 0.7,
-    "max_new_tokens": 40,
-    "max_turns": 1,
-    "concurrency": 8,
-    "minutes": 15.0,
-}
+D = MappingProxyType(
+    {  # QuickstartOptions' defaults, repeated so --help needs no torch import (a test checks)
+        "model": "smollm2-135m",
+        "steps": 16,
+        "eval_tasks": 0,
+        "eval_samples": 1,
+        "group_size": 8,
+        "groups_per_step": 4,
+        "lr": 5e-5,
+        "temperature": 0.7,
+        "max_new_tokens": 40,
+        "max_turns": 1,
+        "concurrency": 8,
+        "minutes": 15.0,
+    }
+)
 
 
 def command(
     model: str = typer.Option(D["model"], help="policy: smollm2-135m, tiny-qwen3 or a local HF folder"),
     steps: int = typer.Option(D["steps"], help="GRPO steps (optimizer steps = policy versions)"),
     eval_tasks: int = typer.Option(
-        D["eval_tasks"], help="held-out tasks evaluated before and after (0 = all)"
+        D["eval_tasks"], help="held-out tasks evaluated before and after, spread over families (0 = all)"
     ),
     eval_samples: int = typer.Option(D["eval_samples"], help="rollouts per held-out task (n of Pass@1)"),
     group_size: int = typer.Option(D["group_size"], "--group-size", "-G", help="G: samples per task group"),
@@ -47,6 +50,9 @@ def command(
     ),
     minutes: float = typer.Option(D["minutes"], help="time budget: training stops early to fit it"),
     suite: str = typer.Option("mini", help="task suite (train split to train, test split to evaluate)"),
+    max_level: int = typer.Option(
+        2, help="only task families up to this level (the mini suite's 1-3); 0 = every task"
+    ),
     seed: int = typer.Option(0, help="seed of task sampling"),
     run_dir: str = typer.Option("", help="run folder (default runs/<timestamp>)"),
     as_json: bool = typer.Option(
@@ -57,7 +63,7 @@ def command(
     from clawgym_app.quickstart import QuickstartOptions, json_line, run_quickstart, summary_table
 
     opts = QuickstartOptions(
-        model=model, suite=suite, steps=steps, eval_tasks=eval_tasks, eval_samples=eval_samples,
+        model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks, eval_samples=eval_samples,
         group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
         max_new_tokens=max_new_tokens, max_turns=max_turns, concurrency=concurrency, threads=threads, minutes=minutes,
         seed=seed, run_dir=run_dir,

@@ -66,8 +66,8 @@ def eval_spec(cfg: ClawgymConfig) -> EvalSpec:
     e = cfg.evaluation
     suite = e.suite or cfg.trainer.suite
     harnesses = e.harnesses or list(dict.fromkeys(h.name for h in cfg.trainer.harnesses))
-    tasks = eval_tasks(suite, e.tasks, e.split)
-    return EvalSpec(suite, [t.id for t in tasks], harnesses, e.samples, e.ks)
+    ids = list(e.task_ids) or [t.id for t in eval_tasks(suite, e.tasks, e.split)]
+    return EvalSpec(suite, ids, harnesses, e.samples, e.ks)
 
 
 class TrainingRun:

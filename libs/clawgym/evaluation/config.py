@@ -18,6 +18,10 @@ class EvaluationConfig(BaseModel):
     suite: str = Field("", description="task suite to evaluate on; empty = trainer.suite")
     split: str = Field("test", description="the suite's split of held-out tasks (all tasks if it has none)")
     tasks: int = Field(0, ge=0, description="evaluate on this many tasks, spread over task families; 0 = all")
+    task_ids: list[str] = Field(
+        default_factory=list,
+        description="evaluate exactly these tasks of the suite (overrides split and tasks)",
+    )
     samples: int = Field(1, ge=1, description="rollouts per (task, harness): n of the Pass@k estimator")
     ks: list[int] = Field(default_factory=lambda: [1], description="report Pass@k for each k (k <= samples)")
     harnesses: list[str] = Field(

@@ -1,0 +1,38 @@
+"""`clawgym train -c run.yaml` through the real CLI, embedded: PPO this time (a value head, GAE over
+the tree), with an evaluation every step through the harness it trains with, and the report."""
+
+import json
+import sqlite3
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_train_runs_ppo_embedded_with_periodic_evaluation_and_writes_the_report(
+    clawgym, run_config, tmp_path
+):
+    config = run_config(
+        proxy={"max_new_tokens": 12},
+        trainer={"run_name": "ppo", "steps": 2, "group_size": 2, "groups_per_step": 2,
+                 "algorithm": {"name": "ppo", "lr": 1e-4}, "keep_checkpoints": 1, "sweep_interval_s": 1.0},
+        evaluation={"tasks": 2, "every_steps": 1},
+    )  # fmt: skip
+    done = clawgym("train", "-c", str(config), "--run-dir", str(tmp_path / "run"), "--json")
+    assert done.returncode == 0, f"clawgym train failed:\n{done.stdout}\n{done.stderr}"
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["mode"] == "embedded" and summary["steps"] == 2, f"two embedded steps: {summary}"
+    with sqlite3.connect(tmp_path / "store.db") as db:
+        metrics = [json.loads(m) for (m,) in db.execute("SELECT metrics FROM checkpoints ORDER BY version")]
+        evals = [v for (v,) in db.execute("SELECT version FROM evals ORDER BY version")]
+    assert len(metrics) == 2 and all("value_loss" in m for m in metrics), "PPO trained a value head each step"
+    assert evals == [0, 1, 2], f"evaluated before, after step 1 (every_steps: 1) and at the end: {evals}"
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert report.count("| reference | mini |") == 3, "the report lists the three evaluations"
+
+
+def test_train_with_a_bad_config_fails_with_the_field_name(clawgym, run_config):
+    config = run_config(trainer={"group_size": 0})
+    done = clawgym("train", "-c", str(config))
+    assert done.returncode == 2, f"a bad config is a usage error:\n{done.stdout}\n{done.stderr}"
+    assert "trainer.group_size" in done.stdout + done.stderr, "the error names the field"
