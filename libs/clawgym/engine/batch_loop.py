@@ -6,9 +6,10 @@ tokens to each request's event loop; `clawgym.engine.torch_engine` is the async 
 
 One iteration of the loop:
   1. drop aborted requests; apply pending weight swaps (so a swap lands between two steps);
-  2. admit one waiting request if a row and the token budget allow, and prefill one chunk of it
-     (batch 1, its own cache); when its prompt is done, sample its first token and merge its
-     cache into the running batch;
+  2. prefill up to `prefill_chunk` prompt tokens: admit waiting requests while a row and the token
+     budget allow, start each from the longest cached prefix of its prompt (`prefix_cache`), and
+     run its remaining prompt in chunks (batch 1, its own cache); when a prompt is done, cache its
+     KV, sample its first token and merge its cache into the running batch;
   3. one decode step for all running rows together: each row feeds its last token and samples
      the next; rows that finish leave the batch.
 Tokens carry the policy version of the weights that computed them. After a swap, running rows
@@ -28,6 +29,7 @@ import torch
 
 from clawgym.engine.interface import FinishReason, SamplingParams
 from clawgym.engine.kv_cache import BatchKVCache
+from clawgym.engine.prefix_cache import PrefixCache
 from clawgym.engine.sampler import sample_rows
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,7 @@ class StepCounters:
     batch_sizes: Counter = field(default_factory=Counter)  # batch size -> decode steps run at that size
     prefill_chunks: int = 0
     prefill_tokens: int = 0
+    prefix_hit_tokens: int = 0  # prompt tokens taken from the prefix cache instead of computed
     generated_tokens: int = 0
     finished: Counter = field(default_factory=Counter)  # finish reason -> requests
     reloads: int = 0
@@ -100,6 +103,7 @@ class BatchLoop:
         max_batch_tokens: int,
         prefill_chunk: int,
         policy_version: int,
+        prefix_cache_tokens: int = 0,
     ) -> None:
         self.model = model
         self.targets = targets
@@ -109,6 +113,7 @@ class BatchLoop:
         self.prefill_chunk = prefill_chunk
         self.version = policy_version
         self.counters = StepCounters()
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)  # loop thread only
         config = model.config.get_text_config()
         self._shape = (
             config.num_hidden_layers,
@@ -188,7 +193,9 @@ class BatchLoop:
                     self._drop_aborted()
                     for swap in swaps:
                         self._apply(swap)
-                    self._prefill_step()
+                    budget = self.prefill_chunk
+                    while budget > 0 and (ran := self._prefill_step(budget)):
+                        budget -= ran
                     if self._rows:
                         self._decode_step()
                     self._flush()
@@ -215,6 +222,7 @@ class BatchLoop:
         for name, target in self.targets.items():
             target.data = swap.tensors[name]
         self.version = swap.version
+        self.prefix_cache.clear()  # cached KV came from the old weights
         swap.applied = True
         swap.seconds = time.perf_counter() - swap.requested_at
         self.counters.reloads += 1
@@ -233,20 +241,17 @@ class BatchLoop:
                 return None
             return self._waiting.popleft()
 
-    def _prefill_step(self) -> None:
-        """Runs one prompt chunk of the request being prefilled (admitting one if none is)."""
+    def _prefill_step(self, budget: int) -> int:
+        """Runs at most `budget` prompt tokens of the request being prefilled (admitting one if none
+        is); returns the tokens run, 0 when there was nothing to prefill."""
         if self._prefilling is None:
             self._prefilling = self._admit()
             if self._prefilling is None:
-                return
-            layers, heads, dim = self._shape
-            capacity = min(len(self._prefilling.prompt) + 64, self.max_context)
-            self._prefilling.cache = BatchKVCache.empty(
-                layers, heads, dim, capacity, self._dtype, self._device
-            )
+                return 0
+            self._start_prefill(self._prefilling)
         request = self._prefilling
         cache = request.cache
-        chunk = request.prompt[request.prefilled : request.prefilled + self.prefill_chunk]
+        chunk = request.prompt[request.prefilled : request.prefilled + min(budget, self.prefill_chunk)]
         n = len(chunk)
         cache.reserve(n, self.max_context)
         logits = self._forward(
@@ -260,8 +265,9 @@ class BatchLoop:
         self.counters.prefill_chunks += 1
         self.counters.prefill_tokens += n
         if request.prefilled < len(request.prompt):
-            return
+            return n
         self._prefilling = None
+        self.prefix_cache.insert(request.prompt, cache.keys, cache.values)
         token, logprob = self._sample([request], logits)
         if self._emit(request, token[0], logprob[0]) is None:
             request.next_token = token[0]
@@ -271,6 +277,22 @@ class BatchLoop:
                 self._cache.merge(cache, self.max_context)
             request.cache = None
             self._rows.append(request)
+        return n
+
+    def _start_prefill(self, request: Request) -> None:
+        """Gives an admitted request its own cache, starting from the longest cached prefix of its prompt."""
+        layers, heads, dim = self._shape
+        capacity = min(len(request.prompt) + 64, self.max_context)
+        request.cache = BatchKVCache.empty(layers, heads, dim, capacity, self._dtype, self._device)
+        hit = self.prefix_cache.lookup(request.prompt)
+        if hit is None:
+            return
+        for layer, (k, v) in enumerate(zip(hit.entry.keys, hit.entry.values, strict=True)):
+            request.cache.keys[layer][:, :, : hit.length] = k[:, :, : hit.length]
+            request.cache.values[layer][:, :, : hit.length] = v[:, :, : hit.length]
+        request.cache.advance(hit.length)
+        request.prefilled = hit.length
+        self.counters.prefix_hit_tokens += hit.length
 
     def _decode_step(self) -> None:
         cache = self._cache

@@ -42,6 +42,11 @@ class InferenceConfig(BaseModel):
         description="torch engine: running rows × padded KV width admitted at most (memory bound)",
     )
     prefill_chunk: int = Field(512, ge=1, description="torch engine: prompt tokens per prefill forward")
+    prefix_cache_tokens: int = Field(
+        8192,
+        ge=0,
+        description="torch engine: prompt KV kept for reuse by prompts with the same prefix; 0 = off",
+    )
     grpc_max_message_mb: int = Field(
         64, ge=1, le=2047, description="largest gRPC message (a 64k-token prompt is 256 kB)"
     )

@@ -27,6 +27,7 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         max_batch=cfg.max_batch,
         max_batch_tokens=cfg.max_batch_tokens,
         prefill_chunk=cfg.prefill_chunk,
+        prefix_cache_tokens=cfg.prefix_cache_tokens,
     )
 
 

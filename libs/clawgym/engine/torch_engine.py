@@ -35,9 +35,11 @@ class TorchEngine:
         max_batch_tokens: int = 262_144,
         prefill_chunk: int = 512,
         max_context: int | None = None,
+        prefix_cache_tokens: int = 8192,
     ) -> None:
         """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
-        prompt tokens per prefill forward (long prompts interleave with decode steps)."""
+        prompt tokens per prefill forward (long prompts interleave with decode steps);
+        `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off)."""
         config = model.config.get_text_config()
         self.name = name
         self.model = model.eval()
@@ -53,6 +55,7 @@ class TorchEngine:
             max_batch_tokens=max_batch_tokens,
             prefill_chunk=prefill_chunk,
             policy_version=policy_version,
+            prefix_cache_tokens=prefix_cache_tokens,
         )
 
     @classmethod
@@ -131,6 +134,7 @@ class TorchEngine:
                 "decode_rows": float(counters.decode_rows),
                 "generated_tokens": float(counters.generated_tokens),
                 "prefill_tokens": float(counters.prefill_tokens),
+                "prefix_hit_tokens": float(counters.prefix_hit_tokens),
                 "reloads": float(counters.reloads),
                 "last_reload_s": counters.last_reload_s,
                 "reloading": float(self._reloading),
