@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from clawgym.capture.config import ProxyConfig
@@ -56,6 +56,24 @@ class ClawgymConfig(BaseSettings):
         default_factory=EvaluationConfig, description="held-out evaluation: tasks, Pass@k, how often, harnesses"
     )
 
+    @model_validator(mode="after")
+    def _trainer_sees_the_sampling_temperature(self) -> "ClawgymConfig":
+        """The trainer's logprobs must be of the distribution the proxy sampled from: a temperature
+        forced on every call is the trainer's too, unless set there; set there to another, an error."""
+        forced = self.proxy.temperature
+        if not forced:  # None: each harness's own; 0: greedy, whose logprobs are at T = 1
+            return self
+        algo = self.trainer.algorithm
+        if "temperature" not in algo.model_fields_set:
+            algo.temperature = forced
+            algo.model_fields_set.discard("temperature")  # still derived: a later dump reloads the same
+        elif algo.temperature != forced:
+            raise ValueError(
+                f"trainer.algorithm.temperature {algo.temperature} differs from proxy.temperature {forced}: "
+                "the trainer would score tokens under another distribution than they were sampled from"
+            )
+        return self
+
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConfig:
     """Reads a YAML config (if given), applies env and keyword overrides; errors name the field."""
@@ -69,5 +87,5 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConf
     try:
         return ClawgymConfig(**data)
     except ValidationError as e:
-        fields = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        fields = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'config'}: {err['msg']}" for err in e.errors())
         raise InvalidArgument(f"invalid config{f' {path}' if path else ''}: {fields}") from e

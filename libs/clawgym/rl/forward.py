@@ -85,9 +85,17 @@ def hidden_states(model: nn.Module, pack: PackedSequence) -> Tensor:
 
 
 def logprobs_and_entropy(
-    model: nn.Module, hidden: Tensor, context: Tensor, targets: Tensor, entropy_grad: bool = False
+    model: nn.Module,
+    hidden: Tensor,
+    context: Tensor,
+    targets: Tensor,
+    entropy_grad: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """log π(target | context slot) and the entropy there.  hidden: (T, H); context, targets: (C,)
+
+    π is softmax(logits / `temperature`): the distribution the engine sampled from and reported
+    logprobs of (engine/interface.py), so the trainer optimises and compares that same policy.
 
     The LM head runs once per distinct context slot, not on all T slots (a vocabulary of 50k
     times a long tree would dominate memory). Half-precision logits are upcast before softmax.
@@ -97,6 +105,8 @@ def logprobs_and_entropy(
     logits = model.get_output_embeddings()(hidden[slots])  # (K, vocab)
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy = -(logp_all.exp() * logp_all).sum(-1)  # (K,)
@@ -104,15 +114,22 @@ def logprobs_and_entropy(
 
 
 def packed_forward(
-    model: nn.Module, pack: PackedSequence, value_head: nn.Module | None = None, entropy_grad: bool = False
+    model: nn.Module,
+    pack: PackedSequence,
+    value_head: nn.Module | None = None,
+    entropy_grad: bool = False,
+    temperature: float = 1.0,
 ) -> PackedOutput:
-    """Forward one packed sequence; outputs at its loss rows (and value rows with a value head)."""
+    """Forward one packed sequence; outputs at its loss rows (and value rows with a value head);
+    logprobs of softmax(logits / `temperature`)."""
     hidden = hidden_states(model, pack)
     device = hidden.device
     token = pack.rows.token.to(device)
     ids = pack.input_ids.to(device)
     parent = pack.parent.to(device)
-    logprob, entropy = logprobs_and_entropy(model, hidden, parent[token], ids[token], entropy_grad)
+    logprob, entropy = logprobs_and_entropy(
+        model, hidden, parent[token], ids[token], entropy_grad, temperature
+    )
     values = None
     if value_head is not None:
         values = value_head(hidden[parent[pack.rows.value_token.to(device)]])
@@ -134,6 +151,6 @@ def values_by_position(
 
 
 @torch.no_grad()
-def old_logprobs(model: nn.Module, pack: PackedSequence) -> Tensor:
+def old_logprobs(model: nn.Module, pack: PackedSequence, temperature: float = 1.0) -> Tensor:
     """(C,) logprobs of the current policy at the pack's rows, before an update (PPO's π_old)."""
-    return packed_forward(model, pack).logprob
+    return packed_forward(model, pack, temperature=temperature).logprob

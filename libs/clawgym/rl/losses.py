@@ -55,6 +55,8 @@ class LossConfig:
     """c_v: weight of the value loss (PPO with a value head)"""
     value_clip: float | None = 0.2
     """ε_v: clip the value change around V_old (None: plain squared error)"""
+    temperature: float = 1.0
+    """T: the rollouts' sampling temperature; π is softmax(logits / T), as the engine sampled it"""
 
 
 # --- pure losses ---
@@ -219,12 +221,14 @@ def tree_loss(
     before the first); None means one update, π_old = π_θ detached (ratio 1, gradient ∇logπ).
     `ref_model`: the frozen reference policy for the KL term (used when cfg.kl_coef > 0).
     """
-    out = packed_forward(model, pack, value_head, entropy_grad=cfg.entropy_coef > 0)
+    out = packed_forward(
+        model, pack, value_head, entropy_grad=cfg.entropy_coef > 0, temperature=cfg.temperature
+    )
     rows = pack.rows.to(out.logprob.device, out.logprob.dtype)
     ref_logprob = None
     if ref_model is not None and cfg.kl_coef > 0:
         with torch.no_grad():
-            ref_logprob = packed_forward(ref_model, pack).logprob
+            ref_logprob = packed_forward(ref_model, pack, temperature=cfg.temperature).logprob
     return rows_loss(
         out.logprob, out.entropy, out.values, rows, cfg, old_logprob, ref_logprob, policy_version
     )

@@ -62,6 +62,12 @@ class AlgorithmConfig(_Section):
         1, ge=1, description="optimizer steps per batch (>1: PPO's reuse, ratios against the first pass)"
     )
     # --- loss (clawgym.rl.losses.LossConfig) ---
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="the rollouts' sampling temperature: the trainer's logprobs are of softmax(logits / T), "
+        "as the engine's are; ClawgymConfig copies proxy.temperature here when this is not set",
+    )
     clip_low: float = Field(0.2, ge=0, description="ε_low: the ratio is clipped below at 1 - ε_low")
     clip_high: float = Field(0.28, ge=0, description="ε_high: the ratio is clipped above at 1 + ε_high")
     tis_cap: float | None = Field(

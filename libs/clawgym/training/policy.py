@@ -19,12 +19,14 @@ from clawgym.training.config import LoraSettings, TrainerConfig
 
 
 class PolicyModule(nn.Module):
-    """The LM (`lm`, an HF causal LM; LoRA layers injected in place) and an optional value head."""
+    """The LM (`lm`, an HF causal LM; LoRA layers injected in place) and an optional value head.
+    Logprobs are of softmax(logits / `temperature`), the rollouts' sampling distribution."""
 
-    def __init__(self, lm: nn.Module, value_head: nn.Module | None = None) -> None:
+    def __init__(self, lm: nn.Module, value_head: nn.Module | None = None, temperature: float = 1.0) -> None:
         super().__init__()
         self.lm = lm
         self.value_head = value_head
+        self.temperature = temperature
 
     def forward(
         self, pack: PackedSequence, mode: str = "rows", entropy_grad: bool = False
@@ -36,7 +38,9 @@ class PolicyModule(nn.Module):
             hidden = hidden_states(self.lm, pack)
             slots = value_slots(pack).to(hidden.device)
             return (self.value_head(hidden[pack.parent.to(hidden.device)[slots]]),)
-        out = packed_forward(self.lm, pack, self.value_head, entropy_grad=entropy_grad)
+        out = packed_forward(
+            self.lm, pack, self.value_head, entropy_grad=entropy_grad, temperature=self.temperature
+        )
         values = out.values if out.values is not None else out.logprob.new_zeros(0)
         return out.logprob, out.entropy, values
 
@@ -96,7 +100,9 @@ def build_policy(
         lm.set_attn_implementation("sdpa")  # tree packing needs a backend that takes a mask (rl/forward.py)
     reference = None
     if cfg.algorithm.kl_coef > 0:
-        reference = PolicyModule(copy.deepcopy(lm).requires_grad_(False).eval())
+        reference = PolicyModule(
+            copy.deepcopy(lm).requires_grad_(False).eval(), temperature=cfg.algorithm.temperature
+        )
     lora = None
     if cfg.lora.enabled:
         lm = add_lora(lm, cfg.lora)
@@ -108,7 +114,8 @@ def build_policy(
         if value_head_state is not None:
             value_head.load_state_dict(value_head_state)
     lm.train()
-    return BuiltPolicy(module=PolicyModule(lm, value_head), reference=reference, lora=lora)
+    module = PolicyModule(lm, value_head, temperature=cfg.algorithm.temperature)
+    return BuiltPolicy(module=module, reference=reference, lora=lora)
 
 
 def add_lora(lm: nn.Module, settings: LoraSettings) -> nn.Module:

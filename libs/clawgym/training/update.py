@@ -58,6 +58,7 @@ def loss_config(algo: AlgorithmConfig) -> LossConfig:
         kl_coef=algo.kl_coef,
         entropy_coef=algo.entropy_coef,
         value_coef=algo.value_coef,
+        temperature=algo.temperature,
         value_clip=algo.value_clip,
     )
 
