@@ -172,3 +172,19 @@ def test_checkpoints_go_to_an_fsspec_uri_and_the_engine_reloads_from_it(
     assert names == ["run.json", "v000002"], f"the newest version (and the run marker) must remain: {names}"
     assert fs.exists(f"{uri}/test-run/v000002/model.safetensors"), "the weights must be uploaded"
     assert runner.run(engine.status()).policy_version == 2, "the engine must reload from the fsspec URI"
+
+
+@pytest.mark.parametrize("trainer_temperature", [0.7, 1.0])
+def test_trainer_scores_tokens_at_the_rollouts_sampling_temperature(
+    store, trainer_cfg, make_trainer, trainer_temperature
+):
+    """Rollouts sampled at T = 0.7: a trainer told T = 0.7 agrees with the engine's logprobs; one left
+    at T = 1 scores another distribution, and the mismatch metric shows it."""
+    cfg = trainer_cfg(steps=1, algorithm={"lr": 1e-3, "temperature": trainer_temperature})
+    trainer = make_trainer(cfg, store, temperature=0.7)
+    trainer.run()
+    mismatch = store.list_checkpoints(trainer.run_id)[-1].metrics["logprob_mismatch"]
+    if trainer_temperature == 0.7:
+        assert mismatch < 1e-3, f"same temperature, same weights: logprobs must agree, mismatch {mismatch}"
+    else:
+        assert mismatch > 1e-2, f"T = 1 logprobs of T = 0.7 samples must differ visibly, mismatch {mismatch}"

@@ -11,7 +11,8 @@ the cue that makes waiting cheap:
    announcement; `sweep()` asks the store for every owed group (at start, before each step's take,
    and every `sweep_interval_s` while waiting), so such a group is trained on anyway.
 3. A claimed message whose group was consumed already (the trainer died after its commit, before
-   the ack) is acked at once and never handed out.
+   the ack) is acked at once and never handed out; so is an announcement that arrives after a sweep
+   found its group and a step consumed it (the bus can lag the store).
 """
 
 import logging
@@ -44,6 +45,8 @@ class GroupFeed:
         self._ready: dict[str, None] = {}  # owed group ids, in arrival order
         self._messages: dict[str, list[str]] = {}  # group id → bus message ids to ack when consumed
         self._taken: set[str] = set()  # handed out, not committed yet: owed, but not to hand out again
+        self._consumed: set[str] = set()  # committed by this feed: never owed again
+        self.arrived = 0  # distinct groups that became owed since this feed started
         self._last_sweep = float("-inf")
         self.swept = 0  # groups found by a sweep that the bus had not announced (lost announcements)
 
@@ -74,9 +77,9 @@ class GroupFeed:
             self._ready.pop(group_id)
             self._ack([group_id])
         for group_id in owed:
-            if group_id not in self._ready and group_id not in self._taken:
+            if group_id not in self._ready and group_id not in self._taken and group_id not in self._consumed:
                 self.swept += group_id not in self._messages
-                self._ready[group_id] = None
+                self._make_owed(group_id)
         self._last_sweep = time.monotonic()
 
     def ready(self) -> list[str]:
@@ -94,6 +97,8 @@ class GroupFeed:
     def consumed(self, group_ids: list[str]) -> None:
         """Acks the announcements of groups a registered checkpoint consumed."""
         self._taken.difference_update(group_ids)
+        self._consumed.update(group_ids)
+        self._ready = {g: None for g in self._ready if g not in self._consumed}
         self._ack(group_ids)
 
     def _ack(self, group_ids: list[str]) -> None:
@@ -105,11 +110,16 @@ class GroupFeed:
         foreign = []
         for m in messages:
             group_id = m.fields.get("group_id", "")
-            if m.fields.get("run_id") != self.run_id or not group_id:
-                foreign.append(m.id)  # another run's group: not ours to train, nothing to keep pending
+            if m.fields.get("run_id") != self.run_id or not group_id or group_id in self._consumed:
+                # another run's group, or one trained already: nothing to keep pending
+                foreign.append(m.id)
                 continue
             self._messages.setdefault(group_id, []).append(m.id)
-            if group_id not in self._taken:
-                self._ready.setdefault(group_id, None)
+            if group_id not in self._taken and group_id not in self._ready:
+                self._make_owed(group_id)
         if foreign:
             self.bus.ack(GROUPS_READY, self.group, foreign)
+
+    def _make_owed(self, group_id: str) -> None:
+        self._ready[group_id] = None
+        self.arrived += 1

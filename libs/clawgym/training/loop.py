@@ -94,6 +94,8 @@ class Trainer:
         # groups of steps that trained nothing (all dropped or empty): committed with the next checkpoint
         self._untrained = Batch(version=0)
         self._task_ids: list[str] = []
+        self._requested_groups = 0  # by this trainer, for `_outstanding`
+        self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
         self._download_cache = Path(f"/tmp/clawgym-trainer-{cfg.run_name}")
 
     # --- start: the run, the latest checkpoint, the feed ---
@@ -141,6 +143,7 @@ class Trainer:
                 self.store, self.bus, self.run_id, sweep_interval_s=self.cfg.sweep_interval_s
             )
             self.feed.start()
+            self._arrived_before = self.feed.arrived
             if latest is not None:
                 self._reload_engines(latest.version, latest.uri)
         self._set_status("waiting_rollouts")
@@ -262,9 +265,18 @@ class Trainer:
         return [self.store.get_group(g) for g in ids], time.monotonic() - started
 
     def _top_up(self) -> None:
-        """Requests a batch when the owed plus pending groups would not fill the next step."""
-        if len(self.feed.ready()) + self.source.pending_groups() < self.cfg.groups_per_step:
-            self.source.request(plan_batch(self.cfg, self._task_ids, self.run_id, self.version, self.rng))
+        """Requests a batch when the owed plus outstanding groups would not fill the next step."""
+        if len(self.feed.ready()) + self._outstanding() < self.cfg.groups_per_step:
+            batch = plan_batch(self.cfg, self._task_ids, self.run_id, self.version, self.rng)
+            self._requested_groups += batch.n_groups
+            self.source.request(batch)
+
+    def _outstanding(self) -> int:
+        """Groups requested that may still arrive. The source counts a group until its batch ends,
+        which may be after the feed has seen it (the bus and the source's stream race); groups
+        requested minus groups arrived does not know of batches that failed. Both are upper bounds."""
+        arrived = self.feed.arrived - self._arrived_before
+        return max(0, min(self.source.pending_groups(), self._requested_groups - arrived))
 
     def _count_lag(self, batch: Batch) -> None:
         for lag in batch.lags:
