@@ -141,7 +141,7 @@ def test_lookup_takes_the_longest_match_and_leaves_the_last_token():
     cache = PrefixCache(max_tokens=1000, min_hit=2)
     cache.insert(list(range(10)), _kv(10, 1.0), _kv(10, 1.0))
     cache.insert([0, 1, 2, 3, 99, 98], _kv(6, 2.0), _kv(6, 2.0))
-    hit = cache.lookup(list(range(8)) + [50])
+    hit = cache.lookup([*range(8), 50])
     assert hit is not None and hit.length == 8 and hit.entry.keys[0][0, 0, 0, 0] == 1.0
     assert cache.lookup(list(range(10))).length == 9, "the last prompt token must stay to be computed"
     assert cache.lookup([0, 7, 7]) is None, "a 1-token match is under min_hit"
