@@ -29,14 +29,16 @@ def test_generation_is_byte_for_byte_reproducible(tmp_path):
     assert tree_digest(tmp_path / "a") == tree_digest(tmp_path / "b"), "two generations differ"
 
 
-def test_suite_has_a_few_hundred_tasks_in_two_disjoint_splits(tmp_path):
+def test_suite_has_16_held_out_and_16_train_tasks_per_family_in_disjoint_splits(tmp_path):
     suite = mini_suite_dir(tmp_path)
     assert mini_suite_dir(tmp_path) == suite, "a second call reuses the generated folder"
     tasks = load_tasks(suite)
     splits = Counter(t.split for t in tasks)
-    assert 250 <= len(tasks) <= 400 and splits["test"] >= 14 * 6, f"unexpected sizes: {splits}"
+    assert 400 <= len(tasks) <= 500 and splits["test"] >= 14 * 16, f"unexpected sizes: {splits}"
     families = Counter(t.metadata["family"] for t in tasks if t.split == "test")
     assert set(families) == set(FAMILIES), "every family appears in the held-out split"
+    per_family = Counter(t.metadata["family"] for t in tasks if t.split == "train")
+    assert min(per_family.values()) == 16, f"every family has 16 train tasks: {per_family}"
     train = {t.instruction for t in tasks if t.split == "train"}
     leaked = [t.instruction for t in tasks if t.split == "test" and t.instruction in train]
     assert not leaked, f"held-out instructions also in train: {leaked[:3]}"

@@ -94,6 +94,16 @@ DIRS = (
     "config",
     "letters",
     "games",
+    "downloads",
+    "exports",
+    "fonts",
+    "models",
+    "inbox",
+    "outbox",
+    "samples",
+    "results",
+    "uploads",
+    "vendor",
 )
 
 
@@ -109,8 +119,11 @@ class MiniTask:
     inputs: dict[str, str] = field(default_factory=dict)  # file name → content
 
 
+EXTENSIONS = ("txt", "md", "log")
+
+
 def _file(rng: random.Random, avoid: tuple[str, ...] = ()) -> str:
-    return rng.choice([f"{n}.txt" for n in NAMES if f"{n}.txt" not in avoid])
+    return rng.choice([f"{n}.{e}" for n in NAMES for e in EXTENSIONS if f"{n}.{e}" not in avoid])
 
 
 def _lines(rng: random.Random, n: int) -> list[str]:

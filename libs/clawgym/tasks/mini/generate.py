@@ -20,7 +20,7 @@ from clawgym.tasks.mini.families import FAMILIES, MiniTask
 
 SEED = 20261129
 TRAIN_PER_FAMILY = 16
-TEST_PER_FAMILY = 6
+TEST_PER_FAMILY = 16
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "clawgym" / "tasks"
 _MAX_TRIES = 200
 
