@@ -74,7 +74,17 @@ class QuickstartOptions:
                 "steps": self.steps,
                 "group_size": self.group_size,
                 "groups_per_step": self.groups_per_step,
-                "algorithm": {"name": "grpo", "lr": self.lr},
+                # β1 = 0: no momentum. Once the policy sharpens, whole batches can carry no reward
+                # variance (every group all-pass or all-fail) and a zero gradient; with momentum, AdamW
+                # would still step in the previous direction (measured: the policy drifted and the
+                # batch reward fell from 0.5 to 0.0 over such steps). Cosine decay calms the last steps.
+                "algorithm": {
+                    "name": "grpo",
+                    "lr": self.lr,
+                    "betas": (0.0, 0.999),
+                    "lr_schedule": "cosine",
+                    "min_lr_ratio": 0.1,
+                },
                 "harnesses": [{"name": "reference", "weight": 1.0}],
                 "suite": self.suite,
                 "tasks": train_ids,
