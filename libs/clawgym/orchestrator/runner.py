@@ -202,12 +202,14 @@ class Orchestrator:
                     remaining -= 1
                 yield status
         finally:
-            running = [s.job for s in state.slots if s.job is not None and not s.job.done()]
-            if running:  # the caller stopped listening: nobody wants these rollouts any more
-                log.info("batch %s: caller went away, cancelling %d rollouts", batch_id, len(running))
-                for job in running:
+            running = [s for s in state.slots if s.job is not None and not s.job.done()]
+            # A slot whose outcome was streamed may still be returning; any other has lost its caller.
+            abandoned = [s.job for s in running if not s.ended]
+            if abandoned:  # the caller stopped listening: nobody wants these rollouts any more
+                log.info("batch %s: caller went away, cancelling %d rollouts", batch_id, len(abandoned))
+                for job in abandoned:
                     job.cancel()
-                await asyncio.gather(*running, return_exceptions=True)
+            await asyncio.gather(*(s.job for s in running), return_exceptions=True)
             self._batches.pop(batch_id, None)
 
     async def cancel(self, batch_id: str, rollout_id: str = "") -> int:
