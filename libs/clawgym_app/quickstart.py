@@ -35,7 +35,7 @@ class QuickstartOptions:
     model: str = "smollm2-135m"
     suite: str = "mini"
     max_level: int = 2
-    steps: int = 16
+    steps: int = 24
     eval_tasks: int = 0
     eval_samples: int = 1
     group_size: int = 8

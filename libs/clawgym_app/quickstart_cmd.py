@@ -16,7 +16,7 @@ from clawgym.errors import ClawgymError
 D = MappingProxyType(
     {  # QuickstartOptions' defaults, repeated so --help needs no torch import (a test checks)
         "model": "smollm2-135m",
-        "steps": 16,
+        "steps": 24,
         "eval_tasks": 0,
         "eval_samples": 1,
         "group_size": 8,

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,37 +119,40 @@ def save_checkpoint(
         "torch_rng": torch.get_rng_state(),
         **trainer_state,
     }
-    with tempfile.TemporaryDirectory(prefix="clawgym-ckpt-") as tmp:
-        staging = Path(tmp) / "v"
-        staging.mkdir()
-        save_file(
-            {k: v.contiguous() for k, v in weights.items()},
-            str(staging / "model.safetensors"),
-            {"format": "pt"},
-        )
-        config.save_pretrained(staging)
+    tensors = {k: v.contiguous() for k, v in weights.items()}
+
+    def write(folder: Path) -> None:
+        save_file(tensors, str(folder / "model.safetensors"), {"format": "pt"})
+        config.save_pretrained(folder)
         if tokenizer is not None:
-            tokenizer.save_pretrained(staging)
-        torch.save(extra, staging / STATE_FILE)
-        _publish_folder(staging, uri)
+            tokenizer.save_pretrained(folder)
+        torch.save(extra, folder / STATE_FILE)
+
+    _publish_folder(write, uri)
 
 
-def _publish_folder(staging: Path, uri: str) -> None:
-    """Moves a finished local folder to `uri` all at once (rename locally, upload then visible remotely)."""
+def _publish_folder(write: Callable[[Path], None], uri: str) -> None:
+    """Writes a checkpoint folder with `write` and makes it visible at `uri` all at once: locally,
+    written beside the target and renamed (one write of the bytes); remotely, uploaded when whole."""
     fs, target = fsspec.core.url_to_fs(uri)
     if _is_local(fs):
         final = Path(target)
         final.parent.mkdir(parents=True, exist_ok=True)
-        moving = final.parent / f".{final.name}.tmp-{os.getpid()}"
-        shutil.rmtree(moving, ignore_errors=True)
-        shutil.copytree(staging, moving)
+        staging = final.parent / f".{final.name}.tmp-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        write(staging)
         if final.exists():  # an unregistered leftover of a killed trainer
             shutil.rmtree(final)
-        os.replace(moving, final)
+        os.replace(staging, final)
         return
-    if fs.exists(target):
-        fs.rm(target, recursive=True)
-    fs.put(str(staging), target, recursive=True)
+    with tempfile.TemporaryDirectory(prefix="clawgym-ckpt-") as tmp:
+        staging = Path(tmp) / "v"
+        staging.mkdir()
+        write(staging)
+        if fs.exists(target):
+            fs.rm(target, recursive=True)
+        fs.put(str(staging), target, recursive=True)
 
 
 def prune_checkpoints(cfg: TrainerConfig, newest: int) -> list[str]:
