@@ -38,6 +38,9 @@ def test_quickstart_trains_on_the_train_split_and_evaluates_held_out_tasks_of_th
     assert {tasks[t].metadata["family"] for t in cut} == families, "a cut keeps one task per family"
     cfg = opts.config(__import__("pathlib").Path("/tmp/unused"))
     assert cfg.trainer.tasks == train and cfg.evaluation.task_ids == held_out, "the config carries both"
+    assert cfg.trainer.algorithm.temperature == cfg.proxy.temperature == opts.temperature, (
+        "the trainer scores tokens at the temperature the proxy samples them"
+    )
 
 
 def _ctx():

@@ -84,3 +84,15 @@ def test_the_example_configs_trainer_sections_load():
     for name in ("compose.yaml", "cluster.yaml"):
         data = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / name).read_text())
         load_config(trainer=data["trainer"])  # raises InvalidArgument naming the field otherwise
+
+
+def test_the_trainer_takes_the_temperature_the_proxy_forces_and_refuses_another():
+    """Tokens sampled at T must be scored at T: the proxy's forced temperature reaches the trainer;
+    a different one set by hand is an error naming both; greedy or unforced leaves T = 1."""
+    assert load_config(proxy={"temperature": 0.7}).trainer.algorithm.temperature == 0.7
+    assert load_config(proxy={"temperature": 0.0}).trainer.algorithm.temperature == 1.0
+    assert load_config().trainer.algorithm.temperature == 1.0
+    same = {"proxy": {"temperature": 0.5}, "trainer": {"algorithm": {"temperature": 0.5}}}
+    assert load_config(**same).trainer.algorithm.temperature == 0.5
+    with pytest.raises(InvalidArgument, match=r"trainer.algorithm.temperature 1.0 differs from proxy.temperature 0.7"):
+        load_config(proxy={"temperature": 0.7}, trainer={"algorithm": {"temperature": 1.0}})
