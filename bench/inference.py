@@ -4,7 +4,11 @@ Measured side by side in one run, on one model (default SmolLM2-135M, fp32, CPU)
   - tokens/s of N requests run one by one (batch 1), the baseline;
   - tokens/s of 8 and of 32 concurrent requests (they share decode steps);
   - tokens/s of `model.generate` on one left-padded batch of the same 32 prompts (greedy);
-  - seconds to hot-reload a checkpoint of the same model (`load_weights`).
+  - seconds to hot-reload a checkpoint of the same model (`load_weights`);
+  - agent-shaped prefill: a GRPO step's first calls (4 tasks x 8 samples of the reference harness's
+    real first prompt: system prompt, worked examples, task) with the prefix cache on vs off, each
+    round on a fresh engine (as after a weight swap, when the cache starts empty).
+The batching figures run with the prefix cache off (their rounds repeat the same prompts).
 Every request generates exactly --tokens tokens (greedy, no stop token); each figure is the best of
 --repeat interleaved rounds. The last line is JSON.
 
@@ -62,6 +66,35 @@ async def run_requests(
     return sum(counts), time.perf_counter() - start
 
 
+def agent_prompts(tok, samples: int = 8) -> list[list[int]]:
+    """A GRPO step's first calls through the reference harness: 4 tasks x `samples` identical prompts."""
+    from clawgym.harnesses.reference_agent import build_messages
+
+    tasks = [
+        "Create a file named notes.txt containing the text apple.",
+        "Make a directory named logs.",
+        "Delete the file old.md.",
+        "What is 26 + 19? Write the answer into the file report.log.",
+    ]
+    rendered = [
+        tok.apply_chat_template(build_messages(t), add_generation_prompt=True, return_dict=False)
+        for t in tasks
+    ]
+    return [prompt for prompt in rendered for _ in range(samples)]
+
+
+async def agent_step(
+    model, name: str, batch: list[list[int]], tokens: int, cache_tokens: int
+) -> tuple[float, int]:
+    """(seconds, prompt tokens computed) for `batch` at once on a fresh engine."""
+    engine = TorchEngine(model, name=name, max_batch=32, prefix_cache_tokens=cache_tokens)
+    try:
+        _, seconds = await run_requests(engine, batch, tokens, concurrent=True)
+        return seconds, engine.counters().prefill_tokens
+    finally:
+        await engine.aclose()
+
+
 def hf_generate(model, tok, batch: list[list[int]], tokens: int) -> tuple[int, float]:
     """(tokens generated, seconds) of transformers' greedy generate on one left-padded batch."""
     padded = tok.pad({"input_ids": batch}, padding=True, return_tensors="pt")
@@ -82,8 +115,9 @@ async def bench(args) -> dict:
     dtype = getattr(torch, args.dtype)
     tok = load_tokenizer(args.model)
     model = load_model(args.model, dtype=dtype)
-    engine = TorchEngine(model, name=args.model, max_batch=32)
+    engine = TorchEngine(model, name=args.model, max_batch=32, prefix_cache_tokens=0)
     batch = prompts(tok, 32)
+    agent = agent_prompts(tok)
     await run_requests(engine, batch[:2], 4, concurrent=True)  # warm-up
 
     # Rounds interleave the four measurements and keep each one's best, so that load from other
@@ -103,6 +137,11 @@ async def bench(args) -> dict:
             best[name] = max(best.get(name, 0.0), n / seconds)
         n, seconds = hf_generate(model, tok, batch, args.tokens)
         best["hf"] = max(best.get("hf", 0.0), n / seconds)
+        for cache_tokens in (0, 8192):
+            seconds, prefilled = await agent_step(model, args.model, agent, args.tokens, cache_tokens)
+            key = f"agent_{cache_tokens}"
+            best[key] = min(best.get(key, float("inf")), seconds)
+            best[f"{key}_prefill"] = prefilled
 
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)  # a checkpoint as the trainer would publish it
@@ -121,6 +160,12 @@ async def bench(args) -> dict:
     print(f"32 concurrent:             {tps32:8.1f} tok/s  ({tps32 / tps1:.2f}x, {steps_32} decode steps)")
     print(f"HF generate, padded 32:    {tpshf:8.1f} tok/s  (engine at 32 = {tps32 / tpshf:.2f}x)")
     print(f"reload: {reload_s:.3f} s, in-flight request finished with versions {sorted(set(versions))}")
+    off, on = best["agent_0"], best["agent_8192"]
+    print(
+        f"agent step, 4 tasks x 8 samples, {len(agent[0])}-token prompts: prefix cache off {off:.2f} s "
+        f"({best['agent_0_prefill']:.0f} prompt tokens computed), on {on:.2f} s "
+        f"({best['agent_8192_prefill']:.0f}): {off / on:.2f}x"
+    )
     return {
         "model": args.model,
         "dtype": args.dtype,
@@ -134,6 +179,11 @@ async def bench(args) -> dict:
         "vs_hf_generate_32": round(tps32 / tpshf, 3),
         "decode_steps_32": steps_32,
         "reload_s": round(reload_s, 4),
+        "agent_step_s_cache_off": round(off, 3),
+        "agent_step_s_cache_on": round(on, 3),
+        "prefix_cache_speedup": round(off / on, 3),
+        "agent_prefill_tokens_cache_off": int(best["agent_0_prefill"]),
+        "agent_prefill_tokens_cache_on": int(best["agent_8192_prefill"]),
         "rounds": args.repeat,
     }
 
