@@ -6,6 +6,7 @@ groups are dropped and counted; groups whose announcement was lost are found by 
 """
 
 import itertools
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ from clawgym.models import load_model
 from clawgym.store.bus import CHECKPOINTS
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
+from clawgym.training.loop import MISMATCH_WARNING
 from clawgym.training.source import RolloutBatch, RolloutRequest
 from clawgym.training.toy import ToyRolloutSource
 
@@ -176,15 +178,19 @@ def test_checkpoints_go_to_an_fsspec_uri_and_the_engine_reloads_from_it(
 
 @pytest.mark.parametrize("trainer_temperature", [0.7, 1.0])
 def test_trainer_scores_tokens_at_the_rollouts_sampling_temperature(
-    store, trainer_cfg, make_trainer, trainer_temperature
+    store, trainer_cfg, make_trainer, trainer_temperature, caplog
 ):
     """Rollouts sampled at T = 0.7: a trainer told T = 0.7 agrees with the engine's logprobs; one left
-    at T = 1 scores another distribution, and the mismatch metric shows it."""
+    at T = 1 scores another distribution: the mismatch metric shows it and the trainer warns."""
     cfg = trainer_cfg(steps=1, algorithm={"lr": 1e-3, "temperature": trainer_temperature})
     trainer = make_trainer(cfg, store, temperature=0.7)
-    trainer.run()
+    with caplog.at_level(logging.WARNING, logger="clawgym.training.loop"):
+        trainer.run()
     mismatch = store.list_checkpoints(trainer.run_id)[-1].metrics["logprob_mismatch"]
+    warned = any("trainer.algorithm.temperature" in r.getMessage() for r in caplog.records)
     if trainer_temperature == 0.7:
         assert mismatch < 1e-3, f"same temperature, same weights: logprobs must agree, mismatch {mismatch}"
+        assert not warned, "no warning when the temperatures agree"
     else:
-        assert mismatch > 1e-2, f"T = 1 logprobs of T = 0.7 samples must differ visibly, mismatch {mismatch}"
+        assert mismatch > MISMATCH_WARNING, f"T = 1 logprobs of T = 0.7 samples must differ visibly: {mismatch}"
+        assert warned, "a large mismatch at no policy lag must be pointed out"

@@ -45,6 +45,10 @@ from clawgym.training.update import Normaliser, prepare_packs, update
 
 log = logging.getLogger(__name__)
 
+# Mean |Δ logprob| between engine and trainer above which a step with no policy lag is suspicious
+# (numerics alone give ~1e-5 in fp32 and ~1e-2 in bf16; a temperature gap of 0.7 vs 1 gave ~0.1).
+MISMATCH_WARNING = 0.05
+
 RELOAD_TIMEOUT_S = 600.0
 
 
@@ -95,6 +99,7 @@ class Trainer:
         self._untrained = Batch(version=0)
         self._task_ids: list[str] = []
         self._requested_groups = 0  # by this trainer, for `_outstanding`
+        self._warned_mismatch = False
         self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
         self._download_cache = Path(f"/tmp/clawgym-trainer-{cfg.run_name}")
 
@@ -308,6 +313,15 @@ class Trainer:
             version, record.get("loss", 0.0), record["reward"], record.get("approx_kl", 0.0),
             record.get("logprob_mismatch", 0.0), record["policy_lag"], record["tokens_per_s"],
         )  # fmt: skip
+        mismatch = record.get("logprob_mismatch", 0.0)
+        if record["policy_lag"] == 0 and mismatch > MISMATCH_WARNING and not self._warned_mismatch:
+            self._warned_mismatch = True
+            log.warning(
+                "step %d: the engine's and the trainer's logprobs of the same tokens under the same weights "
+                "differ by %.3f on average: were the rollouts sampled at trainer.algorithm.temperature "
+                "(%.2f)? Force proxy.temperature so that both use one",
+                version, mismatch, self.cfg.algorithm.temperature,
+            )  # fmt: skip
 
     def _reload_engines(self, version: int, uri: str) -> None:
         """Tells every engine to serve `version`; a failure is logged (its rollouts then lag, and are dropped)."""
