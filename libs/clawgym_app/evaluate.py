@@ -17,12 +17,12 @@ from rich.console import Console
 from clawgym.config import ClawgymConfig
 from clawgym.errors import InvalidArgument, NotFound
 from clawgym.evaluation.runner import EvalResult, EvalSpec
-from clawgym.evaluation.select import eval_tasks
 from clawgym.store.interface import TrajectoryStore
 from clawgym.training.checkpoint import run_folder
 from clawgym_app.logs import quiet_libraries
 from clawgym_app.progress import RolloutBar, make_progress
 from clawgym_app.runtime import Runtime
+from clawgym_app.training_run import eval_spec
 
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -42,21 +42,26 @@ class EvalRequest:
 
 
 def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, EvalSpec]:
-    """The config to open (the model filled in) and the evaluation to run."""
-    model = req.model or cfg.trainer.model or DEFAULT_MODEL
-    cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"model": model})})
-    e = cfg.evaluation
-    suite = req.suite or e.suite or cfg.trainer.suite
-    harnesses = req.harnesses or e.harnesses or list(dict.fromkeys(h.name for h in cfg.trainer.harnesses))
+    """The config to open (the model filled in, the request's choices in its `evaluation` section)
+    and the evaluation to run."""
     if req.k < 1:
         raise InvalidArgument(f"--k must be >= 1, got {req.k}")
+    e = cfg.evaluation
     samples = req.samples or max(req.k, e.samples)
-    ks = sorted({1, req.k, *(kk for kk in e.ks if kk <= samples)})
-    if e.task_ids and req.tasks < 0 and not req.split and not req.suite:
-        ids = list(e.task_ids)
-    else:
-        ids = [t.id for t in eval_tasks(suite, e.tasks if req.tasks < 0 else req.tasks, req.split or e.split)]
-    return cfg, EvalSpec(suite, ids, harnesses, samples, ks)
+    update: dict = {"samples": samples, "ks": sorted({1, req.k, *(kk for kk in e.ks if kk <= samples)})}
+    update |= {name: getattr(req, name) for name in ("suite", "split", "harnesses") if getattr(req, name)}
+    if req.tasks >= 0:
+        update["tasks"] = req.tasks
+    if req.tasks >= 0 or req.split or req.suite:
+        update["task_ids"] = []  # a new choice of tasks replaces the config's own list
+    model = req.model or cfg.trainer.model or DEFAULT_MODEL
+    cfg = cfg.model_copy(
+        update={
+            "trainer": cfg.trainer.model_copy(update={"model": model}),
+            "evaluation": e.model_copy(update=update),
+        }
+    )
+    return cfg, eval_spec(cfg)
 
 
 def known_run(store: TrajectoryStore, cfg: ClawgymConfig) -> str:

@@ -4,6 +4,8 @@
   fine-tuned on the reference harness's exact first prompt of each task, captured through the real
   embedded stack (proxy → store), so it answers `touch ok.txt` (right) or `touch no.txt` (wrong)
   about equally often (see learnable.py).
+- `learnable_run`: `learnable_run(store=…, evaluation=…, **trainer)`, the config (as data) of a GRPO
+  run of that policy on that suite through the reference harness; keyword arguments override.
 - `one_thread`: torch on one intra-op thread for the test (on a shared 2-core machine two threads
   waiting on each other's barrier run several times slower than one).
 """
@@ -80,3 +82,28 @@ def learnable(tmp_path_factory) -> Learnable:
         [t.id for t in tasks if t.split == "train"],
         [t.id for t in tasks if t.split == "test"],
     )
+
+
+@pytest.fixture
+def learnable_run(learnable, tmp_path):
+    """learnable_run(store=None, evaluation=None, **trainer) → a run config as data (see the module doc)."""
+
+    def make(*, store: dict | None = None, evaluation: dict | None = None, **trainer) -> dict:
+        return {
+            "store": store or {"url": f"sqlite:///{tmp_path / 'store.db'}"},
+            "proxy": {"max_new_tokens": 16, "temperature": 1.0},
+            "orchestrator": {"max_concurrent_rollouts": 8, "retry_backoff_s": 0.1},
+            "trainer": {
+                "model": str(learnable.policy),
+                "algorithm": {"name": "grpo", "lr": 1.5e-4},
+                "suite": str(learnable.suite),
+                "checkpoint_uri": str(tmp_path / "checkpoints"),
+                "keep_checkpoints": 1,
+                "sweep_interval_s": 1.0,
+                "rollout_timeout_s": 300.0,
+                **trainer,
+            },
+            "evaluation": evaluation or {"samples": 1, "split": "test"},
+        }
+
+    return make

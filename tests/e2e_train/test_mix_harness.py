@@ -25,27 +25,18 @@ SETTINGS = {
 }
 
 
-def test_a_two_harness_run_records_and_trains_groups_of_both_harnesses(learnable, tmp_path, one_thread):
+def test_a_two_harness_run_records_and_trains_groups_of_both_harnesses(learnable_run, tmp_path, one_thread):
     get_harness("mini-swe-agent").install()  # the pinned PyPI release into ~/.cache/clawgym/harnesses
     cfg = ClawgymConfig(
-        store={"url": f"sqlite:///{tmp_path / 'store.db'}"},
-        proxy={"max_new_tokens": 16, "temperature": 1.0},
-        orchestrator={"max_concurrent_rollouts": 8, "retry_backoff_s": 0.1},
-        trainer={
-            "model": str(learnable.policy),
-            "run_name": "mix",
-            "steps": 2,
-            "group_size": 2,
-            "groups_per_step": 4,
-            "harnesses": [{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
-            "algorithm": {"name": "grpo", "lr": 1.5e-4},
-            "suite": str(learnable.suite),
-            "checkpoint_uri": str(tmp_path / "checkpoints"),
-            "keep_checkpoints": 1,
-            "sweep_interval_s": 1.0,
-            "rollout_timeout_s": 600.0,
-        },
-        evaluation={"samples": 1, "split": "test", "at_start": False},
+        **learnable_run(
+            run_name="mix",
+            steps=2,
+            group_size=2,
+            groups_per_step=4,
+            harnesses=[{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
+            rollout_timeout_s=600.0,
+            evaluation={"samples": 1, "split": "test", "at_start": False},
+        )
     )
     with Runtime.open(cfg, SETTINGS) as rt:
         outcome = TrainingRun(rt, tmp_path / "report", Console(file=io.StringIO())).run()

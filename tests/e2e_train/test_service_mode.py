@@ -15,21 +15,14 @@ CLAWGYM = [sys.executable, "-c", "from clawgym_app.cli import main; main()"]
 
 
 def test_two_grpo_steps_across_service_processes_commit_checkpoints_and_reload_the_inference_service(
-    learnable, pg_url, redis_url, tmp_path
+    learnable_run, pg_url, redis_url, tmp_path
 ):
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({
-        "store": {"url": pg_url, "bus_url": redis_url},
-        "proxy": {"max_new_tokens": 16, "temperature": 1.0},
-        "orchestrator": {"max_concurrent_rollouts": 8, "retry_backoff_s": 0.1},
-        "trainer": {
-            "model": str(learnable.policy), "run_name": "services", "steps": 2, "group_size": 4,
-            "groups_per_step": 2, "algorithm": {"name": "grpo", "lr": 1.5e-4}, "suite": str(learnable.suite),
-            "checkpoint_uri": str(tmp_path / "checkpoints"), "keep_checkpoints": 1, "sweep_interval_s": 1.0,
-            "rollout_timeout_s": 300.0,
-        },
-        "evaluation": {"samples": 2, "split": "test"},
-    }))  # fmt: skip
+    run = learnable_run(
+        store={"url": pg_url, "bus_url": redis_url}, evaluation={"samples": 2, "split": "test"},
+        run_name="services", steps=2, group_size=4, groups_per_step=2,
+    )  # fmt: skip
+    config.write_text(yaml.safe_dump(run))
     done = subprocess.run(
         [*CLAWGYM, "train", "-c", str(config), "--spawn-services", "--run-dir", str(tmp_path / "run"), "--json"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,

@@ -98,7 +98,6 @@ class GroupFeed:
         """Acks the announcements of groups a registered checkpoint consumed."""
         self._taken.difference_update(group_ids)
         self._consumed.update(group_ids)
-        self._ready = {g: None for g in self._ready if g not in self._consumed}
         self._ack(group_ids)
 
     def _ack(self, group_ids: list[str]) -> None:

@@ -85,21 +85,50 @@ def plan_batch(
     return RolloutBatch(run_id=run_id, suite=cfg.suite, requests=requests, policy_version=policy_version)
 
 
-class OrchestratorSource:
+class BatchLedger:
+    """The bookkeeping every source shares, thread-safe: the groups of batches still running
+    (`pending_groups`), and the errors of batches that failed as a whole (raised by `check`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, int] = {}  # batch id → its group count, while it runs
+        self._errors: list[BaseException] = []
+
+    def pending_groups(self) -> int:
+        with self._lock:
+            return sum(self._pending.values())
+
+    def check(self) -> None:
+        with self._lock:
+            if self._errors:
+                raise self._errors.pop(0)
+
+    def _started(self, batch: RolloutBatch) -> None:
+        with self._lock:
+            self._pending[batch.batch_id] = batch.n_groups
+
+    def _ended(self, batch_id: str) -> None:
+        with self._lock:
+            self._pending.pop(batch_id, None)
+
+    def _failed(self, error: BaseException) -> None:
+        with self._lock:
+            self._errors.append(error)
+
+
+class OrchestratorSource(BatchLedger):
     """A `RolloutSource` over the orchestrator service: each batch is one `RunRollouts` stream, drained
     in a thread until every rollout of the batch has ended."""
 
     def __init__(self, target: str, *, proxy_url: str = "", suite_tasks: list[str] | None = None) -> None:
         from clawgym.v1.orchestrator_pb2_grpc import OrchestratorStub
 
+        super().__init__()
         self.target = target
         self.proxy_url = proxy_url
         self._suite_tasks = suite_tasks
         self._channel = grpc.insecure_channel(target)
         self._stub = OrchestratorStub(self._channel)
-        self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}  # batch id → its group count, while its stream runs
-        self._errors: list[ClawgymError] = []
 
     def task_ids(self) -> list[str]:
         if self._suite_tasks is None:
@@ -120,8 +149,7 @@ class OrchestratorSource:
             policy_version=batch.policy_version,
             proxy_url=self.proxy_url,
         )
-        with self._lock:
-            self._pending[batch.batch_id] = batch.n_groups
+        self._started(batch)
         threading.Thread(
             target=self._drain, args=(message,), name=f"rollouts-{batch.batch_id[:8]}", daemon=True
         ).start()
@@ -136,20 +164,9 @@ class OrchestratorSource:
                 f"orchestrator RunRollouts of batch {message.batch_id} failed: {code} {e.details()}"
             )  # type: ignore[attr-defined]
             log.error("%s", error)
-            with self._lock:
-                self._errors.append(error)
+            self._failed(error)
         finally:
-            with self._lock:
-                self._pending.pop(message.batch_id, None)
-
-    def pending_groups(self) -> int:
-        with self._lock:
-            return sum(self._pending.values())
-
-    def check(self) -> None:
-        with self._lock:
-            if self._errors:
-                raise self._errors.pop(0)
+            self._ended(message.batch_id)
 
     def close(self) -> None:
         self._channel.close()

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 
 from clawgym.errors import ClawgymError
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
 from clawgym.training.aio import LoopThread
-from clawgym.training.source import RolloutBatch
+from clawgym.training.source import BatchLedger, RolloutBatch
 
 log = logging.getLogger(__name__)
 
 
-class ServiceSource:
+class ServiceSource(BatchLedger):
     """A `RolloutSource` whose batches a `RolloutService` runs, on `runner`'s event loop."""
 
     def __init__(
@@ -35,21 +34,18 @@ class ServiceSource:
         proxy_url: str = "",
         on_status: Callable[[RolloutStatus], None] | None = None,
     ) -> None:
+        super().__init__()
         self.service, self.runner = service, runner
         self._task_ids = list(task_ids)
         self.proxy_url = proxy_url
         self.on_status = on_status
-        self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}  # batch id → its group count, while its stream runs
         self._jobs: dict[str, asyncio.Future] = {}
-        self._errors: list[ClawgymError] = []
 
     def task_ids(self) -> list[str]:
         return list(self._task_ids)
 
     def request(self, batch: RolloutBatch) -> None:
-        with self._lock:
-            self._pending[batch.batch_id] = batch.n_groups
+        self._started(batch)
         self._jobs[batch.batch_id] = self.runner.submit(self._drain(batch))
 
     async def _drain(self, batch: RolloutBatch) -> None:
@@ -70,25 +66,13 @@ class ServiceSource:
                                 status.failure, status.error[:300])  # fmt: skip
         except ClawgymError as e:
             log.error("batch %s failed: %s", batch.batch_id, e)
-            with self._lock:
-                self._errors.append(e)
+            self._failed(e)
         except Exception as e:  # surfaced to the trainer by check(), typed
             log.exception("batch %s failed", batch.batch_id)
-            with self._lock:
-                self._errors.append(ClawgymError(f"rollout batch {batch.batch_id} failed: {e}"))
+            self._failed(ClawgymError(f"rollout batch {batch.batch_id} failed: {e}"))
         finally:
-            with self._lock:
-                self._pending.pop(batch.batch_id, None)
-                self._jobs.pop(batch.batch_id, None)
-
-    def pending_groups(self) -> int:
-        with self._lock:
-            return sum(self._pending.values())
-
-    def check(self) -> None:
-        with self._lock:
-            if self._errors:
-                raise self._errors.pop(0)
+            self._ended(batch.batch_id)
+            self._jobs.pop(batch.batch_id, None)
 
     def close(self) -> None:
         """Cancels the batches still running (their rollouts end as cancelled); not the service."""
