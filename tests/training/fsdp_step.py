@@ -9,6 +9,7 @@ checkpoint (a collective gather, rank 0 writes) and diagnostics under OUT_DIR/<a
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -53,3 +54,8 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
+    # Everything is written and the process group is gone: skip interpreter teardown, where gloo's
+    # worker threads can still abort the process (pytorch/pytorch#179291; seen once in CI).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -72,7 +72,10 @@ class World:
             dist.barrier()
 
     def close(self) -> None:
+        # All ranks meet first: gloo aborts the process ("terminate called without an active
+        # exception") when one rank tears its pairs down while a peer still has work on them.
         if self.size > 1 and dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()
 
     def _comm_device(self) -> torch.device:
