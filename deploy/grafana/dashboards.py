@@ -178,6 +178,29 @@ PROXY = Dashboard(
                 ),
             ),
         ),
+        Panel(
+            "Store: calls recorded and RPC errors",
+            "reqps",
+            (
+                q("sum(rate(clawgym_store_calls_recorded_total[1m]))", "calls recorded"),
+                q(
+                    'sum by (method, code) (rate(clawgym_store_requests_total{code!="OK"}[5m]))',
+                    "{{method}} {{code}}",
+                ),
+            ),
+            description="Every call is durable in the store before the harness gets its answer's last byte.",
+        ),
+        Panel(
+            "Store: RecordCall latency",
+            "s",
+            tuple(
+                q(
+                    f'histogram_quantile({p}, sum by (le) (rate(clawgym_store_request_seconds_bucket{{method="RecordCall"}}[5m])))',
+                    f"p{round(p * 100)}",
+                )
+                for p in (0.5, 0.99)
+            ),
+        ),
     ),
 )
 

@@ -32,6 +32,7 @@ class StoreConfig(Section):
     bus_url: str = Field("memory://", description="event bus: redis://host:port/db, or memory:// (embedded)")
     grpc_url: str = Field("", description="address of the store service (host:port); empty = in-process store")
     port: int = Field(50051, description="port `clawgym serve store` listens on")
+    metrics_port: int = Field(9101, ge=0, description="the store service's Prometheus /metrics port; 0 = none")
     max_call_mb: int = Field(64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB")
     pool_size: int = Field(16, ge=1, description="database connections per store process (one per concurrent writer)")
     grpc_max_message_mb: int = Field(

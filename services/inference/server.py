@@ -17,9 +17,9 @@ from prometheus_client import start_http_server
 from clawgym.engine import convert
 from clawgym.engine.config import InferenceConfig
 from clawgym.engine.factory import create_engine
-from clawgym.engine.grpc_client import grpc_options
 from clawgym.engine.interface import Engine
 from clawgym.errors import ClawgymError
+from clawgym.rpc import Health, grpc_options
 from clawgym.v1 import inference_pb2 as pb
 from clawgym.v1 import inference_pb2_grpc
 from clawgym_services.inference.metrics import InferenceMetrics
@@ -105,6 +105,8 @@ class InferenceServer:
         inference_pb2_grpc.add_InferenceServicer_to_server(
             InferenceServicer(self.engine, self.metrics), self._server
         )
+        self.health = Health(self._server, "clawgym.v1.Inference")
+        await self.health.aserving()  # the engine is built: it can serve
         address = f"{self.cfg.host}:{self.cfg.port}"
         self.port = self._server.add_insecure_port(address)
         if self.port == 0:
@@ -132,6 +134,7 @@ class InferenceServer:
         if self._refresher is not None:
             self._refresher.cancel()
         if self._server is not None:
+            await self.health.ashutting_down()
             await self._server.stop(grace)
         if self._http is not None:
             self._http.shutdown()

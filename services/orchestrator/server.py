@@ -17,6 +17,7 @@ from clawgym.config import ClawgymConfig
 from clawgym.errors import ClawgymError
 from clawgym.orchestrator import convert
 from clawgym.orchestrator.runner import Orchestrator
+from clawgym.rpc import Health
 from clawgym.v1 import orchestrator_pb2 as pb
 from clawgym.v1 import orchestrator_pb2_grpc
 
@@ -76,6 +77,8 @@ class OrchestratorServer:
         orchestrator_pb2_grpc.add_OrchestratorServicer_to_server(
             OrchestratorServicer(self.orchestrator), self._server
         )
+        self.health = Health(self._server, "clawgym.v1.Orchestrator")
+        await self.health.aserving()
         address = f"{self.cfg.host}:{self.cfg.port}"
         self.port = self._server.add_insecure_port(address)
         if self.port == 0:
@@ -91,6 +94,7 @@ class OrchestratorServer:
     async def stop(self, grace: float = 5.0) -> None:
         """Stops serving, cancels the running batches (their sandboxes are destroyed)."""
         if self._server is not None:
+            await self.health.ashutting_down()
             await self._server.stop(grace)
         await self.orchestrator.close()
         if self._http is not None:

@@ -1,23 +1,27 @@
-"""The store service: `create_server(cfg)` serves a `TrajectoryStore` (SqlStore) over gRPC.
+"""The store service: `create_server(cfg)` serves a `TrajectoryStore` (SqlStore) over gRPC, with /metrics.
 
 A thin shell: each handler decodes the request (`clawgym.store.convert`), calls one store
 method and encodes the reply. Typed errors become their gRPC status (`ClawgymError.grpc_code`);
-anything else is INTERNAL, with the traceback in this service's log.
+anything else is INTERNAL, with the traceback in this service's log. Every RPC is counted by
+method and status code and timed; the standard gRPC health service answers beside it.
 """
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
+from prometheus_client import start_http_server
 
 from clawgym.config import StoreConfig
 from clawgym.errors import ClawgymError
+from clawgym.rpc import Health, grpc_options
 from clawgym.store import convert
-from clawgym.store.grpc_client import grpc_options
 from clawgym.store.interface import TrajectoryStore
+from clawgym.store.metrics import StoreMetrics
 from clawgym.store.records import Checkpoint
 from clawgym.store.sql import SqlStore
 from clawgym.v1 import store_pb2 as pb
@@ -29,40 +33,57 @@ log = logging.getLogger(__name__)
 MAX_WORKERS = 64
 
 
-def _abort(context: grpc.ServicerContext, name: str, e: Exception) -> None:
+def _abort(context: grpc.ServicerContext, name: str, e: Exception, code: grpc.StatusCode) -> None:
     if isinstance(e, ClawgymError):
-        context.abort(grpc.StatusCode[e.grpc_code], str(e))
+        context.abort(code, str(e))
     log.exception("store %s failed", name, exc_info=e)
-    context.abort(
-        grpc.StatusCode.INTERNAL, f"store {name} failed: {type(e).__name__}; see the store service's log"
-    )
+    context.abort(code, f"store {name} failed: {type(e).__name__}; see the store service's log")
+
+
+def _code_of(e: Exception) -> grpc.StatusCode:
+    return grpc.StatusCode[e.grpc_code] if isinstance(e, ClawgymError) else grpc.StatusCode.INTERNAL
 
 
 def unary(handler: Callable[..., Any]) -> Callable[..., Any]:
+    name = handler.__name__
+
     @functools.wraps(handler)
     def wrapped(self: "StoreServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        start, code = time.perf_counter(), grpc.StatusCode.OK
         try:
             return handler(self, request, context)
         except Exception as e:
-            _abort(context, handler.__name__, e)
+            code = _code_of(e)
+            _abort(context, name, e, code)
+        finally:
+            self.metrics.requests.labels(name, code.name).inc()
+            self.metrics.latency.labels(name).observe(time.perf_counter() - start)
 
     return wrapped
 
 
 def streaming(handler: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+    name = handler.__name__
+
     @functools.wraps(handler)
     def wrapped(self: "StoreServicer", request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        start, code = time.perf_counter(), grpc.StatusCode.OK
         try:
             yield from handler(self, request, context)
         except Exception as e:
-            _abort(context, handler.__name__, e)
+            code = _code_of(e)
+            _abort(context, name, e, code)
+        finally:
+            self.metrics.requests.labels(name, code.name).inc()
+            self.metrics.latency.labels(name).observe(time.perf_counter() - start)
 
     return wrapped
 
 
 class StoreServicer(store_pb2_grpc.StoreServicer):
-    def __init__(self, store: TrajectoryStore) -> None:
+    def __init__(self, store: TrajectoryStore, metrics: StoreMetrics) -> None:
         self.store = store
+        self.metrics = metrics
 
     @unary
     def CreateRun(self, request: pb.CreateRunRequest, context: grpc.ServicerContext) -> pb.Run:
@@ -111,7 +132,11 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
     @unary
     def RecordCall(self, request: pb.Call, context: grpc.ServicerContext) -> pb.RecordCallResponse:
-        return pb.RecordCallResponse(call_id=self.store.record_call(convert.call_from_proto(request)))
+        call = convert.call_from_proto(request)
+        call_id = self.store.record_call(call)
+        self.metrics.calls.inc()
+        self.metrics.tokens.inc(len(call.prompt_ids) + len(call.output_ids))
+        return pb.RecordCallResponse(call_id=call_id)
 
     @unary
     def ListCalls(self, request: pb.ListCallsRequest, context: grpc.ServicerContext) -> pb.ListCallsResponse:
@@ -166,16 +191,51 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return request
 
 
+class StoreServer:
+    """A started-on-demand gRPC server (with health) and /metrics endpoint around one store."""
+
+    def __init__(self, cfg: StoreConfig, host: str, store: TrajectoryStore) -> None:
+        self.cfg = cfg
+        self.host = host
+        self.metrics = StoreMetrics()
+        self.port = 0
+        self.metrics_port = 0
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=MAX_WORKERS), options=grpc_options(cfg.grpc_max_message_mb)
+        )
+        store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store, self.metrics), self._server)
+        self.health = Health(self._server, "clawgym.v1.Store")
+        self._http = None
+
+    def start(self) -> int:
+        """Binds host:cfg.port (0 = any free port), serves, starts /metrics; returns the gRPC port."""
+        address = f"{self.host}:{self.cfg.port}"
+        self.port = self._server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"store service cannot listen on {address}")
+        self._server.start()
+        if self.cfg.metrics_port:
+            self._http, _ = start_http_server(
+                self.cfg.metrics_port, addr=self.host, registry=self.metrics.registry
+            )
+            self.metrics_port = self._http.server_port
+        self.health.serving()
+        return self.port
+
+    def wait_for_termination(self, timeout_s: float | None = None) -> bool:
+        return self._server.wait_for_termination(timeout_s)
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        """NOT_SERVING at once, then stops; in-flight RPCs get `grace` seconds."""
+        self.health.shutting_down()
+        self._server.stop(grace).wait()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+
+
 def create_server(
     cfg: StoreConfig, host: str = "0.0.0.0", store: TrajectoryStore | None = None
-) -> grpc.Server:
-    """A gRPC server (not started) on host:cfg.port, serving `store` or a SqlStore built from `cfg`."""
-    store = store if store is not None else SqlStore.from_config(cfg)
-    server = grpc.server(
-        ThreadPoolExecutor(max_workers=MAX_WORKERS), options=grpc_options(cfg.grpc_max_message_mb)
-    )
-    store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store), server)
-    address = f"{host}:{cfg.port}"
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"store service cannot listen on {address}")
-    return server
+) -> StoreServer:
+    """A store server (not started) on host:cfg.port, serving `store` or a SqlStore built from `cfg`."""
+    return StoreServer(cfg, host, store if store is not None else SqlStore.from_config(cfg))

@@ -14,6 +14,7 @@ import grpc
 from prometheus_client import start_http_server
 
 from clawgym.config import ClawgymConfig
+from clawgym.rpc import Health
 from clawgym.training.build import build_trainer
 from clawgym.training.distributed import init_world
 from clawgym.training.loop import Trainer
@@ -49,6 +50,7 @@ class TrainerServer:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._grpc: grpc.Server | None = None
+        self._health: Health | None = None
         self._http = None
         self._loop = threading.Thread(target=self._run, name="trainer-loop", daemon=True)
 
@@ -57,6 +59,7 @@ class TrainerServer:
         if self.trainer.world.is_main:
             self._grpc = grpc.server(ThreadPoolExecutor(max_workers=4))
             trainer_pb2_grpc.add_TrainerServicer_to_server(TrainerServicer(self.trainer), self._grpc)
+            self._health = Health(self._grpc, "clawgym.v1.Trainer")
             self.port = self._grpc.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
             if self.port == 0:
                 raise OSError(f"trainer service cannot listen on {self.cfg.host}:{self.cfg.port}")
@@ -66,6 +69,8 @@ class TrainerServer:
                     self.cfg.metrics_port, addr=self.cfg.host, registry=self.trainer.metrics.registry
                 )
                 self.metrics_port = self._http.server_port
+        if self._health is not None:
+            self._health.serving()  # before the loop starts: a loop that ends at once leaves NOT_SERVING
         self._loop.start()
         return self.port
 
@@ -75,6 +80,9 @@ class TrainerServer:
         except BaseException as e:
             log.exception("the trainer loop failed")
             self.error = e
+        finally:  # the run ended (finished, stopped or failed): Status still answers, health says so
+            if self._health is not None:
+                self._health.serving(False)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Waits for the loop to end (run finished, failed or stopped); True if it has."""
@@ -90,6 +98,7 @@ class TrainerServer:
         self._stop.set()
         self._loop.join(grace if grace else None)
         if self._grpc is not None:
+            self._health.shutting_down()
             self._grpc.stop(grace=1)
         if self._http is not None:
             self._http.shutdown()

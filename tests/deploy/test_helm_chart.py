@@ -207,3 +207,17 @@ def test_k8s_local_values_need_no_registry_no_storage_and_no_cluster_dns(render)
     }
     assert env["CLAWGYM_STORE__URL"].startswith("postgresql+psycopg://postgres@127.0.0.1:5432/"), env
     assert env["CLAWGYM_STORE__BUS_URL"].startswith("redis://127.0.0.1:6379/"), env
+
+
+def test_grpc_services_are_ready_by_the_grpc_health_service_where_the_kubelet_can_ask_it(render):
+    """1.24+: readiness asks grpc.health.v1 on the service port; 1.20 (no gRPC probes): a TCP connect."""
+    sets = {"store.port": "50061", "inference.port": "50062", "orchestrator.port": "50063"}
+    for kube_version, expect in ((CURRENT, "grpc"), ("1.20.2", "tcpSocket")):
+        docs = render(sets=sets, kube_version=kube_version)
+        for name, port in (("store", 50061), ("inference", 50062), ("orchestrator", 50063)):
+            c = _by(docs, "Deployment", f"-{name}")["spec"]["template"]["spec"]["containers"][0]
+            probe = c["readinessProbe"]
+            assert expect in probe, f"{name} on {kube_version}: {probe}"
+            if expect == "grpc":
+                assert probe["grpc"]["port"] == port, f"{name}: the probe asks the gRPC port"
+            assert "tcpSocket" in c["livenessProbe"], f"{name}: liveness stays a TCP connect"

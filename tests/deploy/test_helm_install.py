@@ -175,6 +175,7 @@ def test_helm_install_waits_for_ready_pods_and_the_proxy_answers_healthz_through
     ports = {
         "proxy.port": _free_port(),
         "store.port": _free_port(),
+        "store.metricsPort": _free_port(),
         "inference.port": _free_port(),
         "inference.metricsPort": _free_port(),
         "orchestrator.port": _free_port(),

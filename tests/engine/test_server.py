@@ -16,6 +16,7 @@ from clawgym.engine import convert
 from clawgym.engine.config import InferenceConfig
 from clawgym.engine.grpc_client import GrpcEngine
 from clawgym.engine.interface import SamplingParams
+from clawgym.rpc import check_health
 from clawgym.v1 import inference_pb2 as pb
 from clawgym.v1.inference_pb2_grpc import InferenceStub
 from clawgym_services.inference.server import create_server
@@ -113,12 +114,14 @@ def test_metrics_endpoint_reports_tokens_batch_and_version(server, prompts):
             )
             await client.status()
             await client.aclose()
+            health = await asyncio.to_thread(check_health, f"127.0.0.1:{port}", "clawgym.v1.Inference")
             url = f"http://127.0.0.1:{srv.metrics_port}/metrics"
-            return await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+            return health, await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
         finally:
             await srv.stop(grace=1)
 
-    text = asyncio.run(body())
+    health, text = asyncio.run(body())
+    assert health == "SERVING", "the standard gRPC health service answers for the inference service"
     assert "clawgym_inference_generated_tokens_total 40.0" in text, "40 generated tokens were not counted"
     assert 'clawgym_inference_requests_total{finish_reason="length"} 4.0' in text, (
         "finished requests not counted"

@@ -19,6 +19,7 @@ import pytest
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
 from clawgym.orchestrator import open_rollout_service
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus, collect
+from clawgym.rpc import check_health
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.suites import resolve_suite
 
@@ -309,6 +310,7 @@ def test_metrics_endpoint_exports_what_the_dashboards_query(make_orchestrator, f
         'clawgym_orchestrator_active_sandboxes{backend="local",harness="oracle"} 0.0',
     ):
         assert needle in text, f"/metrics lacks {needle!r}"
+    assert check_health(served.target, "clawgym.v1.Orchestrator") == "SERVING"
 
 
 def test_a_caller_that_stops_listening_cancels_its_batch(make_orchestrator, suite, sandbox_root):

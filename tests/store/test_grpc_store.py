@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -9,11 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import httpx
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from clawgym.config import StoreConfig
 from clawgym.errors import AlreadyExists, ClawgymError, InvalidArgument, NotFound
+from clawgym.rpc import check_health
 from clawgym.store import convert
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
@@ -29,7 +33,7 @@ MAX_CALL_MB = 1
 @pytest.fixture
 def service(store_url: str, free_port: int) -> Iterator[tuple[SqlStore, str]]:
     """A started store service on 127.0.0.1:free_port over a fresh database; yields (store, target)."""
-    cfg = StoreConfig(url=store_url, port=free_port, max_call_mb=MAX_CALL_MB)
+    cfg = StoreConfig(url=store_url, port=free_port, max_call_mb=MAX_CALL_MB, metrics_port=0)
     store = SqlStore(store_url, MemoryBus(), max_call_bytes=MAX_CALL_MB * 2**20)
     server = create_server(cfg, host="127.0.0.1", store=store)
     server.start()
@@ -185,7 +189,8 @@ class BrokenStore:
 
 
 def test_an_untyped_failure_is_internal_and_the_service_keeps_serving(free_port: int) -> None:
-    server = create_server(StoreConfig(port=free_port), host="127.0.0.1", store=BrokenStore())  # type: ignore[arg-type]
+    cfg = StoreConfig(port=free_port, metrics_port=0)
+    server = create_server(cfg, host="127.0.0.1", store=BrokenStore())  # type: ignore[arg-type]
     server.start()
     try:
         with StoreClient(f"127.0.0.1:{free_port}", timeout_s=10) as c:
@@ -203,7 +208,8 @@ def test_clawgym_serve_store_serves_until_sigterm(sqlite_url: str, free_port: in
     """`clawgym serve store --url … --port N` answers the typed client, and exits 0 on SIGTERM."""
     cli = Path(sys.executable).with_name("clawgym")
     proc = subprocess.Popen(
-        [str(cli), "serve", "store", "--url", sqlite_url, "--port", str(free_port), "--host", "127.0.0.1"],
+        [str(cli), "serve", "store", "--url", sqlite_url, "--port", str(free_port), "--host", "127.0.0.1",
+         "--metrics-port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -220,3 +226,49 @@ def test_clawgym_serve_store_serves_until_sigterm(sqlite_url: str, free_port: in
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_store_service_exports_its_rpcs_on_metrics_and_answers_grpc_health(
+    sqlite_url: str, free_port: int, make_call
+) -> None:
+    """/metrics counts RPCs by method and status code and the calls and tokens recorded; health is
+    SERVING while it serves and NOT_SERVING from the start of shutdown."""
+    cfg = StoreConfig(url=sqlite_url, port=free_port, metrics_port=_free_port())
+    store = SqlStore(sqlite_url, MemoryBus())
+    server = create_server(cfg, host="127.0.0.1", store=store)
+    target = f"127.0.0.1:{free_port}"
+    with pytest.raises(grpc.RpcError):
+        check_health(target, timeout_s=1)  # not started: nothing listens
+    server.start()
+    try:
+        assert check_health(target) == "SERVING" and check_health(target, "clawgym.v1.Store") == "SERVING"
+        with StoreClient(target, timeout_s=30) as c:
+            run = c.create_run("metrics")
+            rollout = c.register_rollouts(run.id, [RolloutSpec("g", "task", "reference", 1)])[0]
+            call = make_call(rollout.rollout_id, 0, n_prompt=300, n_output=20)
+            c.record_call(call)
+            for _ in range(2):
+                with pytest.raises(NotFound):
+                    c.get_run("no-such-run")
+        text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("clawgym_store_requests_total", (("code", "OK"), ("method", "CreateRun")))] == 1
+        assert samples[("clawgym_store_requests_total", (("code", "NOT_FOUND"), ("method", "GetRun")))] == 2
+        assert samples[("clawgym_store_request_seconds_count", (("method", "RecordCall"),))] == 1
+        assert samples[("clawgym_store_calls_recorded_total", ())] == 1
+        assert samples[("clawgym_store_tokens_recorded_total", ())] == 320
+    finally:
+        server.health.shutting_down()
+        assert check_health(target) == "NOT_SERVING", "draining: load balancers must stop sending"
+        server.stop(grace=None)
+        store.close()

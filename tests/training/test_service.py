@@ -7,6 +7,7 @@ import grpc
 import httpx
 
 from clawgym.config import load_config
+from clawgym.rpc import check_health
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
 from clawgym.v1 import trainer_pb2 as pb
@@ -25,6 +26,7 @@ def test_the_service_reports_the_loop_over_grpc_and_exports_prometheus_metrics(
         port = server.start()
         assert port > 0, "the service must report the gRPC port it listens on"
         stub = TrainerStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        health = [check_health(f"127.0.0.1:{port}", "clawgym.v1.Trainer")]
         seen = set()
         deadline = time.monotonic() + 300
         status = stub.Status(pb.TrainerStatusRequest(), timeout=10)
@@ -33,6 +35,8 @@ def test_the_service_reports_the_loop_over_grpc_and_exports_prometheus_metrics(
             time.sleep(0.2)
             status = stub.Status(pb.TrainerStatusRequest(), timeout=10)
         assert server.wait(60) and server.error is None, f"the loop must end cleanly: {server.error}"
+        health.append(check_health(f"127.0.0.1:{port}"))
+        assert health == ["SERVING", "NOT_SERVING"], f"gRPC health while the loop runs, then once it ended: {health}"
         assert status.state == "finished" and status.step == 2 and status.policy_version == 2, status
         assert status.run_id, "Status must name the run"
         metrics = json.loads(status.metrics_json)

@@ -27,7 +27,7 @@ def store(request, store_url: str, free_port: int) -> Iterator[TrajectoryStore]:
         yield sql
         sql.close()
         return
-    server = create_server(StoreConfig(url=store_url, port=free_port), host="127.0.0.1", store=sql)
+    server = create_server(StoreConfig(url=store_url, port=free_port, metrics_port=0), host="127.0.0.1", store=sql)
     server.start()
     client = StoreClient(f"127.0.0.1:{free_port}", timeout_s=30)
     yield client

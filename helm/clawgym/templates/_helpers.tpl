@@ -207,6 +207,17 @@ affinity:
 {{- if and (.Capabilities.APIVersions.Has "autoscaling/v2") (semverCompare ">=1.23-0" .Capabilities.KubeVersion.Version) -}}autoscaling/v2{{- else -}}autoscaling/v2beta2{{- end -}}
 {{- end -}}
 
+{{/* Readiness of a gRPC service: the standard grpc.health.v1 service every clawgym server answers
+     (SERVING once it can work, NOT_SERVING from the start of shutdown), where the kubelet can ask
+     it (1.24+); before that, a TCP connect. Liveness stays a TCP connect. Args: root, port. */}}
+{{- define "clawgym.grpcReadiness" -}}
+{{- if semverCompare ">=1.24-0" .root.Capabilities.KubeVersion.Version -}}
+grpc: {port: {{ .port }}}
+{{- else -}}
+tcpSocket: {port: grpc}
+{{- end -}}
+{{- end -}}
+
 {{/* A namespaceSelector for one namespace. The kubernetes.io/metadata.name label exists from 1.21;
      on older clusters the chart selects clawgym.dev/namespace, which it puts on the namespaces it
      creates (label the release namespace yourself there, README "Kubernetes versions"). Args: root, namespace. */}}

@@ -13,34 +13,10 @@ import grpc
 
 from clawgym.engine import convert
 from clawgym.engine.interface import EngineStatus, SamplingParams, TokenChunk
-from clawgym.errors import (
-    AlreadyExists,
-    ClawgymError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Unauthenticated,
-    Unavailable,
-)
+from clawgym.errors import Unavailable
+from clawgym.rpc import error_from_rpc, grpc_options
 from clawgym.v1 import inference_pb2
 from clawgym.v1.inference_pb2_grpc import InferenceStub
-
-ERRORS_BY_CODE: dict[grpc.StatusCode, type[ClawgymError]] = {
-    grpc.StatusCode[cls.grpc_code]: cls
-    for cls in (InvalidArgument, NotFound, AlreadyExists, Unauthenticated, Unavailable, FailedPrecondition)
-}
-ERRORS_BY_CODE[grpc.StatusCode.DEADLINE_EXCEEDED] = Unavailable
-
-
-def grpc_options(max_message_mb: int) -> list[tuple[str, int]]:
-    """Channel/server options shared by client and server."""
-    limit = max_message_mb * 2**20
-    return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
-
-
-def error_from_rpc(e: grpc.aio.AioRpcError) -> ClawgymError:
-    """The typed error a gRPC status stands for; unknown codes are a plain ClawgymError."""
-    return ERRORS_BY_CODE.get(e.code(), ClawgymError)(f"inference {e.code().name}: {e.details()}")
 
 
 class GrpcEngine:
@@ -74,7 +50,7 @@ class GrpcEngine:
                 if finished:
                     return
         except grpc.aio.AioRpcError as e:
-            raise error_from_rpc(e) from e
+            raise error_from_rpc("inference", e) from e
         finally:
             if not finished:
                 call.cancel()
@@ -85,7 +61,7 @@ class GrpcEngine:
         try:
             reply = await self._stub().LoadWeights(request)
         except grpc.aio.AioRpcError as e:
-            raise error_from_rpc(e) from e
+            raise error_from_rpc("inference", e) from e
         return reply.reload_s
 
     async def status(self) -> EngineStatus:
@@ -94,7 +70,7 @@ class GrpcEngine:
                 inference_pb2.InferenceStatusRequest(), timeout=self.status_timeout_s
             )
         except grpc.aio.AioRpcError as e:
-            raise error_from_rpc(e) from e
+            raise error_from_rpc("inference", e) from e
         return convert.status_from_proto(reply)
 
     async def aclose(self) -> None:

@@ -15,16 +15,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from clawgym.engine.grpc_client import ERRORS_BY_CODE
-from clawgym.errors import ClawgymError
 from clawgym.orchestrator import convert
 from clawgym.orchestrator.interface import Batch, RolloutStatus
+from clawgym.rpc import error_from_rpc
 from clawgym.v1 import orchestrator_pb2 as pb
 from clawgym.v1.orchestrator_pb2_grpc import OrchestratorStub
-
-
-def error_from_rpc(e: grpc.aio.AioRpcError) -> ClawgymError:
-    return ERRORS_BY_CODE.get(e.code(), ClawgymError)(f"orchestrator {e.code().name}: {e.details()}")
 
 
 class OrchestratorClient:
@@ -52,7 +47,7 @@ class OrchestratorClient:
             async for msg in call:
                 yield convert.status_from_proto(msg)
         except grpc.aio.AioRpcError as e:
-            raise error_from_rpc(e) from e
+            raise error_from_rpc("orchestrator", e) from e
         finally:
             call.cancel()  # a no-op once the stream has ended
 
@@ -62,7 +57,7 @@ class OrchestratorClient:
                 pb.CancelRequest(batch_id=batch_id, rollout_id=rollout_id), timeout=self.cancel_timeout_s
             )
         except grpc.aio.AioRpcError as e:
-            raise error_from_rpc(e) from e
+            raise error_from_rpc("orchestrator", e) from e
         return reply.cancelled
 
     async def close(self) -> None:

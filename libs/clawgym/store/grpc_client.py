@@ -11,15 +11,8 @@ from typing import Any, TypeVar
 import grpc
 
 from clawgym.config import StoreConfig
-from clawgym.errors import (
-    AlreadyExists,
-    ClawgymError,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    Unauthenticated,
-    Unavailable,
-)
+from clawgym.errors import InvalidArgument
+from clawgym.rpc import error_from_rpc, grpc_options
 from clawgym.store import convert
 from clawgym.store.records import (
     Call,
@@ -35,25 +28,6 @@ from clawgym.v1 import store_pb2 as pb
 from clawgym.v1.store_pb2_grpc import StoreStub
 
 T = TypeVar("T")
-
-ERRORS_BY_CODE: dict[str, type[ClawgymError]] = {
-    cls.grpc_code: cls
-    for cls in (InvalidArgument, NotFound, AlreadyExists, Unauthenticated, Unavailable, FailedPrecondition)
-}
-ERRORS_BY_CODE["DEADLINE_EXCEEDED"] = Unavailable
-
-
-def grpc_options(max_message_mb: int) -> list[tuple[str, int]]:
-    """Channel/server options shared by client and server: message limits large enough for a group."""
-    limit = max_message_mb * 2**20
-    return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
-
-
-def error_from_rpc(e: grpc.RpcError) -> ClawgymError:
-    """The typed error a gRPC status stands for; unknown codes are a plain ClawgymError."""
-    code = e.code().name if e.code() is not None else "UNKNOWN"  # type: ignore[attr-defined]
-    return ERRORS_BY_CODE.get(code, ClawgymError)(f"store {code}: {e.details()}")  # type: ignore[attr-defined]
-
 
 class StoreClient:
     """A `TrajectoryStore` backed by a store service at `target` ("host:port")."""
@@ -90,7 +64,7 @@ class StoreClient:
         try:
             return method(request, timeout=self.timeout_s, wait_for_ready=True)
         except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+            raise error_from_rpc("store", e) from None
 
     # --- runs ---
 
@@ -179,7 +153,7 @@ class StoreClient:
                 yield convert.group_ready_from_proto(message)
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
-                raise error_from_rpc(e) from None
+                raise error_from_rpc("store", e) from None
         finally:
             stream.cancel()  # the caller stopped iterating: release the server's watcher
 

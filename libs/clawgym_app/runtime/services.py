@@ -103,7 +103,7 @@ class ServiceStack:
         port = str(self.ports[name])
         local = ["--host", "127.0.0.1", "--port", port]
         if name == "store":
-            return [*local, "--url", cfg.store.url, "--bus", cfg.store.bus_url]
+            return [*local, "--metrics-port", "0", "--url", cfg.store.url, "--bus", cfg.store.bus_url]
         if name == "inference":
             return [
                 *local,
