@@ -162,3 +162,31 @@ def test_a_new_trainer_resumes_the_value_head_and_adapters_of_the_last_checkpoin
         assert steps == {1}, f"the optimizer state of step 1 must be restored, got steps {steps}"
     finally:
         store.close()
+
+
+def test_a_checkpoint_without_optimizer_state_is_smaller_and_resumes_with_fresh_moments(
+    sqlite_url, trainer_cfg, make_trainer, caplog
+):
+    """`save_optimizer_state: false` (the quickstart's): trainer_state.pt holds no moments, and a new
+    trainer continues the run from it at version 1 with an empty optimizer state, saying so."""
+    store = SqlStore(sqlite_url, MemoryBus())
+    try:
+        sizes = {}
+        for keep in (True, False):
+            cfg = trainer_cfg(steps=2, run_name=f"optimizer-{keep}", save_optimizer_state=keep)
+            trainer = make_trainer(cfg, store)
+            trainer.run(steps=1)
+            state_file = Path(cfg.checkpoint_uri) / cfg.run_name / "v000001" / "trainer_state.pt"
+            sizes[keep] = state_file.stat().st_size
+            saved = torch.load(state_file, weights_only=False)
+            assert (saved["optimizer"] is not None) is keep, f"save_optimizer_state={keep}"
+            assert saved["scheduler"] and saved["version"] == 1, "the rest of the state is always written"
+        assert sizes[False] < sizes[True] / 2, f"the moments are most of the state file: {sizes}"
+        with caplog.at_level("WARNING", logger="clawgym.training.loop"):
+            resumed = make_trainer(cfg, store)
+            resumed.start()
+        assert resumed.version == 1 and resumed.run_id == trainer.run_id, "it continues the run"
+        assert resumed.optimizer.state_dict()["state"] == {}, "the moments start afresh"
+        assert "holds no optimizer state" in caplog.text, "a resume without moments is said out loud"
+    finally:
+        store.close()

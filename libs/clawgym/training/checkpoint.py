@@ -5,7 +5,8 @@ Owns the layout under `<checkpoint_uri>/<run_name>/` (a local folder or any fssp
     run.json                 the store run id this folder belongs to (how a restart finds its run)
     v000005/                 version 5 = the weights after 5 optimizer steps
       config.json, model.safetensors, tokenizer files   (a Hugging Face folder; LoRA merged in)
-      trainer_state.pt       optimizer, scheduler, RNG, value head, LoRA adapters, step/version
+      trainer_state.pt       optimizer (None with save_optimizer_state off), scheduler, RNG,
+                             value head, LoRA adapters, step/version
 
 Writing is all-or-nothing: a folder is written under a temporary name and renamed into place
 (uploaded, for a remote URI), so a reader never sees half a checkpoint. A checkpoint counts only
@@ -97,11 +98,13 @@ def save_checkpoint(
     uri: str,
     trainer_state: dict[str, Any],
     world: World,
+    with_optimizer: bool = True,
 ) -> None:
-    """Writes the checkpoint folder at `uri` (all ranks call it; rank 0 writes)."""
+    """Writes the checkpoint folder at `uri` (all ranks call it; rank 0 writes); the optimizer's
+    state is None unless `with_optimizer`."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(built.module, options=options)
-    optim_state = get_optimizer_state_dict(built.module, optimizer, options=options)
+    optim_state = get_optimizer_state_dict(built.module, optimizer, options=options) if with_optimizer else None
     if not world.is_main:
         return
     lm_state = {k.removeprefix("lm."): v for k, v in state.items() if k.startswith("lm.")}
@@ -190,8 +193,12 @@ def load_trainer_state(folder: Path) -> dict[str, Any]:
     return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
 
 
-def restore_optimizer(built: BuiltPolicy, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Loads a full (unsharded) optimizer state into a possibly sharded optimizer (every rank)."""
+def restore_optimizer(built: BuiltPolicy, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> bool:
+    """Loads a full (unsharded) optimizer state into a possibly sharded optimizer (every rank);
+    False if the checkpoint was written without one (`trainer.save_optimizer_state: false`)."""
+    if state.get("optimizer") is None:
+        return False
     set_optimizer_state_dict(
         built.module, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True)
     )
+    return True

@@ -175,6 +175,11 @@ class TrainerConfig(_Section):
         description="local folder or fsspec URI; checkpoints go to <uri>/<run_name>/v<version>",
     )
     keep_checkpoints: int = Field(3, ge=1, description="keep the newest N checkpoint folders")
+    save_optimizer_state: bool = Field(
+        True,
+        description="write the optimizer's moments into each checkpoint (2x the weights: ~3 s a step for "
+        "SmolLM2 on 2 CPU cores); without them a resumed run restarts its moments",
+    )
 
     @model_validator(mode="after")
     def _lora_needs_full_shape(self) -> "TrainerConfig":

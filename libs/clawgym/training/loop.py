@@ -137,7 +137,8 @@ class Trainer:
             self.policy.module, self.cfg.algorithm, self.cfg.steps
         )
         if state:
-            ckpt.restore_optimizer(self.policy, self.optimizer, state)
+            if not ckpt.restore_optimizer(self.policy, self.optimizer, state):
+                log.warning("checkpoint %d holds no optimizer state: its moments start afresh", self.version)
             self.scheduler.load_state_dict(state["scheduler"])
             torch.set_rng_state(state["torch_rng"])
             if "plan_rng" in state:
@@ -219,6 +220,7 @@ class Trainer:
             uri,
             {"version": version, "plan_rng": self.rng.bit_generator.state},
             self.world,
+            with_optimizer=self.cfg.save_optimizer_state,
         )
         self.version = version
         # 6. commit (rank 0)
