@@ -59,8 +59,9 @@ class ClawgymConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _trainer_sees_the_sampling_temperature(self) -> "ClawgymConfig":
-        """The trainer's logprobs must be of the distribution the proxy sampled from: a temperature
-        forced on every call is the trainer's too, unless set there; set there to another, an error."""
+        """The trainer scores each call's tokens at the temperature recorded with the call; its own
+        temperature is for calls recorded without one (an older proxy). A temperature the proxy
+        forces on every call is that fallback too, unless the trainer's is set explicitly."""
         forced = self.proxy.temperature
         if not forced:  # None: each harness's own; 0: greedy, whose logprobs are at T = 1
             return self
@@ -68,11 +69,6 @@ class ClawgymConfig(BaseSettings):
         if "temperature" not in algo.model_fields_set:
             algo.temperature = forced
             algo.model_fields_set.discard("temperature")  # still derived: a later dump reloads the same
-        elif algo.temperature != forced:
-            raise ValueError(
-                f"trainer.algorithm.temperature {algo.temperature} differs from proxy.temperature {forced}: "
-                "the trainer would score tokens under another distribution than they were sampled from"
-            )
         return self
 
 

@@ -192,6 +192,21 @@ def test_bearer_key_headers_and_policy_data_are_recorded(proxy_factory):
     assert call.protocol == "anthropic_messages" and call.finish_reason == "stop"
 
 
+def test_each_call_records_the_temperature_the_engine_sampled_at(proxy_factory):
+    """The harness's own temperature, 1.0 where it sends none, and a forced proxy.temperature over
+    both: what the engine sampled at is recorded with the call (the trainer's logprobs use it)."""
+    body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
+    free = proxy_factory(["one", "two", "three"])
+    for sent in (0.3, None, 0.0):
+        r = anthropic_post(free, body if sent is None else {**body, "temperature": sent})
+        assert r.status_code == 200, r.text
+    assert [c.temperature for c in free.calls()] == [0.3, 1.0, 0.0], "the harness's, else 1.0"
+    assert [p.temperature for p in free.engine.params] == [0.3, 1.0, 0.0], "what the engine was asked"
+    forced = proxy_factory(["one"], temperature=0.7)
+    anthropic_post(forced, {**body, "temperature": 0.3})
+    assert [c.temperature for c in forced.calls()] == [0.7], "a forced temperature wins and is recorded"
+
+
 def test_concurrent_calls_of_one_rollout_on_two_replicas_get_distinct_seqs(proxy_factory, pg_url, redis_url):
     """Sub-agents call concurrently and replicas share nothing but Redis and the store: seq
     numbers still come out 0..N-1 without a collision."""

@@ -57,12 +57,14 @@ def tiny_model(arch: str, dtype: torch.dtype) -> torch.nn.Module:
     return _MODELS[key]
 
 
-def random_tree(seed: int, group_size: int = 3, n_groups: int = 1, vocab: int = 12) -> FlatTree:
+def random_tree(
+    seed: int, group_size: int = 3, n_groups: int = 1, vocab: int = 12, temperatures: tuple = (None,)
+) -> FlatTree:
     shape = TraceShape(
         n_groups=n_groups, group_size=group_size, calls=(2, 4), system_tokens=10, task_tokens=3,
         observation_tokens=3, output_tokens=4, header_tokens=2, p_header=0.8, p_compaction=0.25,
         p_subagent=0.25, subagent_system_tokens=4, vocab_size=vocab, versions=(0, 1),
-        logprob_mean=-math.log(VOCAB), logprob_std=0.3,
+        logprob_mean=-math.log(VOCAB), logprob_std=0.3, temperatures=temperatures,
     )  # fmt: skip
     return tree_from_groups(synthetic_groups(shape, seed)).flatten()
 
@@ -168,6 +170,41 @@ def test_ppo_with_value_head_packed_tree_equals_sum_over_paths_whole_and_split(a
         loss, _, g = packed_total(model, flat, terms, b, LOSS_CFG, value_head=head)
         assert_same((loss, g), linear, TOLERANCE[dtype], f"PPO {arch} {dtype} budget={b}")
     assert any(k.startswith("extra0.") for k in linear[1]), "the value head must receive gradients"
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_calls_at_different_temperatures_packed_tree_equals_sum_over_paths(algo):
+    """Each call's tokens are scored at the temperature the engine sampled them at (a call without
+    one at the config's), in the packed tree as on every path alone; and the temperature matters."""
+    dtype = torch.float64
+    model = tiny_model("qwen3", dtype)
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    flat = random_tree(seed=5, group_size=4, temperatures=(0.6, None, 1.3))
+    seen = {round(float(t), 3) if not math.isnan(t) else "unknown" for t in flat.gen_temperature}
+    assert seen == {0.6, 1.3, "unknown"}, f"test setup: the tree must mix temperatures, got {seen}"
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, tis_cap=1.5, entropy_coef=0.01, kl_coef=0.05,
+                     value_coef=0.5, temperature=0.8)  # fmt: skip
+    head = None
+    if algo == "grpo":
+        terms = grpo_terms(flat)
+    else:
+        torch.manual_seed(2)
+        head = ValueHead(model.config.hidden_size, dtype=dtype)
+        values = values_by_position(model, head, pack(flat, None, dtype=dtype), flat.n_positions)
+        terms = gae_terms(flat, values, gamma=0.99, lam=0.9)
+    linear = per_path_total(model, flat, terms, cfg, value_head=head, ref_model=ref)
+    for budget in (None, split_budget(flat, 0.3)):
+        loss, _, g = packed_total(model, flat, terms, budget, cfg, value_head=head, ref_model=ref)
+        assert_same((loss, g), linear, TOLERANCE[dtype], f"{algo} mixed temperatures budget={budget}")
+    [pk] = pack(flat, None, merge_terms(terms), dtype=dtype)
+    with torch.no_grad():
+        at_own = packed_forward(model, pk, temperature=0.8).logprob
+        pk.rows.temperature = torch.full_like(pk.rows.temperature, 0.8)
+        at_one = packed_forward(model, pk, temperature=0.8).logprob
+    assert (at_own - at_one).abs().max() > 1e-3, "rows at 0.6 and 1.3 must not be scored at 0.8"
 
 
 @settings(

@@ -39,6 +39,7 @@ def make_call() -> Callable[..., Call]:
             "finish_reason": "stop",
             "latency_s": 0.25,
             "headers": {"x-session": "s1"},
+            "temperature": (None, 0.0, 0.7, 1.0)[key % 4],  # None: not recorded (older calls)
         }
         return Call(**(fields | overrides))
 

@@ -95,10 +95,11 @@ def test_a_run_goes_through_the_grpc_store_and_its_group_comes_back(client: Stor
         assert [c.seq for c in member.calls] == [0, 1, 2], "calls in seq order"
         for c in member.calls:
             original = sent[(c.rollout_id, c.seq)]
-            assert (c.request, c.response, c.headers) == (
+            assert (c.request, c.response, c.headers, c.temperature) == (
                 original.request,
                 original.response,
                 original.headers,
+                original.temperature,  # None (not recorded) stays None, 0.0 (greedy) stays 0.0
             )
             for field in ("prompt_ids", "output_ids", "output_logprobs", "output_versions"):
                 assert getattr(c, field).tobytes() == getattr(original, field).tobytes(), (

@@ -24,6 +24,7 @@ def assert_same_call(got, sent) -> None:
         "policy_version",
         "finish_reason",
         "headers",
+        "temperature",
     ):
         assert getattr(got, field) == getattr(sent, field), f"{field} changed on its way through the store"
     for field in ("prompt_ids", "output_ids", "output_logprobs", "output_versions"):
@@ -147,6 +148,8 @@ def test_bad_calls_are_rejected_with_typed_errors_and_write_nothing(store: SqlSt
         "ids over int32": (InvalidArgument, make_call(rid, 1, prompt_ids=np.array([2**31], np.int64))),
         "bad protocol": (InvalidArgument, make_call(rid, 1, protocol="smtp")),
         "bad finish reason": (InvalidArgument, make_call(rid, 1, finish_reason="bored")),
+        "negative temperature": (InvalidArgument, make_call(rid, 1, temperature=-0.5)),
+        "NaN temperature": (InvalidArgument, make_call(rid, 1, temperature=float("nan"))),
         "negative seq": (InvalidArgument, make_call(rid, -1)),
         "NaN in JSON": (InvalidArgument, make_call(rid, 1, response={"x": float("nan")})),
         "oversized": (InvalidArgument, make_call(rid, 1, n_prompt=30_000)),

@@ -86,13 +86,14 @@ def test_the_example_configs_trainer_sections_load():
         load_config(trainer=data["trainer"])  # raises InvalidArgument naming the field otherwise
 
 
-def test_the_trainer_takes_the_temperature_the_proxy_forces_and_refuses_another():
-    """Tokens sampled at T must be scored at T: the proxy's forced temperature reaches the trainer;
-    a different one set by hand is an error naming both; greedy or unforced leaves T = 1."""
+def test_the_trainer_falls_back_to_the_temperature_the_proxy_forces():
+    """For calls recorded without their temperature the trainer assumes its own: the proxy's forced
+    temperature unless one is set by hand; greedy or unforced leaves T = 1."""
     assert load_config(proxy={"temperature": 0.7}).trainer.algorithm.temperature == 0.7
     assert load_config(proxy={"temperature": 0.0}).trainer.algorithm.temperature == 1.0
     assert load_config().trainer.algorithm.temperature == 1.0
     same = {"proxy": {"temperature": 0.5}, "trainer": {"algorithm": {"temperature": 0.5}}}
     assert load_config(**same).trainer.algorithm.temperature == 0.5
-    with pytest.raises(InvalidArgument, match=r"trainer.algorithm.temperature 1.0 differs from proxy.temperature 0.7"):
-        load_config(proxy={"temperature": 0.7}, trainer={"algorithm": {"temperature": 1.0}})
+    # the trainer's own is only the fallback for calls recorded without one: set, it is kept
+    explicit = load_config(proxy={"temperature": 0.7}, trainer={"algorithm": {"temperature": 1.0}})
+    assert explicit.trainer.algorithm.temperature == 1.0

@@ -5,6 +5,7 @@ one. Each step is committed by its checkpoint's registration with the groups it 
 groups are dropped and counted; groups whose announcement was lost are found by the store sweep.
 """
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -176,14 +177,42 @@ def test_checkpoints_go_to_an_fsspec_uri_and_the_engine_reloads_from_it(
     assert runner.run(engine.status()).policy_version == 2, "the engine must reload from the fsspec URI"
 
 
+class WithoutTemperatures:
+    """The store as an older proxy wrote to it: calls without their sampling temperature."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def record_call(self, call):
+        return self._store.record_call(dataclasses.replace(call, temperature=None))
+
+
+def test_trainer_scores_each_call_at_its_recorded_temperature(store, trainer_cfg, make_trainer, caplog):
+    """Rollouts sampled at T = 0.7 record it: a trainer whose own temperature is 1 still scores them
+    at 0.7 and agrees with the engine's logprobs."""
+    cfg = trainer_cfg(steps=1, algorithm={"lr": 1e-3, "temperature": 1.0})
+    trainer = make_trainer(cfg, store, temperature=0.7)
+    with caplog.at_level(logging.WARNING, logger="clawgym.training.loop"):
+        trainer.run()
+    group = store.get_group(store.list_checkpoints(trainer.run_id)[-1].group_ids[0])
+    assert {c.temperature for r in group.rollouts for c in r.calls} == {0.7}, "the calls record it"
+    mismatch = store.list_checkpoints(trainer.run_id)[-1].metrics["logprob_mismatch"]
+    assert mismatch < 1e-3, f"scored at the recorded 0.7, same weights: logprobs must agree, mismatch {mismatch}"
+    assert not any("trainer.algorithm.temperature" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("trainer_temperature", [0.7, 1.0])
-def test_trainer_scores_tokens_at_the_rollouts_sampling_temperature(
+def test_calls_without_a_recorded_temperature_are_scored_at_the_trainers(
     store, trainer_cfg, make_trainer, trainer_temperature, caplog
 ):
-    """Rollouts sampled at T = 0.7: a trainer told T = 0.7 agrees with the engine's logprobs; one left
-    at T = 1 scores another distribution: the mismatch metric shows it and the trainer warns."""
+    """Rollouts sampled at T = 0.7 but recorded without it: a trainer told T = 0.7 agrees with the
+    engine's logprobs; one left at T = 1 scores another distribution: the mismatch metric shows it
+    and the trainer warns."""
     cfg = trainer_cfg(steps=1, algorithm={"lr": 1e-3, "temperature": trainer_temperature})
-    trainer = make_trainer(cfg, store, temperature=0.7)
+    trainer = make_trainer(cfg, WithoutTemperatures(store), temperature=0.7)
     with caplog.at_level(logging.WARNING, logger="clawgym.training.loop"):
         trainer.run()
     mismatch = store.list_checkpoints(trainer.run_id)[-1].metrics["logprob_mismatch"]

@@ -18,12 +18,14 @@ SUMMARY, SUMMARISE, SUB_SYS, FIND, GREP = 12, 13, 20, 21, 22
 PROMPT = [SYS, TOOLS, USER, TASK, ASSIST]
 
 
-def call(rid: str, seq: int, prompt: list[int], output: list[int], version: int = 3) -> Call:
+def call(
+    rid: str, seq: int, prompt: list[int], output: list[int], version: int = 3, temperature: float | None = 0.7
+) -> Call:
     return Call(
         rollout_id=rid, seq=seq, protocol="anthropic_messages", request={}, response={},
         prompt_ids=np.array(prompt, np.int32), output_ids=np.array(output, np.int32),
         output_logprobs=np.full(len(output), -0.5, np.float32), output_versions=np.full(len(output), version, np.int32),
-        policy_version=version, finish_reason="stop",
+        policy_version=version, finish_reason="stop", temperature=temperature,
     )  # fmt: skip
 
 
@@ -47,6 +49,22 @@ def test_calls_with_growing_history_form_one_line_with_every_output_trainable():
     flat = tree.flatten()
     assert flat.gen_version.tolist() == [3, 3, 3], "per-token policy versions are kept"
     assert tree.rollouts[0].reward == 1.0, "the rollout's reward travels with the tree"
+
+
+def test_each_generated_token_keeps_the_temperature_of_its_engine_logprob():
+    """A call's recorded sampling temperature goes to its output tokens; greedy (0) logprobs are of
+    temperature 1 (as the engine reports them); a call without one (older records) is NaN: unknown."""
+    c0 = call("r", 0, PROMPT, [LS], temperature=0.7)
+    c1 = call("r", 1, [*PROMPT, LS, TOOL, A_PY, ASSIST], [CAT, GREP], temperature=0.0)
+    c2 = call("r", 2, [*PROMPT, LS, TOOL, A_PY, ASSIST, CAT, GREP, TOOL, ASSIST], [DONE], temperature=None)
+    flat = tree_from_calls([c0, c1, c2], reward=1.0).flatten()
+    t = flat.gen_temperature
+    assert t[:3].tolist() == pytest.approx([0.7, 1.0, 1.0]) and np.isnan(t[3]), t
+    back = type(flat).from_bytes(flat.to_bytes())
+    assert np.array_equal(back.gen_temperature, t, equal_nan=True), "temperatures survive serialisation"
+    assert np.array_equal(flat.to_radix().flatten().gen_temperature, t, equal_nan=True), "and the radix form"
+    with pytest.raises(InvalidArgument, match="temperature"):
+        tree_from_calls([call("q", 0, PROMPT, [LS], temperature=-1.0)])
 
 
 def test_compaction_rewrites_history_and_branches_after_the_system_prompt():

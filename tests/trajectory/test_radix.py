@@ -106,9 +106,11 @@ def _random_tree(draw_seqs: list[tuple[int, list[int], int]]) -> RadixTree:
     for rollout, ids, n_out in draw_seqs:
         n_out = min(n_out, len(ids) - 1)
         lp = np.linspace(-2, -0.1, len(ids)).astype(np.float32)
+        temperature = (np.nan, 0.7, 1.0, 1.3)[rollout % 4]  # NaN: not recorded
         tree.insert(
-            ids, f"r{rollout}", gen_mask(len(ids) - n_out, n_out), logprobs=lp, versions=[rollout] * len(ids)
-        )
+            ids, f"r{rollout}", gen_mask(len(ids) - n_out, n_out), logprobs=lp, versions=[rollout] * len(ids),
+            temperatures=[temperature] * len(ids),
+        )  # fmt: skip
     return tree
 
 
@@ -155,8 +157,11 @@ def test_a_tree_survives_bytes_and_dict_round_trips(draw):
             "same paths"
         )
         a, b = tree.flatten(), back.flatten()
-        for name in ("gen_pos", "gen_rollout", "gen_logprob", "gen_version", "end_node", "member_node"):
-            assert np.array_equal(getattr(a, name), getattr(b, name)), f"{name} changed in the round trip"
+        for name in ("gen_pos", "gen_rollout", "gen_logprob", "gen_version", "gen_temperature", "end_node",
+                     "member_node"):  # fmt: skip
+            assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=name == "gen_temperature"), (
+                f"{name} changed in the round trip"
+            )
         assert back.rollouts[0] == RolloutInfo(tree.rollouts[0].id, "g", 0.5), "rollout info must survive"
 
 

@@ -298,6 +298,7 @@ class CallRun:
             finish_reason=completion.finish_reason,
             latency_s=latency,
             headers=s.headers,
+            temperature=s.sampling.temperature,  # what the engine sampled at (forced or the harness's)
         )
         await self._pools.store(self._store.record_call, call)
         if completion.finish_reason != "abort":

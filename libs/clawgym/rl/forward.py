@@ -90,23 +90,30 @@ def logprobs_and_entropy(
     context: Tensor,
     targets: Tensor,
     entropy_grad: bool = False,
-    temperature: float = 1.0,
+    temperature: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """log π(target | context slot) and the entropy there.  hidden: (T, H); context, targets: (C,)
 
-    π is softmax(logits / `temperature`): the distribution the engine sampled from and reported
-    logprobs of (engine/interface.py), so the trainer optimises and compares that same policy.
+    π is softmax(logits / T) with each row's `temperature` T (C,; None: 1): the distribution the
+    engine sampled that token from and reported the logprob of (engine/interface.py), so the
+    trainer optimises and compares that same policy, call by call.
 
-    The LM head runs once per distinct context slot, not on all T slots (a vocabulary of 50k
-    times a long tree would dominate memory). Half-precision logits are upcast before softmax.
-    The entropy carries a gradient only when `entropy_grad` (an entropy bonus is in the loss).
+    The LM head runs once per distinct (context slot, temperature), not on all T slots (a
+    vocabulary of 50k times a long tree would dominate memory). Half-precision logits are upcast
+    before softmax. The entropy carries a gradient only when `entropy_grad` (an entropy bonus is
+    in the loss).
     """
-    slots, inverse = torch.unique(context, return_inverse=True)
+    if temperature is None:
+        temperature = torch.ones(context.shape, dtype=torch.float32, device=context.device)
+    key = torch.stack([context.double(), temperature.double()], dim=1)
+    distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
+    slots = distinct[:, 0].long()
     logits = model.get_output_embeddings()(hidden[slots])  # (K, vocab)
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
+    t = distinct[:, 1].to(logits.dtype)
+    if (t != 1).any():
+        logits = logits / t[:, None]
     logp_all = torch.log_softmax(logits, dim=-1)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy = -(logp_all.exp() * logp_all).sum(-1)  # (K,)
@@ -121,14 +128,15 @@ def packed_forward(
     temperature: float = 1.0,
 ) -> PackedOutput:
     """Forward one packed sequence; outputs at its loss rows (and value rows with a value head);
-    logprobs of softmax(logits / `temperature`)."""
+    logprobs of softmax(logits / T) at each row's recorded temperature, `temperature` where none was."""
     hidden = hidden_states(model, pack)
     device = hidden.device
     token = pack.rows.token.to(device)
     ids = pack.input_ids.to(device)
     parent = pack.parent.to(device)
+    temperatures = pack.rows.temperatures(temperature).to(device)
     logprob, entropy = logprobs_and_entropy(
-        model, hidden, parent[token], ids[token], entropy_grad, temperature
+        model, hidden, parent[token], ids[token], entropy_grad, temperatures
     )
     values = None
     if value_head is not None:
@@ -152,5 +160,6 @@ def values_by_position(
 
 @torch.no_grad()
 def old_logprobs(model: nn.Module, pack: PackedSequence, temperature: float = 1.0) -> Tensor:
-    """(C,) logprobs of the current policy at the pack's rows, before an update (PPO's π_old)."""
+    """(C,) logprobs of the current policy at the pack's rows, before an update (PPO's π_old);
+    `temperature` where a row has none recorded."""
     return packed_forward(model, pack, temperature=temperature).logprob

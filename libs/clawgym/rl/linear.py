@@ -39,6 +39,7 @@ def path_rows(
         adv_neg=f(np.minimum(wa, 0.0)),
         weight=f(terms.weight[rows]),
         version=torch.from_numpy(terms.version[rows].astype(np.int64)),
+        temperature=torch.from_numpy(terms.temperature[rows].astype(np.float32)),
         value_token=slot if has_values else torch.zeros(0, dtype=torch.long),
         returns=f(terms.returns[rows]) if has_values else empty,
         old_value=f(terms.old_value[rows]) if has_values else empty,
@@ -49,7 +50,15 @@ def path_rows(
 def path_forward(
     model: nn.Module, ids: Tensor, value_head: nn.Module | None = None, keep: Tensor | None = None
 ) -> tuple[Tensor, Tensor | None]:
-    """(log_softmax logits (L, vocab), values (L,) or None) of one causal sequence; row t predicts t+1.
+    """(log_softmax logits (L, vocab), values (L,) or None) of one causal sequence; row t predicts t+1."""
+    logits, values = path_logits(model, ids, value_head, keep)
+    return torch.log_softmax(logits, dim=-1), values
+
+
+def path_logits(
+    model: nn.Module, ids: Tensor, value_head: nn.Module | None = None, keep: Tensor | None = None
+) -> tuple[Tensor, Tensor | None]:
+    """(logits (L, vocab), values (L,) or None) of one causal sequence, half precision upcast.
 
     With `keep` (slots), the LM head runs only there (HF `logits_to_keep`) and the logits are
     (len(keep), vocab), row i for slot keep[i]; values stay (L,).
@@ -65,7 +74,7 @@ def path_forward(
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     values = value_head(out.hidden_states[-1][0]) if value_head is not None else None
-    return torch.log_softmax(logits, dim=-1), values
+    return logits, values
 
 
 def path_loss(
@@ -92,17 +101,24 @@ def path_loss(
     keep, slot_of = None, None
     if trim_logits:
         keep, slot_of = torch.unique(rows.token - 1, return_inverse=True)
-    logp_all, values = path_forward(model, ids, value_head, keep)
-    rows = rows.to(logp_all.device, logp_all.dtype)
-    ctx = rows.token - 1 if slot_of is None else slot_of.to(logp_all.device)
-    target = ids.to(logp_all.device)[rows.token]
-    logprob = logp_all[ctx, target]
+    logits, values = path_logits(model, ids, value_head, keep)
+    rows = rows.to(logits.device, logits.dtype)
+    ctx = rows.token - 1 if slot_of is None else slot_of.to(logits.device)
+    target = ids.to(logits.device)[rows.token]
+    temperature = rows.temperatures(cfg.temperature).to(logits.dtype)[:, None]  # π = softmax(logits / T)
+
+    def row_logp(all_logits: Tensor) -> Tensor:  # (C, vocab): each row at its own temperature
+        return torch.log_softmax(all_logits[ctx] / temperature, dim=-1)
+
+    logp = row_logp(logits)
+    logprob = logp.gather(-1, target[:, None]).squeeze(-1)
     with torch.set_grad_enabled(cfg.entropy_coef > 0 and torch.is_grad_enabled()):
-        entropy = -(logp_all[ctx].exp() * logp_all[ctx]).sum(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
     ref_logprob = None
     if ref_model is not None and cfg.kl_coef > 0:
         with torch.no_grad():
-            ref_logprob = path_forward(ref_model, ids, keep=keep)[0][ctx, target]
+            ref_logp = row_logp(path_logits(ref_model, ids, keep=keep)[0])
+            ref_logprob = ref_logp.gather(-1, target[:, None]).squeeze(-1)
     v = values[rows.value_token - 1] if values is not None else None
     return rows_loss(logprob, entropy, v, rows, cfg, old_logprob, ref_logprob, policy_version)
 

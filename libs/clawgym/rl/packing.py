@@ -42,18 +42,25 @@ class LossRows:
     adv_neg: Tensor  # float (C,) A⁻ (weighted)
     weight: Tensor  # float (C,) Σ w, for KL and entropy
     version: Tensor  # long (C,) policy version that generated the token
+    temperature: Tensor  # float32 (C,) temperature of the engine logprob (NaN: the trainer's)
     value_token: Tensor  # long (V,) slot whose state value V(prefix before it) the row uses
     returns: Tensor  # float (V,)
     old_value: Tensor  # float (V,)
     value_weight: Tensor  # float (V,)
 
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "LossRows":
-        def move(t: Tensor) -> Tensor:
-            return t.to(
-                device=device, dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype
-            )
+    def temperatures(self, default: float) -> Tensor:
+        """float32 (C,): each row's temperature, `default` (the trainer's) where none was recorded."""
+        t = self.temperature
+        return torch.where(torch.isnan(t), torch.full_like(t, default), t)
 
-        return LossRows(**{k: move(v) for k, v in self.__dict__.items()})
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "LossRows":
+        """On `device`, floats in `dtype`, except temperatures (0.7 is not a bfloat16)."""
+
+        def move(name: str, t: Tensor) -> Tensor:
+            cast = dtype is not None and t.is_floating_point() and name != "temperature"
+            return t.to(device=device, dtype=dtype if cast else t.dtype)
+
+        return LossRows(**{k: move(k, v) for k, v in self.__dict__.items()})
 
 
 @dataclass
@@ -82,6 +89,7 @@ def _empty_rows(dtype: torch.dtype) -> dict[str, Tensor]:
     zl = torch.zeros(0, dtype=torch.long)
     return {
         "token": zl, "engine_logprob": z, "adv_pos": z, "adv_neg": z, "weight": z, "version": zl,
+        "temperature": torch.zeros(0, dtype=torch.float32),
         "value_token": zl, "returns": z, "old_value": z, "value_weight": z,
     }  # fmt: skip
 
@@ -138,6 +146,7 @@ def pack(
                 adv_neg=torch.from_numpy(terms.adv_neg[sel]).to(dtype),
                 weight=torch.from_numpy(terms.weight[sel]).to(dtype),
                 version=torch.from_numpy(terms.version[sel].astype(np.int64)),
+                temperature=torch.from_numpy(terms.temperature[sel].astype(np.float32)),
             )
         if values is not None:
             sel = np.flatnonzero(v_owner == i)

@@ -30,6 +30,9 @@ How this departs from textbook GRPO/PPO on linear sequences:
    sign. (Mixing signs is not: min(r(a⁺+a⁻), …) ≠ the sum, hence two sums.) Positions generated
    by several rollouts with different engine logprobs (different policy versions) stay separate
    rows, so a ratio taken against the engine is still exact.
+6. Temperature. Each row carries the temperature T of its engine logprob (the call's sampling
+   temperature; NaN where not recorded): the trainer's π at that row is softmax(logits / T), the
+   policy the engine sampled from. Rows at different temperatures never merge.
 """
 
 from dataclasses import dataclass
@@ -57,6 +60,7 @@ class PathTerms:
     weight: np.ndarray  # float64 (K,) aggregation weight / n_r(pos) (departures 3-4)
     engine_logprob: np.ndarray  # float32 (K,) engine logprob of the generation
     version: np.ndarray  # int32 (K,) policy version that generated it
+    temperature: np.ndarray  # float32 (K,) temperature of the engine logprob (NaN: not recorded)
     returns: np.ndarray | None = None  # float64 (K,) value target R = A + V_old (GAE only)
     old_value: np.ndarray | None = None  # float64 (K,) V_old at the row (GAE only)
 
@@ -75,6 +79,7 @@ class TokenTerms:
     adv_neg: np.ndarray  # float64 (C,) A⁻ = Σ of negative w·A
     weight: np.ndarray  # float64 (C,) Σ w (for KL and entropy terms)
     version: np.ndarray  # int32 (C,) newest policy version among the merged generations
+    temperature: np.ndarray  # float32 (C,) temperature of the engine logprob (NaN: not recorded)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ class _Steps:
     weight: np.ndarray
     engine_logprob: np.ndarray
     version: np.ndarray
+    temperature: np.ndarray
 
 
 def _steps(flat: FlatTree, aggregation: Aggregation) -> _Steps:
@@ -134,6 +140,7 @@ def _steps(flat: FlatTree, aggregation: Aggregation) -> _Steps:
         weight=agg / n_paths_through[row],
         engine_logprob=flat.gen_logprob[order][row],
         version=flat.gen_version[order][row],
+        temperature=flat.gen_temperature[order][row],
     )
 
 
@@ -160,6 +167,7 @@ def grpo_terms(
         weight=s.weight,
         engine_logprob=s.engine_logprob,
         version=s.version,
+        temperature=s.temperature,
     )
 
 
@@ -203,21 +211,28 @@ def gae_terms(
         weight=s.weight,
         engine_logprob=s.engine_logprob,
         version=s.version,
+        temperature=s.temperature,
         returns=ret,
         old_value=values[s.pos],
     )
 
 
 def merge_terms(terms: PathTerms) -> TokenTerms:
-    """Merge per-path rows into per-(position, engine logprob) rows with A⁺/A⁻ sums (departure 5)."""
+    """Merge per-path rows into per-(position, engine logprob, temperature) rows with A⁺/A⁻ sums
+    (departures 5, 6)."""
     wa = terms.weight * terms.adv
     bits = terms.engine_logprob.astype(np.float32).view(np.int32)
-    order = np.lexsort((bits, terms.pos))
-    pos, bits, wa, w = terms.pos[order], bits[order], wa[order], terms.weight[order]
+    t_bits = np.where(np.isnan(terms.temperature), np.float32(np.nan), terms.temperature)
+    t_bits = t_bits.astype(np.float32).view(np.int32)  # one NaN pattern: unknown merges with unknown
+    order = np.lexsort((t_bits, bits, terms.pos))
+    pos, bits, t_bits = terms.pos[order], bits[order], t_bits[order]
+    wa, w = wa[order], terms.weight[order]
     if len(pos) == 0:
         z = np.zeros(0)
-        return TokenTerms(pos.astype(np.int64), z.astype(np.float32), z, z, z, z.astype(np.int32))
-    first = np.flatnonzero(np.concatenate([[True], (pos[1:] != pos[:-1]) | (bits[1:] != bits[:-1])]))
+        f32 = z.astype(np.float32)
+        return TokenTerms(pos.astype(np.int64), f32, z, z, z, z.astype(np.int32), f32)
+    same = (pos[1:] == pos[:-1]) & (bits[1:] == bits[:-1]) & (t_bits[1:] == t_bits[:-1])
+    first = np.flatnonzero(np.concatenate([[True], ~same]))
     return TokenTerms(
         pos=pos[first].astype(np.int64),
         engine_logprob=terms.engine_logprob[order][first].astype(np.float32),
@@ -225,6 +240,7 @@ def merge_terms(terms: PathTerms) -> TokenTerms:
         adv_neg=np.add.reduceat(np.minimum(wa, 0.0), first),
         weight=np.add.reduceat(w, first),
         version=np.maximum.reduceat(terms.version[order], first).astype(np.int32),
+        temperature=terms.temperature[order][first].astype(np.float32),
     )
 
 

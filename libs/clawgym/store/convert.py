@@ -173,6 +173,7 @@ def call_to_proto(c: Call) -> pb.Call:
             latency_s=c.latency_s,
             headers_json=to_json("headers", c.headers),
             created_at=c.created_at,
+            temperature=c.temperature,
             **packed,
         ),
     )
@@ -203,6 +204,7 @@ def call_from_proto(m: pb.Call) -> Call:
         headers={k: str(v) for k, v in from_json("headers_json", m.headers_json).items()},
         id=m.id,
         created_at=m.created_at,
+        temperature=m.temperature if m.HasField("temperature") else None,
     )
 
 

@@ -126,6 +126,7 @@ class CallRow(Base):
     finish_reason: Mapped[str] = mapped_column(STATE)
     latency_s: Mapped[float] = mapped_column(Double)
     created_at: Mapped[float] = mapped_column(Double)
+    temperature: Mapped[float | None] = mapped_column(Double, nullable=True)  # sampling temperature
 
 
 class CheckpointRow(Base):

@@ -77,6 +77,9 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     id: str = ""  # assigned by the store
     created_at: float = 0.0  # assigned by the store
+    # The sampling temperature the engine used (0 = greedy, whose logprobs are of temperature 1);
+    # None: not recorded (older calls), the trainer assumes its configured one.
+    temperature: float | None = None
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ def call_record(row: CallRow) -> Call:
         headers=dict(row.headers),
         id=row.id,
         created_at=row.created_at,
+        temperature=row.temperature,
     )
 
 

@@ -89,6 +89,9 @@ def call_values(call: Call, max_bytes: int = DEFAULT_MAX_CALL_BYTES) -> dict[str
     finish_reason = name("finish_reason", call.finish_reason, FINISH_REASONS)
     policy_version = integer("policy_version", call.policy_version)
     latency = number("latency_s", call.latency_s)
+    temperature = number("temperature", call.temperature, optional=True)
+    if temperature is not None and temperature < 0:
+        raise InvalidArgument(f"{where}: temperature must be >= 0, got {temperature}")
     request, request_bytes = json_object("request", call.request)
     response, response_bytes = json_object("response", call.response)
     headers, headers_bytes = json_object("headers", call.headers)
@@ -127,4 +130,5 @@ def call_values(call: Call, max_bytes: int = DEFAULT_MAX_CALL_BYTES) -> dict[str
         "policy_version": policy_version,
         "finish_reason": finish_reason,
         "latency_s": latency,
+        "temperature": temperature,
     }

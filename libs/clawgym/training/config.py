@@ -65,8 +65,8 @@ class AlgorithmConfig(_Section):
     temperature: float = Field(
         1.0,
         gt=0,
-        description="the rollouts' sampling temperature: the trainer's logprobs are of softmax(logits / T), "
-        "as the engine's are; ClawgymConfig copies proxy.temperature here when this is not set",
+        description="T of softmax(logits / T) for calls recorded without their sampling temperature (each "
+        "call's own is used where recorded); ClawgymConfig copies proxy.temperature here when this is not set",
     )
     clip_low: float = Field(0.2, ge=0, description="ε_low: the ratio is clipped below at 1 - ε_low")
     clip_high: float = Field(0.28, ge=0, description="ε_high: the ratio is clipped above at 1 + ε_high")

@@ -46,7 +46,7 @@ from clawgym.training.update import Normaliser, prepare_packs, update
 log = logging.getLogger(__name__)
 
 # Mean |Δ logprob| between engine and trainer above which a step with no policy lag is suspicious
-# (numerics alone give ~1e-5 in fp32 and ~1e-2 in bf16; a temperature gap of 0.7 vs 1 gave ~0.1).
+# (numerics alone give ~1e-5 in fp32 and ~1e-2 in bf16; scoring T = 0.7 samples at T = 1 gave ~0.1).
 MISMATCH_WARNING = 0.05
 
 RELOAD_TIMEOUT_S = 600.0
@@ -320,8 +320,9 @@ class Trainer:
             self._warned_mismatch = True
             log.warning(
                 "step %d: the engine's and the trainer's logprobs of the same tokens under the same weights "
-                "differ by %.3f on average: were the rollouts sampled at trainer.algorithm.temperature "
-                "(%.2f)? Force proxy.temperature so that both use one",
+                "differ by %.3f on average. Calls recorded without their sampling temperature are scored "
+                "at trainer.algorithm.temperature (%.2f): were they sampled at another? (bf16 weights "
+                "also differ by ~1e-2)",
                 version, mismatch, self.cfg.algorithm.temperature,
             )  # fmt: skip
 

@@ -148,6 +148,7 @@ class ToyRolloutSource(BatchLedger):
                 policy_version=versions[0] if versions else 0,
                 finish_reason=finish,
                 latency_s=time.perf_counter() - started,
+                temperature=self.temperature,
             )
             await asyncio.to_thread(self.store.record_call, call)
             generated += ids

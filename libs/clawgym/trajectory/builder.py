@@ -34,12 +34,17 @@ def insert_call(tree: RadixTree, rollout: int, call: Call) -> None:
     if not np.isfinite(logprobs).all():
         raise InvalidArgument(f"{where}: output logprobs must be finite")
     n_prompt, n_output = prompt.shape[0], output.shape[0]
+    # the engine reports greedy (temperature 0) logprobs at temperature 1; None: not recorded
+    t = math.nan if call.temperature is None else (call.temperature or 1.0)
     tree.insert(
         np.concatenate([prompt, output]).astype(np.int32),
         rollout,
         generated=np.concatenate([np.zeros(n_prompt, bool), np.ones(n_output, bool)]),
         logprobs=np.concatenate([np.full(n_prompt, np.nan, np.float32), logprobs]),
         versions=np.concatenate([np.full(n_prompt, -1, np.int32), versions]),
+        temperatures=np.concatenate(
+            [np.full(n_prompt, np.nan, np.float32), np.full(n_output, t, np.float32)]
+        ),
     )
 
 

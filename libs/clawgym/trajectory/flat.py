@@ -23,8 +23,9 @@ _F32 = np.dtype("<f4")
 _ARRAYS = {  # name -> dtype of every array field, in serialisation order
     "tokens": _I32, "node_start": _I32, "node_len": _I32, "node_parent": _I32,
     "member_node": _I32, "member_rollout": _I32, "end_node": _I32, "end_rollout": _I32,
-    "gen_pos": _I32, "gen_rollout": _I32, "gen_logprob": _F32, "gen_version": _I32,
+    "gen_pos": _I32, "gen_rollout": _I32, "gen_logprob": _F32, "gen_version": _I32, "gen_temperature": _F32,
 }  # fmt: skip
+_OPTIONAL = {"gen_temperature"}  # absent from trees serialised before it existed: NaN (unknown)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class FlatTree:
     gen_rollout: np.ndarray  # int32 (G,)
     gen_logprob: np.ndarray  # float32 (G,) engine logprob of that generation
     gen_version: np.ndarray  # int32 (G,) policy version of that generation
+    gen_temperature: np.ndarray  # float32 (G,) temperature of its engine logprob (NaN: unknown)
     call_tokens: int = 0
 
     # --- derived views ---
@@ -130,12 +132,12 @@ class FlatTree:
             span = node.generated.get(r)
             if span is None:
                 size = len(node)
-                span = Generated(
-                    np.zeros(size, bool), np.full(size, np.nan, np.float32), np.full(size, -1, np.int32)
-                )
+                nan = np.full(size, np.nan, np.float32)
+                span = Generated(np.zeros(size, bool), nan, np.full(size, -1, np.int32), nan.copy())
                 node.generated[r] = span
             k = int(self.gen_pos[g] - self.node_start[gen_node[g]])
             span.mask[k], span.logprobs[k], span.versions[k] = True, self.gen_logprob[g], self.gen_version[g]
+            span.temperatures[k] = self.gen_temperature[g]
         tree.call_tokens = self.call_tokens
         return tree
 
@@ -154,7 +156,17 @@ class FlatTree:
     @classmethod
     def from_dict(cls, data: dict) -> "FlatTree":
         try:
-            arrays = {name: _unpack(data[name], dt, name) for name, dt in _ARRAYS.items()}
+            arrays = {
+                name: _unpack(data[name], dt, name) for name, dt in _ARRAYS.items() if name not in _OPTIONAL
+            }
+            n_gen = len(arrays["gen_pos"])
+            for name in _OPTIONAL:
+                found = data.get(name)
+                arrays[name] = (
+                    _unpack(found, _ARRAYS[name], name)
+                    if found is not None
+                    else np.full(n_gen, np.nan, np.float32)
+                )
             rollouts = [
                 RolloutInfo(str(r["id"]), str(r["group_id"]), float(r["reward"])) for r in data["rollouts"]
             ]
@@ -207,7 +219,13 @@ class FlatTree:
             if ((rollouts < 0) | (rollouts >= R)).any():
                 raise InvalidArgument("rollout index out of range")
         g = len(self.gen_pos)
-        if not len(self.gen_rollout) == len(self.gen_logprob) == len(self.gen_version) == g:
+        if (
+            not len(self.gen_rollout)
+            == len(self.gen_logprob)
+            == len(self.gen_version)
+            == len(self.gen_temperature)
+            == g
+        ):
             raise InvalidArgument("generated arrays differ in length")
         if ((self.gen_pos < 0) | (self.gen_pos >= U)).any() or (
             (self.gen_rollout < 0) | (self.gen_rollout >= R)
@@ -220,7 +238,7 @@ def flatten(tree: RadixTree) -> FlatTree:
     index: dict[int, int] = {}
     tokens, starts, lens, parents = [], [], [], []
     member_n, member_r, end_n, end_r = [], [], [], []
-    gen_pos, gen_r, gen_lp, gen_v = [], [], [], []
+    gen_pos, gen_r, gen_lp, gen_v, gen_t = [], [], [], [], []
     start = 0
     for n, node in enumerate(tree.nodes()):
         index[id(node)] = n
@@ -241,6 +259,7 @@ def flatten(tree: RadixTree) -> FlatTree:
             gen_r.append(np.full(where.shape, r))
             gen_lp.append(span.logprobs[where])
             gen_v.append(span.versions[where])
+            gen_t.append(span.temperatures[where])
         start += len(node)
 
     def cat(parts: list, dtype: np.dtype) -> np.ndarray:
@@ -260,6 +279,7 @@ def flatten(tree: RadixTree) -> FlatTree:
         gen_rollout=cat(gen_r, np.int32),
         gen_logprob=cat(gen_lp, np.float32),
         gen_version=cat(gen_v, np.int32),
+        gen_temperature=cat(gen_t, np.float32),
         call_tokens=tree.call_tokens,
     )
 

@@ -50,9 +50,17 @@ class Generated:
     mask: np.ndarray  # bool (L,): True where this rollout generated the token
     logprobs: np.ndarray  # float32 (L,): engine logprob where mask, NaN elsewhere
     versions: np.ndarray  # int32 (L,): policy version where mask, -1 elsewhere
+    # float32 (L,): the temperature T of the engine's logprob, log softmax(logits / T), where mask;
+    # NaN where not recorded (the trainer then assumes its configured one) and elsewhere
+    temperatures: np.ndarray
 
     def slice(self, lo: int, hi: int) -> "Generated":
-        return Generated(self.mask[lo:hi].copy(), self.logprobs[lo:hi].copy(), self.versions[lo:hi].copy())
+        return Generated(
+            self.mask[lo:hi].copy(),
+            self.logprobs[lo:hi].copy(),
+            self.versions[lo:hi].copy(),
+            self.temperatures[lo:hi].copy(),
+        )
 
     def absorb(self, other: "Generated") -> None:
         """Generated wins over context; an earlier generation keeps its logprob (rule 1)."""
@@ -60,6 +68,7 @@ class Generated:
         self.mask |= other.mask
         self.logprobs[new] = other.logprobs[new]
         self.versions[new] = other.versions[new]
+        self.temperatures[new] = other.temperatures[new]
 
 
 class Node:
@@ -146,11 +155,13 @@ class RadixTree:
         generated: "np.ndarray | list[bool] | None" = None,
         logprobs: "np.ndarray | list[float] | None" = None,
         versions: "np.ndarray | list[int] | None" = None,
+        temperatures: "np.ndarray | list[float] | None" = None,
     ) -> Node:
         """Insert one sequence of `rollout` (its id or index); returns the node where it ends.
 
-        `generated` (bool, like `ids`) marks the tokens the policy produced; `logprobs` and `versions`
-        give the engine's logprob and policy version at those positions (other entries are ignored).
+        `generated` (bool, like `ids`) marks the tokens the policy produced; `logprobs`, `versions`
+        and `temperatures` give the engine's logprob, policy version and the logprob's temperature
+        (NaN: unknown) at those positions (other entries are ignored).
         """
         ids = np.asarray(ids)
         if ids.ndim != 1 or ids.shape[0] == 0:
@@ -162,7 +173,7 @@ class RadixTree:
         index = rollout if isinstance(rollout, int) else self.add_rollout(RolloutInfo(rollout))
         if not 0 <= index < len(self.rollouts):
             raise InvalidArgument(f"rollout index {index} out of range ({len(self.rollouts)} rollouts)")
-        gen = _generated_arrays(ids.shape[0], generated, logprobs, versions)
+        gen = _generated_arrays(ids.shape[0], generated, logprobs, versions, temperatures)
         if gen is not None and gen.mask[0]:
             raise InvalidArgument("the first token of a sequence cannot be generated: it has no context")
         end, segments = self._walk(self.root, ids.astype(IDS, copy=False))
@@ -351,19 +362,25 @@ def _generated_arrays(
     generated: "np.ndarray | list[bool] | None",
     logprobs: "np.ndarray | list[float] | None",
     versions: "np.ndarray | list[int] | None",
+    temperatures: "np.ndarray | list[float] | None" = None,
 ) -> Generated | None:
     if generated is None:
-        if logprobs is not None or versions is not None:
-            raise InvalidArgument("logprobs/versions given without a generated mask")
+        if logprobs is not None or versions is not None or temperatures is not None:
+            raise InvalidArgument("logprobs/versions/temperatures given without a generated mask")
         return None
     mask = np.asarray(generated, dtype=bool)
-    lp = np.full(n, np.nan, dtype=np.float32) if logprobs is None else np.asarray(logprobs, dtype=np.float32)
+    nan = np.full(n, np.nan, dtype=np.float32)
+    lp = nan if logprobs is None else np.asarray(logprobs, dtype=np.float32)
     ver = np.full(n, -1, dtype=np.int32) if versions is None else np.asarray(versions, dtype=np.int32)
-    for name, arr in (("generated", mask), ("logprobs", lp), ("versions", ver)):
+    temp = nan if temperatures is None else np.asarray(temperatures, dtype=np.float32)
+    for name, arr in (("generated", mask), ("logprobs", lp), ("versions", ver), ("temperatures", temp)):
         if arr.shape != (n,):
             raise InvalidArgument(f"{name} has shape {arr.shape}, expected ({n},) like the token ids")
     if logprobs is not None and not np.isfinite(lp[mask]).all():
         raise InvalidArgument("generated tokens need finite engine logprobs")
+    if (temp[mask] <= 0).any():  # NaN compares False: unknown is allowed
+        raise InvalidArgument("a logprob's temperature must be > 0 (greedy calls report temperature 1)")
     lp = np.where(mask, lp, np.float32(np.nan)).astype(np.float32)
     ver = np.where(mask, ver, -1).astype(np.int32)
-    return Generated(mask.copy(), lp, ver)
+    temp = np.where(mask, temp, np.float32(np.nan)).astype(np.float32)
+    return Generated(mask.copy(), lp, ver, temp)

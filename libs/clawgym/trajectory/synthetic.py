@@ -34,6 +34,7 @@ class TraceShape:
     subagent_system_tokens: int = 300
     vocab_size: int = 32000
     versions: tuple[int, ...] = (0,)  # policy versions rollouts are drawn from
+    temperatures: tuple[float | None, ...] = (None,)  # sampling temperatures calls are drawn from
     logprob_mean: float = -1.5
     logprob_std: float = 0.5
 
@@ -71,7 +72,9 @@ def synthetic_groups(shape: TraceShape, seed: int = 0) -> list[Group]:
                 if rng.random() < shape.p_header:
                     out = np.concatenate([header, out])
                 lp = _logprobs(prompt, out, version, shape)
-                calls.append(_call(rid, len(calls), prompt, out, lp, version))
+                temps = shape.temperatures
+                temperature = temps[int(rng.integers(len(temps)))] if len(temps) > 1 else temps[0]
+                calls.append(_call(rid, len(calls), prompt, out, lp, version, temperature))
                 return out
 
             history = np.concatenate([system, task])
@@ -114,9 +117,13 @@ def _logprobs(prompt: np.ndarray, out: np.ndarray, version: int, shape: TraceSha
     )
 
 
-def _call(rid: str, seq: int, prompt: np.ndarray, out: np.ndarray, lp: np.ndarray, version: int) -> Call:
+def _call(
+    rid: str, seq: int, prompt: np.ndarray, out: np.ndarray, lp: np.ndarray, version: int,
+    temperature: float | None = None,
+) -> Call:
     return Call(
         rollout_id=rid, seq=seq, protocol="openai_chat", request={}, response={},
         prompt_ids=prompt.astype(np.int32), output_ids=out.astype(np.int32), output_logprobs=lp,
         output_versions=np.full(len(out), version, np.int32), policy_version=version, finish_reason="stop",
+        temperature=temperature,
     )  # fmt: skip

@@ -143,7 +143,7 @@ class FinishRolloutRequest(_message.Message):
     def __init__(self, rollout_id: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., timings_json: _Optional[str] = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("id", "rollout_id", "seq", "protocol", "request_json", "response_json", "prompt_ids", "output_ids", "output_logprobs", "output_versions", "policy_version", "finish_reason", "latency_s", "headers_json", "created_at")
+    __slots__ = ("id", "rollout_id", "seq", "protocol", "request_json", "response_json", "prompt_ids", "output_ids", "output_logprobs", "output_versions", "policy_version", "finish_reason", "latency_s", "headers_json", "created_at", "temperature")
     ID_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,7 @@ class Call(_message.Message):
     LATENCY_S_FIELD_NUMBER: _ClassVar[int]
     HEADERS_JSON_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     rollout_id: str
     seq: int
@@ -174,7 +175,8 @@ class Call(_message.Message):
     latency_s: float
     headers_json: str
     created_at: float
-    def __init__(self, id: _Optional[str] = ..., rollout_id: _Optional[str] = ..., seq: _Optional[int] = ..., protocol: _Optional[str] = ..., request_json: _Optional[str] = ..., response_json: _Optional[str] = ..., prompt_ids: _Optional[bytes] = ..., output_ids: _Optional[bytes] = ..., output_logprobs: _Optional[bytes] = ..., output_versions: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., finish_reason: _Optional[str] = ..., latency_s: _Optional[float] = ..., headers_json: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+    temperature: float
+    def __init__(self, id: _Optional[str] = ..., rollout_id: _Optional[str] = ..., seq: _Optional[int] = ..., protocol: _Optional[str] = ..., request_json: _Optional[str] = ..., response_json: _Optional[str] = ..., prompt_ids: _Optional[bytes] = ..., output_ids: _Optional[bytes] = ..., output_logprobs: _Optional[bytes] = ..., output_versions: _Optional[bytes] = ..., policy_version: _Optional[int] = ..., finish_reason: _Optional[str] = ..., latency_s: _Optional[float] = ..., headers_json: _Optional[str] = ..., created_at: _Optional[float] = ..., temperature: _Optional[float] = ...) -> None: ...
 
 class RecordCallResponse(_message.Message):
     __slots__ = ("call_id",)
