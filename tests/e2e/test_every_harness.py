@@ -206,10 +206,17 @@ def test_the_harness_writes_the_file_with_its_own_tool_and_its_calls_extend_toke
     record_property("paths", posts)
     record_property("calls", len(calls))
     record_property("headers", [c.headers for c in calls])
+    record_property("temperatures", [c.temperature for c in calls])
     assert posts == [case.path], f"{case.harness} POSTs to {case.path} only, got {posts}"
     assert {c.protocol for c in calls} == {case.protocol}, (
         f"every call is recorded as {case.protocol}: {[c.protocol for c in calls]}"
     )
+
+    for c in calls:  # no forced temperature here: the harness's own, else 1.0, is what was sampled
+        sent = c.request.get("temperature")
+        assert c.temperature == (1.0 if sent is None else sent), (
+            f"call {c.seq}: recorded temperature {c.temperature}, the harness sent {sent!r}"
+        )
 
     act_ids = reply_ids(tokenizer, acting)
     acts = [c for c in calls if c.output_ids.tolist() == act_ids]
