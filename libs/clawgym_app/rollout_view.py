@@ -48,6 +48,7 @@ class ShownRollout:
                     "output_tokens": len(c.output_ids),
                     "finish_reason": c.finish_reason,
                     "policy_version": c.policy_version,
+                    "temperature": c.temperature,
                     "latency_s": c.latency_s,
                     "output_text": self.tokenizer.decode(c.output_ids.tolist()),
                 }
@@ -111,13 +112,15 @@ def show(shown: ShownRollout, console: Console, preview: int = 600) -> None:
         "output tok",
         "finish",
         "version",
+        "T",
         "latency",
     ):
         table.add_column(column)
     prev = None
     for c in shown.calls:
         table.add_row(str(c.seq), c.protocol, str(len(c.prompt_ids)), str(len(_new_context(prev, c))),
-                      str(len(c.output_ids)), c.finish_reason, str(c.policy_version), f"{c.latency_s:.2f} s")  # fmt: skip
+                      str(len(c.output_ids)), c.finish_reason, str(c.policy_version),
+                      "-" if c.temperature is None else f"{c.temperature:g}", f"{c.latency_s:.2f} s")  # fmt: skip
         prev = c
     console.print(table)
     prev = None

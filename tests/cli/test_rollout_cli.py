@@ -38,6 +38,9 @@ def test_rollout_json_holds_each_call_with_its_token_counts(clawgym, run_config,
     assert first["prompt_tokens"] > 50 and 1 <= first["output_tokens"] <= 24, (
         f"the prompt holds the agent's system prompt and the cap of 24 new tokens held: {first}"
     )
+    assert isinstance(first["temperature"], float) and first["temperature"] >= 0, (
+        f"each call shows the temperature it was sampled at: {first}"
+    )
 
 
 def test_rollout_through_the_oracle_passes_without_model_calls(clawgym, run_config):
