@@ -169,6 +169,19 @@ PROXY = Dashboard(
             max=1,
         ),
         Panel(
+            "Sampling temperature by harness",
+            "short",
+            (
+                q(
+                    "sum by (harness) (rate(clawgym_proxy_sampling_temperature_sum[5m]))"
+                    " / sum by (harness) (rate(clawgym_proxy_sampling_temperature_count[5m]))",
+                    "{{harness}} mean",
+                ),
+            ),
+            description="Each call is recorded with its temperature and trained under it; mixed harnesses may differ.",
+            min=0,
+        ),
+        Panel(
             "Errors by status code",
             "reqps",
             (

@@ -376,6 +376,7 @@ def test_health_probes_and_metrics(proxy_factory):
     labels = 'harness="claude-code",protocol="openai_chat"'
     assert f"clawgym_proxy_prefix_extended_calls_total{{{labels}}} 1.0" in text, "one of two calls extended"
     assert f'clawgym_proxy_calls_total{{finish_reason="stop",{labels}}} 2.0' in text, "both calls counted"
+    assert f"clawgym_proxy_sampling_temperature_sum{{{labels}}} 2.0" in text, "two calls at the default 1.0"
     for name in (
         "ttft_seconds",
         "overhead_seconds",

@@ -315,5 +315,6 @@ class CallRun:
         m.tokens_in.labels(*labels).inc(len(s.prompt.ids))
         m.tokens_rendered.labels(*labels).inc(s.prompt.rendered_tokens)
         m.tokens_out.labels(*labels).inc(len(self._ids))
+        m.temperature.labels(*labels).observe(s.sampling.temperature)
         if s.prompt.extended:
             m.prefix_extended.labels(*labels).inc()

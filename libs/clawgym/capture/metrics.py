@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+TEMPERATURE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0)
 LABELS = ("protocol", "harness")
 
 
@@ -52,6 +53,13 @@ class ProxyMetrics:
         )
         self.tokens_out = Counter("clawgym_proxy_output_tokens", "tokens generated", LABELS, registry=r)
         self.calls = Counter("clawgym_proxy_calls", "calls recorded", (*LABELS, "finish_reason"), registry=r)
+        self.temperature = Histogram(
+            "clawgym_proxy_sampling_temperature",
+            "temperature each recorded call was sampled at (the harness's own, or the forced one)",
+            LABELS,
+            buckets=TEMPERATURE_BUCKETS,
+            registry=r,
+        )
         self.prefix_extended = Counter(
             "clawgym_proxy_prefix_extended_calls",
             "calls whose prompt extends an earlier call's prompt + output exactly",
