@@ -93,7 +93,7 @@ class QuickstartOptions:
                 "max_policy_lag": 1,
                 "checkpoint_uri": str(run_dir / "checkpoints"),
                 "keep_checkpoints": 1,
-                "save_optimizer_state": False,  # a quickstart never resumes: ~3 s a step saved
+                "save_optimizer_state": False,  # a quickstart never resumes: ~2.5 s a step saved
                 "rollout_timeout_s": 900.0,
                 "sweep_interval_s": 5.0,
             },

@@ -6,6 +6,7 @@ anything else is INTERNAL, with the traceback in this service's log. Every RPC i
 method and status code and timed; the standard gRPC health service answers beside it.
 """
 
+import contextlib
 import functools
 import logging
 import time
@@ -33,49 +34,37 @@ log = logging.getLogger(__name__)
 MAX_WORKERS = 64
 
 
-def _abort(context: grpc.ServicerContext, name: str, e: Exception, code: grpc.StatusCode) -> None:
-    if isinstance(e, ClawgymError):
-        context.abort(code, str(e))
-    log.exception("store %s failed", name, exc_info=e)
-    context.abort(code, f"store {name} failed: {type(e).__name__}; see the store service's log")
-
-
-def _code_of(e: Exception) -> grpc.StatusCode:
-    return grpc.StatusCode[e.grpc_code] if isinstance(e, ClawgymError) else grpc.StatusCode.INTERNAL
+@contextlib.contextmanager
+def _answered(metrics: StoreMetrics, name: str, context: grpc.ServicerContext) -> Iterator[None]:
+    """Counts and times one RPC by its status code; an exception becomes that status: a typed error
+    its own code, anything else INTERNAL, with the traceback in this service's log."""
+    start, code = time.perf_counter(), grpc.StatusCode.OK
+    try:
+        yield
+    except Exception as e:
+        code = grpc.StatusCode[e.grpc_code] if isinstance(e, ClawgymError) else grpc.StatusCode.INTERNAL
+        if isinstance(e, ClawgymError):
+            context.abort(code, str(e))
+        log.exception("store %s failed", name, exc_info=e)
+        context.abort(code, f"store {name} failed: {type(e).__name__}; see the store service's log")
+    finally:
+        metrics.observe(name, code.name, time.perf_counter() - start)
 
 
 def unary(handler: Callable[..., Any]) -> Callable[..., Any]:
-    name = handler.__name__
-
     @functools.wraps(handler)
     def wrapped(self: "StoreServicer", request: Any, context: grpc.ServicerContext) -> Any:
-        start, code = time.perf_counter(), grpc.StatusCode.OK
-        try:
+        with _answered(self.metrics, handler.__name__, context):
             return handler(self, request, context)
-        except Exception as e:
-            code = _code_of(e)
-            _abort(context, name, e, code)
-        finally:
-            self.metrics.requests.labels(name, code.name).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - start)
 
     return wrapped
 
 
 def streaming(handler: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
-    name = handler.__name__
-
     @functools.wraps(handler)
     def wrapped(self: "StoreServicer", request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        start, code = time.perf_counter(), grpc.StatusCode.OK
-        try:
+        with _answered(self.metrics, handler.__name__, context):
             yield from handler(self, request, context)
-        except Exception as e:
-            code = _code_of(e)
-            _abort(context, name, e, code)
-        finally:
-            self.metrics.requests.labels(name, code.name).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - start)
 
     return wrapped
 

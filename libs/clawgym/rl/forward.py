@@ -89,12 +89,12 @@ def logprobs_and_entropy(
     hidden: Tensor,
     context: Tensor,
     targets: Tensor,
+    temperature: Tensor,
     entropy_grad: bool = False,
-    temperature: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """log π(target | context slot) and the entropy there.  hidden: (T, H); context, targets: (C,)
 
-    π is softmax(logits / T) with each row's `temperature` T (C,; None: 1): the distribution the
+    π is softmax(logits / T) with each row's `temperature` T (C,): the distribution the
     engine sampled that token from and reported the logprob of (engine/interface.py), so the
     trainer optimises and compares that same policy, call by call.
 
@@ -103,8 +103,6 @@ def logprobs_and_entropy(
     before softmax. The entropy carries a gradient only when `entropy_grad` (an entropy bonus is
     in the loss).
     """
-    if temperature is None:
-        temperature = torch.ones(context.shape, dtype=torch.float32, device=context.device)
     key = torch.stack([context.double(), temperature.double()], dim=1)
     distinct, inverse = torch.unique(key, dim=0, return_inverse=True)
     slots = distinct[:, 0].long()
@@ -136,7 +134,7 @@ def packed_forward(
     parent = pack.parent.to(device)
     temperatures = pack.rows.temperatures(temperature).to(device)
     logprob, entropy = logprobs_and_entropy(
-        model, hidden, parent[token], ids[token], entropy_grad, temperatures
+        model, hidden, parent[token], ids[token], temperatures, entropy_grad
     )
     values = None
     if value_head is not None:

@@ -27,3 +27,8 @@ class StoreMetrics:
         self.tokens = Counter(
             "clawgym_store_tokens_recorded", "Prompt + output tokens of the calls recorded", registry=r
         )
+
+    def observe(self, method: str, code: str, seconds: float) -> None:
+        """One RPC answered with status `code` after `seconds`."""
+        self.requests.labels(method, code).inc()
+        self.latency.labels(method).observe(seconds)

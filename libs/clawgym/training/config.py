@@ -177,8 +177,8 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(3, ge=1, description="keep the newest N checkpoint folders")
     save_optimizer_state: bool = Field(
         True,
-        description="write the optimizer's moments into each checkpoint (2x the weights: ~3 s a step for "
-        "SmolLM2 on 2 CPU cores); without them a resumed run restarts its moments",
+        description="write the optimizer's moments into each checkpoint (2x the weights: a SmolLM2 checkpoint "
+        "took 2.7-4.9 s with them, 1.3-1.5 s without, on 2 CPU cores); without them a resumed run restarts them",
     )
 
     @model_validator(mode="after")

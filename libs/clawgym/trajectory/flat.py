@@ -25,7 +25,6 @@ _ARRAYS = {  # name -> dtype of every array field, in serialisation order
     "member_node": _I32, "member_rollout": _I32, "end_node": _I32, "end_rollout": _I32,
     "gen_pos": _I32, "gen_rollout": _I32, "gen_logprob": _F32, "gen_version": _I32, "gen_temperature": _F32,
 }  # fmt: skip
-_OPTIONAL = {"gen_temperature"}  # absent from trees serialised before it existed: NaN (unknown)
 
 
 @dataclass(frozen=True)
@@ -156,17 +155,7 @@ class FlatTree:
     @classmethod
     def from_dict(cls, data: dict) -> "FlatTree":
         try:
-            arrays = {
-                name: _unpack(data[name], dt, name) for name, dt in _ARRAYS.items() if name not in _OPTIONAL
-            }
-            n_gen = len(arrays["gen_pos"])
-            for name in _OPTIONAL:
-                found = data.get(name)
-                arrays[name] = (
-                    _unpack(found, _ARRAYS[name], name)
-                    if found is not None
-                    else np.full(n_gen, np.nan, np.float32)
-                )
+            arrays = {name: _unpack(data[name], dt, name) for name, dt in _ARRAYS.items()}
             rollouts = [
                 RolloutInfo(str(r["id"]), str(r["group_id"]), float(r["reward"])) for r in data["rollouts"]
             ]
