@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from clawgym.engine.interface import SamplingParams
-from clawgym.engine.torch_engine import TorchEngine
-from clawgym.models import load_model, load_tokenizer
+from clawgym.inference.interface import SamplingParams
+from clawgym.inference.torch_engine import TorchEngine
+from clawgym.policies import load_model, load_tokenizer
 
 TOPICS = [
     "the tides", "prime numbers", "a binary search", "JSON", "photosynthesis", "the Roman roads",

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from clawgym.harnesses import reference_agent
-from clawgym.models import load_model, load_tokenizer
+from clawgym.policies import load_model, load_tokenizer
 from clawgym.sandbox import SandboxConfig, SandboxSpec, make_sandbox_backend
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.generate import mini_suite_dir

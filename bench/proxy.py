@@ -29,9 +29,9 @@ import uuid
 import httpx
 import numpy as np
 
-from clawgym.engine.interface import SamplingParams
-from clawgym.engine.scripted import ScriptedEngine
-from clawgym.models import load_tokenizer
+from clawgym.inference.interface import SamplingParams
+from clawgym.inference.scripted import ScriptedEngine
+from clawgym.policies import load_tokenizer
 from clawgym.protocols.conversation import Conversation, Message, Tool, ToolCall
 from clawgym.rendering.splice import GeneratedTurn, PromptBuilder, turn_key
 from clawgym.rendering.template import ChatTemplate
@@ -85,7 +85,7 @@ def make_engine(tok, out_calls: int, delay: float) -> ScriptedEngine:
 def serve(a) -> None:
     import uvicorn
 
-    from clawgym.capture.config import ProxyConfig
+    from clawgym.proxy.config import ProxyConfig
     from clawgym.store.sql import SqlStore
     from clawgym_services.proxy.server import create_app
 

@@ -18,14 +18,14 @@ import time
 
 import numpy as np
 
-from clawgym.engine.torch_engine import TorchEngine
-from clawgym.models import load_model, load_tokenizer
+from clawgym.inference.torch_engine import TorchEngine
+from clawgym.policies import load_model, load_tokenizer
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
-from clawgym.training.aio import LoopThread
-from clawgym.training.config import TrainerConfig
-from clawgym.training.loop import Trainer
-from clawgym.training.toy import ToyRolloutSource
+from clawgym.trainer.config import TrainerConfig
+from clawgym.trainer.loop import Trainer
+from clawgym.trainer.loop_thread import LoopThread
+from clawgym.trainer.toy import ToyRolloutSource
 
 
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, float]:

@@ -17,7 +17,7 @@ Three ways to compute the same GRPO loss (token aggregation, TIS, clip) and the 
 (checked: max relative gradient difference printed):
 - tree: the tree packed once (`clawgym.rl.packing.pack`), shared prefixes computed once;
 - paths sequence-packed: every rollout path as its own causal segment, side by side in sequences
-  no longer than the longest path (`clawgym.rl.linear.pack_paths`), with the same forward and
+  no longer than the longest path (`clawgym.rl.per_path.pack_paths`), with the same forward and
   loss code. The budget is kept short because SDPA on CPU computes a 4D mask densely (no skipping
   of masked blocks), so long sequences of several paths would waste attention work;
 - paths one by one: each path through the model's ordinary causal forward (LM head trimmed to the
@@ -40,7 +40,7 @@ import time
 import torch
 
 from clawgym.rl import LossConfig, grpo_terms, merge_terms, pack, tree_loss
-from clawgym.rl.linear import pack_paths, path_loss
+from clawgym.rl.per_path import pack_paths, path_loss
 from clawgym.trajectory import tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
@@ -78,7 +78,7 @@ def grads(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def train_compare(name: str, reps: int, budget: int) -> dict:
-    from clawgym.models import load_model
+    from clawgym.policies import load_model
 
     model = load_model(name)  # fp32, CPU, eval mode (no dropout); gradients still flow
     shape = TRAIN_SHAPES[name]

@@ -1,9 +1,11 @@
-"""Regenerates the Python gRPC stubs of proto/clawgym/v1 into libs/clawgym/v1.
+"""Regenerates the Python gRPC stubs of proto/clawgym/v1 into libs/clawgym/generated/v1.
 
     python proto/generate.py          # write the stubs
     python proto/generate.py --check  # exit 1 if the committed stubs are stale (CI)
 
-The stubs import each other as `clawgym.v1.*`, so they live inside the `clawgym` package.
+protoc names a module after its .proto path (`clawgym.v1.store_pb2`); the stubs live in
+`clawgym.generated.v1` so that a reader sees they are generated, so their imports of each other
+are rewritten to that package. The wire names (`clawgym.v1.Store`, ...) stay the proto's.
 """
 
 import argparse
@@ -17,27 +19,36 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 OUT_DIR = ROOT / "libs"
-PACKAGE = Path("clawgym") / "v1"
+PROTO_PACKAGE = Path("clawgym") / "v1"
+PACKAGE = Path("clawgym") / "generated" / "v1"
 INIT = '"""Generated gRPC stubs (proto/generate.py). Never edit by hand."""\n'
+PARENT_INIT = '"""Code generated from proto/ (proto/generate.py); never edited by hand."""\n'
 
 
 def generate(out: Path) -> list[Path]:
-    """Runs protoc on every .proto into `out`; returns the generated files relative to `out`."""
-    protos = sorted((PROTO_DIR / PACKAGE).glob("*.proto"))
+    """Runs protoc on every .proto into `out`/PACKAGE; returns the generated files relative to `out`."""
+    protos = sorted((PROTO_DIR / PROTO_PACKAGE).glob("*.proto"))
     include = Path(protoc.__file__).parent / "_proto"
-    args = [
-        "protoc",
-        f"-I{PROTO_DIR}",
-        f"-I{include}",
-        f"--python_out={out}",
-        f"--pyi_out={out}",
-        f"--grpc_python_out={out}",
-        *[str(p.relative_to(PROTO_DIR)) for p in protos],
-    ]
-    if protoc.main(args) != 0:
-        raise SystemExit("protoc failed")
-    (out / PACKAGE / "__init__.py").write_text(INIT)
-    return sorted(p.relative_to(out) for p in (out / PACKAGE).iterdir() if p.is_file())
+    with tempfile.TemporaryDirectory() as raw:
+        args = [
+            "protoc",
+            f"-I{PROTO_DIR}",
+            f"-I{include}",
+            f"--python_out={raw}",
+            f"--pyi_out={raw}",
+            f"--grpc_python_out={raw}",
+            *[str(p.relative_to(PROTO_DIR)) for p in protos],
+        ]
+        if protoc.main(args) != 0:
+            raise SystemExit("protoc failed")
+        target = out / PACKAGE
+        target.mkdir(parents=True, exist_ok=True)
+        for src in (Path(raw) / PROTO_PACKAGE).iterdir():
+            text = src.read_text().replace("from clawgym.v1 import", "from clawgym.generated.v1 import")
+            (target / src.name).write_text(text)
+    (target / "__init__.py").write_text(INIT)
+    (target.parent / "__init__.py").write_text(PARENT_INIT)
+    return sorted(p.relative_to(out) for p in target.iterdir() if p.is_file())
 
 
 def main() -> int:

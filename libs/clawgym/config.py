@@ -12,13 +12,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from clawgym.capture.config import ProxyConfig
-from clawgym.engine.config import InferenceConfig
 from clawgym.errors import InvalidArgument
 from clawgym.evaluation.config import EvaluationConfig
+from clawgym.inference.config import InferenceConfig
 from clawgym.orchestrator.config import OrchestratorConfig
+from clawgym.proxy.config import ProxyConfig
 from clawgym.sandbox.config import SandboxConfig
-from clawgym.training.config import TrainerConfig
+from clawgym.trainer.config import TrainerConfig
 
 
 class Section(BaseModel):

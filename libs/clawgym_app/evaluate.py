@@ -18,7 +18,7 @@ from clawgym.config import ClawgymConfig
 from clawgym.errors import InvalidArgument, NotFound
 from clawgym.evaluation.runner import EvalResult, EvalSpec
 from clawgym.store.interface import TrajectoryStore
-from clawgym.training.checkpoint import run_folder
+from clawgym.trainer.checkpoint import run_folder
 from clawgym_app.logs import quiet_libraries
 from clawgym_app.progress import RolloutBar, make_progress
 from clawgym_app.runtime import Runtime

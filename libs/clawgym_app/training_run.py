@@ -24,7 +24,7 @@ from clawgym.evaluation.runner import EvalResult, EvalSpec
 from clawgym.evaluation.select import eval_tasks
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
-from clawgym.training.loop import Trainer
+from clawgym.trainer.loop import Trainer
 from clawgym_app.progress import RolloutBar, Stopwatch, make_progress
 from clawgym_app.runtime import Runtime
 

@@ -6,7 +6,7 @@ gauges from the engine's status; not the HTTP endpoint's lifetime (the server ow
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from clawgym.engine.interface import EngineStatus
+from clawgym.inference.interface import EngineStatus
 
 
 class InferenceMetrics:

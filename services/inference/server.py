@@ -1,6 +1,6 @@
 """The inference service: `create_server(cfg)` serves an `Engine` over gRPC (asyncio), with Prometheus metrics.
 
-A thin shell: each handler decodes the request (`clawgym.engine.convert`), calls one engine
+A thin shell: each handler decodes the request (`clawgym.inference.convert`), calls one engine
 method and encodes the reply. Typed errors become their gRPC status (`ClawgymError.grpc_code`);
 anything else is INTERNAL, with the traceback in this service's log. A client that cancels its
 Generate call cancels the handler, which closes the engine stream and so aborts the request.
@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator
 import grpc
 from prometheus_client import start_http_server
 
-from clawgym.engine import convert
-from clawgym.engine.config import InferenceConfig
-from clawgym.engine.factory import create_engine
-from clawgym.engine.interface import Engine
 from clawgym.errors import ClawgymError
+from clawgym.generated.v1 import inference_pb2 as pb
+from clawgym.generated.v1 import inference_pb2_grpc
+from clawgym.inference import convert
+from clawgym.inference.config import InferenceConfig
+from clawgym.inference.factory import create_engine
+from clawgym.inference.interface import Engine
 from clawgym.rpc import Health, grpc_options
-from clawgym.v1 import inference_pb2 as pb
-from clawgym.v1 import inference_pb2_grpc
 from clawgym_services.inference.metrics import InferenceMetrics
 
 log = logging.getLogger(__name__)

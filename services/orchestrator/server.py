@@ -15,11 +15,11 @@ from prometheus_client import start_http_server
 
 from clawgym.config import ClawgymConfig
 from clawgym.errors import ClawgymError
+from clawgym.generated.v1 import orchestrator_pb2 as pb
+from clawgym.generated.v1 import orchestrator_pb2_grpc
 from clawgym.orchestrator import convert
 from clawgym.orchestrator.runner import Orchestrator
 from clawgym.rpc import Health
-from clawgym.v1 import orchestrator_pb2 as pb
-from clawgym.v1 import orchestrator_pb2_grpc
 
 log = logging.getLogger(__name__)
 

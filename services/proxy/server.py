@@ -1,6 +1,6 @@
 """The proxy service: `create_app(cfg, engine, store, tokenizer)` → a FastAPI app.
 
-A thin shell around `clawgym.capture.gateway.Gateway`: each route reads the raw body (so
+A thin shell around `clawgym.proxy.gateway.Gateway`: each route reads the raw body (so
 malformed bodies are the protocol's 400, never FastAPI's 422), calls one gateway method and
 turns its `JsonReply` / `StreamReply` into a response. Routes exist with and without the `/v1`
 prefix because harnesses differ in how they join base URL and path (HARNESSES.md).
@@ -14,16 +14,16 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from transformers import PreTrainedTokenizerBase
 
-from clawgym.capture.config import ProxyConfig
-from clawgym.capture.gateway import Gateway, JsonReply, StreamReply
-from clawgym.capture.live import LiveState, make_live_state
-from clawgym.capture.metrics import ProxyMetrics
 from clawgym.config import ClawgymConfig
-from clawgym.engine.interface import Engine
+from clawgym.inference.interface import Engine
 from clawgym.protocols.anthropic_messages import AnthropicMessages
 from clawgym.protocols.openai_chat import OpenAIChat
 from clawgym.protocols.openai_responses import OpenAIResponses
 from clawgym.protocols.wire import WireProtocol
+from clawgym.proxy.config import ProxyConfig
+from clawgym.proxy.gateway import Gateway, JsonReply, StreamReply
+from clawgym.proxy.live import LiveState, make_live_state
+from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.store.interface import TrajectoryStore
 
 
@@ -108,8 +108,8 @@ def create_app(
 def create_app_from_config(cfg: ClawgymConfig) -> FastAPI:
     """The app with its dependencies built from config: the policy's tokenizer, the engine
     (in-process unless `proxy.inference_url`), the store (SQL unless `store.grpc_url`)."""
-    from clawgym.engine.factory import connect_engine
-    from clawgym.models import load_tokenizer, policy_spec
+    from clawgym.inference.factory import connect_engine
+    from clawgym.policies import load_tokenizer, policy_spec
 
     p = cfg.proxy
     engine = connect_engine(cfg.inference.model_copy(update={"model": p.model, "grpc_url": p.inference_url}))

@@ -19,14 +19,14 @@ from prometheus_client import start_http_server
 
 from clawgym.config import StoreConfig
 from clawgym.errors import ClawgymError
+from clawgym.generated.v1 import store_pb2 as pb
+from clawgym.generated.v1 import store_pb2_grpc
 from clawgym.rpc import Health, grpc_options
 from clawgym.store import convert
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.metrics import StoreMetrics
 from clawgym.store.records import Checkpoint
 from clawgym.store.sql import SqlStore
-from clawgym.v1 import store_pb2 as pb
-from clawgym.v1 import store_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,1 @@
-"""The trainer service: the RL loop (`clawgym.training`) in a thread, with Trainer.Status over gRPC and /metrics."""
+"""The trainer service: the RL loop (`clawgym.trainer`) in a thread, with Trainer.Status over gRPC and /metrics."""

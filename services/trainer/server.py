@@ -1,6 +1,6 @@
 """The trainer service: `create_server(cfg)` runs the RL loop in a thread, reports it over gRPC, exports /metrics.
 
-A thin shell around `clawgym.training`: the loop is `Trainer.run`, the status is `Trainer.status`,
+A thin shell around `clawgym.trainer`: the loop is `Trainer.run`, the status is `Trainer.status`,
 the metrics are `Trainer.metrics.registry`. Under torchrun only rank 0 listens (gRPC and HTTP);
 every rank runs the loop.
 """
@@ -14,12 +14,12 @@ import grpc
 from prometheus_client import start_http_server
 
 from clawgym.config import ClawgymConfig
+from clawgym.generated.v1 import trainer_pb2 as pb
+from clawgym.generated.v1 import trainer_pb2_grpc
 from clawgym.rpc import Health
-from clawgym.training.build import build_trainer
-from clawgym.training.distributed import init_world
-from clawgym.training.loop import Trainer
-from clawgym.v1 import trainer_pb2 as pb
-from clawgym.v1 import trainer_pb2_grpc
+from clawgym.trainer.build import build_trainer
+from clawgym.trainer.distributed import init_world
+from clawgym.trainer.loop import Trainer
 
 log = logging.getLogger(__name__)
 

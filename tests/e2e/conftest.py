@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from clawgym.capture.config import ProxyConfig
 from clawgym.config import ClawgymConfig
-from clawgym.engine.scripted import ScriptedEngine
-from clawgym.models import load_tokenizer
+from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.runner import Orchestrator
+from clawgym.policies import load_tokenizer
+from clawgym.proxy.config import ProxyConfig
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.model import Task

@@ -47,7 +47,7 @@ def write_suite(root: Path, test_tasks: int = 2) -> Path:
 
 def warm_start(prompts: list[list[int]], tokenizer, out: Path, steps: int = 120, lr: float = 1e-3) -> Path:
     """tiny-qwen3 fine-tuned to answer each prompt with RIGHT or WRONG equally often; saved to `out`."""
-    from clawgym.models import load_model
+    from clawgym.policies import load_model
 
     torch.manual_seed(0)
     model = load_model("tiny-qwen3").train()

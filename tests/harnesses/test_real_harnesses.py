@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from clawgym.capture.config import ProxyConfig
-from clawgym.engine.scripted import ScriptedEngine
 from clawgym.harnesses.registry import get_harness
 from clawgym.harnesses.rollout import run_task
-from clawgym.models import load_tokenizer
+from clawgym.inference.scripted import ScriptedEngine
+from clawgym.policies import load_tokenizer
+from clawgym.proxy.config import ProxyConfig
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 from clawgym.store.records import RolloutSpec
 from clawgym.store.sql import SqlStore

@@ -1,4 +1,4 @@
-"""clawgym.models: the built-in policy specs build once, load offline, and tokenize/render as the proxy needs."""
+"""clawgym.policies: the built-in policy specs build once, load offline, and tokenize/render as the proxy needs."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from clawgym.errors import InvalidArgument
-from clawgym.models import load_model, load_tokenizer, policy_spec, resolve_model
-from clawgym.models.tiny_qwen3 import ASSETS
+from clawgym.policies import load_model, load_tokenizer, policy_spec, resolve_model
+from clawgym.policies.tiny_qwen3 import ASSETS
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MARKERS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
@@ -108,7 +108,7 @@ def test_tiny_qwen3_builds_identical_weights_in_any_cache(tmp_path):
 
 def test_concurrent_first_builds_share_one_cache_folder(tmp_path):
     """Two processes resolving the same spec at once must both get the one complete folder."""
-    code = "import sys; from clawgym.models import resolve_model; print(resolve_model('tiny-qwen3', cache_dir=sys.argv[1]))"
+    code = "import sys; from clawgym.policies import resolve_model; print(resolve_model('tiny-qwen3', cache_dir=sys.argv[1]))"
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -140,7 +140,7 @@ def test_both_builtin_models_load_with_the_hub_offline():
     """With HF_HUB_OFFLINE=1 both specs load from the cache (built here first if missing)."""
     resolve_model("smollm2-135m")
     code = (
-        "from clawgym.models import load_model, load_tokenizer\n"
+        "from clawgym.policies import load_model, load_tokenizer\n"
         "for spec in ('tiny-qwen3', 'smollm2-135m'):\n"
         "    tok, model = load_tokenizer(spec), load_model(spec)\n"
         "    print(spec, len(tok), model.config.vocab_size)\n"

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clawgym.capture.config import ProxyConfig
-from clawgym.engine.scripted import ScriptedEngine
-from clawgym.models import load_tokenizer
+from clawgym.inference.scripted import ScriptedEngine
+from clawgym.policies import load_tokenizer
+from clawgym.proxy.config import ProxyConfig
 from clawgym.store.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym_services.proxy.server import create_app

@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 import uvicorn
 
-from clawgym.capture.config import ProxyConfig
-from clawgym.capture.live import make_live_state
-from clawgym.engine.scripted import ScriptedEngine
-from clawgym.models import load_tokenizer
+from clawgym.inference.scripted import ScriptedEngine
+from clawgym.policies import load_tokenizer
+from clawgym.proxy.config import ProxyConfig
+from clawgym.proxy.live import make_live_state
 from clawgym.store.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym_services.proxy.server import create_app

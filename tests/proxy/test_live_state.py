@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from clawgym.capture.live import MemoryLiveState, RedisLiveState
+from clawgym.proxy.live import MemoryLiveState, RedisLiveState
 from clawgym.rendering.splice import GeneratedTurn
 from clawgym.store.records import Rollout
 

@@ -3,7 +3,7 @@
 import anthropic
 import pytest
 
-from clawgym.engine.torch_engine import TorchEngine
+from clawgym.inference.torch_engine import TorchEngine
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clawgym.models import load_tokenizer
+from clawgym.policies import load_tokenizer
 from clawgym.rendering.detokenize import REPLACEMENT, IncrementalDetokenizer
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from clawgym.models import load_tokenizer
+from clawgym.policies import load_tokenizer
 from clawgym.protocols.conversation import Conversation, Message, Tool, ToolCall
 from clawgym.rendering.splice import GeneratedTurn, PromptBuilder, chain_keys, turn_key
 from clawgym.rendering.template import ChatTemplate

@@ -6,7 +6,7 @@ within 1e-4, relative to each tensor's scale: |Δg| <= tol · max(1, max|g|). Wh
 RMSNorm computes in float32 even in a float64 model, so float64 sums taken in a different order
 (one packed pass vs several paths) round differently there, ~1e-7 · |g| (with the norm in float64
 the difference is ~1e-14). With token/sequence aggregation |g| < 1 and this is the absolute bound. The reference runs each path through the model's ordinary causal forward
-(`clawgym.rl.linear`); the tree runs once through the tree-masked forward (`clawgym.rl.losses`).
+(`clawgym.rl.per_path`); the tree runs once through the tree-masked forward (`clawgym.rl.losses`).
 Trees come from the synthetic harness-shaped generator with a small vocabulary, so samples share
 generated tokens (with equal or different engine logprobs), compactions and sub-agents branch.
 """
@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Co
 
 from clawgym.rl import LossConfig, ValueHead, gae_terms, grpo_terms, merge_terms, pack, tree_loss, value_terms
 from clawgym.rl.forward import packed_forward, values_by_position
-from clawgym.rl.linear import pack_paths, path_forward, path_loss, path_rows
+from clawgym.rl.per_path import pack_paths, path_forward, path_loss, path_rows
 from clawgym.trajectory import FlatTree, tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, Qwen3Config
 
 from clawgym.rl import LossConfig, grpo_terms, merge_terms, pack, tree_loss
-from clawgym.rl.linear import path_loss, path_rows
+from clawgym.rl.per_path import path_loss, path_rows
 from clawgym.trajectory import tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 

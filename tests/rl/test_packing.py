@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 from clawgym.errors import InvalidArgument
 from clawgym.rl import grpo_terms, merge_terms, pack
 from clawgym.rl.forward import packed_forward, tree_attention_mask
-from clawgym.rl.linear import path_forward
 from clawgym.rl.packing import eager_mask, sdpa_mask
+from clawgym.rl.per_path import path_forward
 from clawgym.trajectory import RadixTree, RolloutInfo
 
 SYS, USER, TASK, ASSIST, LS, A_PY, CAT, PWD, DONE = range(1, 10)

@@ -24,7 +24,7 @@ from clawgym.harnesses import install as installer
 if TYPE_CHECKING:
     from clawgym.tasks.model import Task
 
-WireProtocol = Literal["anthropic_messages", "openai_chat", "openai_responses", "none"]
+ProtocolName = Literal["anthropic_messages", "openai_chat", "openai_responses", "none"]
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "clawgym" / "harnesses"
 # Interpreter for Python harnesses: the system one, which sandboxes see (a pyenv or venv Python
 # under a home directory is hidden there).
@@ -90,7 +90,7 @@ class HarnessAdapter:
     """Base of every adapter. Subclasses set the class attributes and override `command`/`env`/`config_files`."""
 
     name: ClassVar[str]
-    protocol: ClassVar[WireProtocol]
+    protocol: ClassVar[ProtocolName]
     install_spec: ClassVar[InstallSpec] = InstallSpec("none")
     default_limits: ClassVar[Limits] = Limits()
 

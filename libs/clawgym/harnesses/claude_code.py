@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, InstallSpec, RunContext, WireProtocol
+from clawgym.harnesses.base import HarnessAdapter, InstallSpec, ProtocolName, RunContext
 
 
 class ClaudeCode(HarnessAdapter):
     name: ClassVar[str] = "claude-code"
-    protocol: ClassVar[WireProtocol] = "anthropic_messages"
+    protocol: ClassVar[ProtocolName] = "anthropic_messages"
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         "npm", "@anthropic-ai/claude-code", "2.1.332", bin="claude"
     )

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, InstallSpec, RunContext, WireProtocol, under
+from clawgym.harnesses.base import HarnessAdapter, InstallSpec, ProtocolName, RunContext, under
 
 TOKEN_VAR = "CLAWGYM_API_KEY"
 
 
 class Codex(HarnessAdapter):
     name: ClassVar[str] = "codex"
-    protocol: ClassVar[WireProtocol] = "openai_responses"
+    protocol: ClassVar[ProtocolName] = "openai_responses"
     install_spec: ClassVar[InstallSpec] = InstallSpec("npm", "@openai/codex", "0.171.0", bin="codex")
 
     def command(self, instruction: str, ctx: RunContext) -> list[str]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, InstallSpec, Limits, RunContext, WireProtocol
+from clawgym.harnesses.base import HarnessAdapter, InstallSpec, Limits, ProtocolName, RunContext
 
 
 class MiniSweAgent(HarnessAdapter):
     name: ClassVar[str] = "mini-swe-agent"
-    protocol: ClassVar[WireProtocol] = "openai_chat"
+    protocol: ClassVar[ProtocolName] = "openai_chat"
     install_spec: ClassVar[InstallSpec] = InstallSpec("pip", "mini-swe-agent", "2.4.6", bin="mini")
     default_limits: ClassVar[Limits] = Limits(timeout_s=900.0, max_turns=30)
 

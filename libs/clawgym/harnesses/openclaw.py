@@ -14,8 +14,8 @@ from clawgym.harnesses.base import (
     HarnessAdapter,
     InstallSpec,
     Limits,
+    ProtocolName,
     RunContext,
-    WireProtocol,
     dump_json,
     under,
 )
@@ -25,7 +25,7 @@ PROVIDER = "clawgym"
 
 class OpenClaw(HarnessAdapter):
     name: ClassVar[str] = "openclaw"
-    protocol: ClassVar[WireProtocol] = "openai_chat"
+    protocol: ClassVar[ProtocolName] = "openai_chat"
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         "npm", "openclaw", "2026.9.6", bin="openclaw", node="24.22.3"
     )

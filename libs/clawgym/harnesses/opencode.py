@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, InstallSpec, RunContext, WireProtocol
+from clawgym.harnesses.base import HarnessAdapter, InstallSpec, ProtocolName, RunContext
 
 PROVIDER = "clawgym"
 
 
 class OpenCode(HarnessAdapter):
     name: ClassVar[str] = "opencode"
-    protocol: ClassVar[WireProtocol] = "openai_chat"
+    protocol: ClassVar[ProtocolName] = "openai_chat"
     install_spec: ClassVar[InstallSpec] = InstallSpec("npm", "opencode-ai", "1.18.33", bin="opencode")
 
     def command(self, instruction: str, ctx: RunContext) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from clawgym.errors import FailedPrecondition
-from clawgym.harnesses.base import HarnessAdapter, Launch, Limits, RunContext, WireProtocol
+from clawgym.harnesses.base import HarnessAdapter, Launch, Limits, ProtocolName, RunContext
 
 if TYPE_CHECKING:
     from clawgym.tasks.model import Task
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 class Nop(HarnessAdapter):
     name: ClassVar[str] = "nop"
-    protocol: ClassVar[WireProtocol] = "none"
+    protocol: ClassVar[ProtocolName] = "none"
     default_limits: ClassVar[Limits] = Limits(timeout_s=60.0)
 
     def command(self, instruction: str, ctx: RunContext) -> list[str]:
@@ -25,7 +25,7 @@ class Nop(HarnessAdapter):
 
 class Oracle(HarnessAdapter):
     name: ClassVar[str] = "oracle"
-    protocol: ClassVar[WireProtocol] = "none"
+    protocol: ClassVar[ProtocolName] = "none"
 
     def command(self, instruction: str, ctx: RunContext) -> list[str]:
         raise FailedPrecondition("the oracle runs a task's solution: call launch() with the task")

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, InstallSpec, RunContext, WireProtocol, dump_json, under
+from clawgym.harnesses.base import HarnessAdapter, InstallSpec, ProtocolName, RunContext, dump_json, under
 
 
 class QwenCode(HarnessAdapter):
     name: ClassVar[str] = "qwen-code"
-    protocol: ClassVar[WireProtocol] = "openai_chat"
+    protocol: ClassVar[ProtocolName] = "openai_chat"
     install_spec: ClassVar[InstallSpec] = InstallSpec(
         "npm", "@qwen-code/qwen-code", "0.24.4", bin="qwen", node="24.22.3"
     )

@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from clawgym.harnesses.base import HarnessAdapter, Limits, RunContext, WireProtocol, under
+from clawgym.harnesses.base import HarnessAdapter, Limits, ProtocolName, RunContext, under
 
 AGENT_SCRIPT = Path(__file__).with_name("reference_agent.py")
 
 
 class Reference(HarnessAdapter):
     name: ClassVar[str] = "reference"
-    protocol: ClassVar[WireProtocol] = "openai_chat"
+    protocol: ClassVar[ProtocolName] = "openai_chat"
     default_limits: ClassVar[Limits] = Limits(timeout_s=600.0, max_turns=4)
 
     def __init__(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from clawgym.generated.v1 import orchestrator_pb2 as pb
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus
-from clawgym.v1 import orchestrator_pb2 as pb
 
 
 def batch_to_proto(batch: Batch) -> pb.RunRolloutsRequest:

@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from clawgym.generated.v1 import orchestrator_pb2 as pb
+from clawgym.generated.v1.orchestrator_pb2_grpc import OrchestratorStub
 from clawgym.orchestrator import convert
 from clawgym.orchestrator.interface import Batch, RolloutStatus
 from clawgym.rpc import error_from_rpc
-from clawgym.v1 import orchestrator_pb2 as pb
-from clawgym.v1.orchestrator_pb2_grpc import OrchestratorStub
 
 
 class OrchestratorClient:

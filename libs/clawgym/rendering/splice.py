@@ -14,7 +14,7 @@ and its prompt starts with the earlier prompt + output exactly. The text that fo
 is found by rendering a two-message stand-in (`user, assistant=MARK`) followed by the new
 messages and cutting at MARK: the ChatML special tokens at turn boundaries keep BPE from merging
 across the cut. Where the harness rewrote history nothing matches and the whole prompt is
-rendered from scratch; nothing is forced. Storage of turns is `clawgym.capture.live`'s job.
+rendered from scratch; nothing is forced. Storage of turns is `clawgym.proxy.live`'s job.
 """
 
 import hashlib

@@ -2,7 +2,7 @@
 
 Owns gathering and shaping what a report shows, not drawing it (`plots.py`) or writing it
 (`markdown.py`). Step metrics come from the store's checkpoints (each registered checkpoint carries
-its step's metrics, `clawgym.training.loop`), so a report can be rebuilt from the store alone.
+its step's metrics, `clawgym.trainer.loop`), so a report can be rebuilt from the store alone.
 """
 
 from __future__ import annotations

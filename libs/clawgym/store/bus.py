@@ -1,4 +1,4 @@
-"""The event bus interface: stream names, the `Message` record, the `EventBus` Protocol, `make_bus(url)`.
+"""The event bus interface: stream names, the `BusEvent` record, the `EventBus` Protocol, `make_bus(url)`.
 
 Owns what every implementation promises; not the implementations (`bus_redis.RedisBus` on Redis
 streams for compose/cluster, `bus_memory.MemoryBus` in-process for embedded mode).
@@ -32,7 +32,7 @@ STREAMS = (ROLLOUTS_DONE, GROUPS_READY, CHECKPOINTS)
 
 
 @dataclass(frozen=True)
-class Message:
+class BusEvent:
     """One stream entry: its stream (without the namespace prefix), id and string fields."""
 
     stream: str
@@ -47,7 +47,7 @@ class EventBus(Protocol):
 
     def read(
         self, stream: str, after_id: str = "", count: int = 100, block_s: float | None = 0.0
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         """Messages after `after_id` ("" = from the start), oldest first; no consumer bookkeeping."""
         ...
 
@@ -57,7 +57,7 @@ class EventBus(Protocol):
 
     def read_group(
         self, stream: str, group: str, consumer: str, count: int = 10, block_s: float | None = 0.0
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         """New messages for this group, now pending on `consumer` until acked."""
         ...
 
@@ -67,7 +67,7 @@ class EventBus(Protocol):
 
     def claim_stale(
         self, stream: str, group: str, consumer: str, min_idle_s: float, count: int = 10
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         """Takes over messages pending on any consumer for at least `min_idle_s` (a dead consumer's)."""
         ...
 

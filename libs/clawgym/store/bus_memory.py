@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from clawgym.errors import NotFound
-from clawgym.store.bus import Message, parse_id
+from clawgym.store.bus import BusEvent, parse_id
 
 
 @dataclass
@@ -58,7 +58,7 @@ class MemoryBus:
 
     def read(
         self, stream: str, after_id: str = "", count: int = 100, block_s: float | None = 0.0
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         after = parse_id(after_id)
         with self._changed:
             self._wait(lambda: self._after(stream, after) is not None, block_s)
@@ -76,7 +76,7 @@ class MemoryBus:
 
     def read_group(
         self, stream: str, group: str, consumer: str, count: int = 10, block_s: float | None = 0.0
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         with self._changed:
             g = self._group(stream, group)
             s = self._streams[stream]
@@ -95,7 +95,7 @@ class MemoryBus:
 
     def claim_stale(
         self, stream: str, group: str, consumer: str, min_idle_s: float, count: int = 10
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         with self._changed:
             g = self._group(stream, group)
             s = self._streams[stream]
@@ -141,6 +141,6 @@ class MemoryBus:
             raise NotFound(f"no consumer group {group!r} on stream {stream!r}; call ensure_group first")
         return s.groups[group]
 
-    def _messages(self, stream: str, indexes: Sequence[int]) -> list[Message]:
+    def _messages(self, stream: str, indexes: Sequence[int]) -> list[BusEvent]:
         s = self._streams[stream]
-        return [Message(stream, s.ids[i], dict(s.fields[i])) for i in indexes]
+        return [BusEvent(stream, s.ids[i], dict(s.fields[i])) for i in indexes]

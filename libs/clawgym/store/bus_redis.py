@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from clawgym.errors import InvalidArgument, NotFound, Unavailable
-from clawgym.store.bus import Message
+from clawgym.store.bus import BusEvent
 
 
 @contextmanager
@@ -48,7 +48,7 @@ class RedisBus:
 
     def read(
         self, stream: str, after_id: str = "", count: int = 100, block_s: float | None = 0.0
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         with _redis_errors(f"read of {stream}"):
             reply = self._redis.xread(
                 {self._key(stream): after_id or "0-0"}, count=count, block=_block_ms(block_s)
@@ -65,7 +65,7 @@ class RedisBus:
 
     def read_group(
         self, stream: str, group: str, consumer: str, count: int = 10, block_s: float | None = 0.0
-    ) -> list[Message]:
+    ) -> list[BusEvent]:
         with _redis_errors(f"group read of {stream} by {group}/{consumer}"):
             reply = self._redis.xreadgroup(
                 group, consumer, {self._key(stream): ">"}, count=count, block=_block_ms(block_s)
@@ -80,8 +80,8 @@ class RedisBus:
 
     def claim_stale(
         self, stream: str, group: str, consumer: str, min_idle_s: float, count: int = 10
-    ) -> list[Message]:
-        claimed: list[Message] = []
+    ) -> list[BusEvent]:
+        claimed: list[BusEvent] = []
         cursor = "0-0"
         with _redis_errors(f"claim on {stream} by {group}/{consumer}"):
             while len(claimed) < count:
@@ -95,7 +95,7 @@ class RedisBus:
                     count=count - len(claimed),
                 )
                 cursor, entries = reply[0], reply[1]
-                claimed += [Message(stream, i, dict(f)) for i, f in entries if f is not None]
+                claimed += [BusEvent(stream, i, dict(f)) for i, f in entries if f is not None]
                 if cursor == "0-0":
                     break
         return claimed
@@ -119,9 +119,9 @@ class RedisBus:
     def _key(self, stream: str) -> str:
         return self.prefix + stream
 
-    def _messages(self, stream: str, reply: Any) -> list[Message]:
+    def _messages(self, stream: str, reply: Any) -> list[BusEvent]:
         """XREAD/XREADGROUP reply ([[key, [(id, fields), …]]]) → messages; deleted entries are skipped."""
         if not reply:
             return []
         entries = reply[0][1]  # one stream asked, one answered (RESP2, redis-py's default)
-        return [Message(stream, i, dict(f)) for i, f in entries if f is not None]
+        return [BusEvent(stream, i, dict(f)) for i, f in entries if f is not None]

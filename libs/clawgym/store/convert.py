@@ -1,4 +1,4 @@
-"""Store records ⇄ `clawgym.v1.store_pb2` messages: the one place that knows both shapes.
+"""Store records ⇄ `clawgym.generated.v1.store_pb2` messages: the one place that knows both shapes.
 
 Owns the field mapping (dicts travel as `*_json` strings, token arrays as packed little-endian
 `bytes`, optional reward/passed as proto3 `optional`); not validation beyond what decoding
@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from clawgym import arrays
 from clawgym.errors import InvalidArgument
+from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.store.records import (
     Call,
     Checkpoint,
@@ -22,7 +23,6 @@ from clawgym.store.records import (
     RolloutWithCalls,
     Run,
 )
-from clawgym.v1 import store_pb2 as pb
 
 T = TypeVar("T")
 

@@ -12,6 +12,8 @@ import grpc
 
 from clawgym.config import StoreConfig
 from clawgym.errors import InvalidArgument
+from clawgym.generated.v1 import store_pb2 as pb
+from clawgym.generated.v1.store_pb2_grpc import StoreStub
 from clawgym.rpc import error_from_rpc, grpc_options
 from clawgym.store import convert
 from clawgym.store.records import (
@@ -24,8 +26,6 @@ from clawgym.store.records import (
     RolloutSpec,
     Run,
 )
-from clawgym.v1 import store_pb2 as pb
-from clawgym.v1.store_pb2_grpc import StoreStub
 
 T = TypeVar("T")
 

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from clawgym.config import ClawgymConfig
-from clawgym.engine.interface import Engine
 from clawgym.errors import InvalidArgument
 from clawgym.evaluation.runner import EvalResult, EvalSpec, evaluate
+from clawgym.inference.interface import Engine
 from clawgym.orchestrator.interface import RolloutService, RolloutStatus
 from clawgym.store.bus import make_bus
 from clawgym.store.interface import TrajectoryStore
-from clawgym.training.aio import LoopThread
-from clawgym.training.loop import Trainer
+from clawgym.trainer.loop import Trainer
+from clawgym.trainer.loop_thread import LoopThread
 from clawgym_app.runtime.catalog import HarnessSettings, SettingsCatalog
 from clawgym_app.runtime.server import ServerThread
 from clawgym_app.runtime.source import ServiceSource
@@ -95,8 +95,8 @@ class Runtime:
         return rt
 
     def _open(self, engine: Engine | None) -> None:
-        from clawgym.engine.factory import connect_engine
-        from clawgym.models import load_tokenizer
+        from clawgym.inference.factory import connect_engine
+        from clawgym.policies import load_tokenizer
         from clawgym.store import open_store
 
         cfg = self.cfg
@@ -119,7 +119,7 @@ class Runtime:
         self._closers.append(lambda: self.loop.run(self.rollouts.close(), timeout_s=60))
 
     def _start_proxy(self) -> str:
-        from clawgym.models import policy_spec
+        from clawgym.policies import policy_spec
         from clawgym_services.proxy.server import create_app
 
         p = self.cfg.proxy
@@ -170,7 +170,7 @@ class Runtime:
 
     def trainer(self, on_status: Callable[[RolloutStatus], None] | None = None) -> Trainer:
         """A trainer for `cfg.trainer` whose rollouts this runtime's rollout service runs (train split)."""
-        from clawgym.training.config import check_trainer_config
+        from clawgym.trainer.config import check_trainer_config
 
         check_trainer_config(self.cfg.trainer)
         tasks = list(self.cfg.trainer.tasks) or train_task_ids(self.cfg.trainer.suite)
@@ -238,7 +238,7 @@ async def _make_client(cls, target: str):
 
 def train_task_ids(suite: str) -> list[str]:
     """The suite's train split, or every task when it has no split named train."""
-    from clawgym.training.source import suite_task_ids
+    from clawgym.trainer.source import suite_task_ids
 
     ids = suite_task_ids(suite, split="train")
     if not ids:

@@ -3,7 +3,7 @@
 Owns turning the trainer's `RolloutBatch` into an orchestrator `Batch` and draining its status
 stream on the runtime's event loop until every rollout has ended. Like every source it only
 *starts* rollouts: their calls and rewards reach the trainer through the store and the
-`groups.ready` stream. (`clawgym.training.source.OrchestratorSource` does the same over a raw
+`groups.ready` stream. (`clawgym.trainer.source.OrchestratorSource` does the same over a raw
 gRPC stub; this one takes the `RolloutService` interface, so the embedded runtime and the service
 mode share one code path.)
 """
@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from clawgym.errors import ClawgymError
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
-from clawgym.training.aio import LoopThread
-from clawgym.training.source import BatchLedger, RolloutBatch
+from clawgym.trainer.loop_thread import LoopThread
+from clawgym.trainer.source import BatchLedger, RolloutBatch
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Code generated from proto/ (proto/generate.py); never edited by hand."""

@@ -1,0 +1,182 @@
+"""The torch engine: the `Engine` interface over an HF causal LM, served in-process with continuous batching.
+
+Owns the async face: validating requests, streaming tokens to the caller's event loop, aborting
+when the caller goes away, and hot-reloading checkpoints. The decode loop itself runs in a
+thread (`clawgym.inference.batch_loop`), so the event loop stays free while the model computes.
+It knows no chat template or tokenizer: token ids in, token ids + logprobs + versions out.
+"""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from copy import deepcopy
+from pathlib import Path
+
+import torch
+
+from clawgym.errors import ClawgymError, Unavailable
+from clawgym.inference.batch_loop import BatchLoop, Request, StepCounters
+from clawgym.inference.checkpoint import fit_checkpoint, read_safetensors, weight_targets
+from clawgym.inference.interface import EngineStatus, SamplingParams, TokenChunk
+from clawgym.inference.sampler import make_generator
+from clawgym.inference.validation import validate_request
+
+
+class TorchEngine:
+    """An `Engine` over one HF causal LM: continuous batching, exact sampled-token logprobs, hot reload."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        name: str,
+        policy_version: int = 0,
+        max_batch: int = 32,
+        max_batch_tokens: int = 262_144,
+        prefill_chunk: int = 512,
+        max_context: int | None = None,
+        prefix_cache_tokens: int = 8192,
+    ) -> None:
+        """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
+        prompt tokens per prefill forward (long prompts interleave with decode steps);
+        `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off)."""
+        config = model.config.get_text_config()
+        self.name = name
+        self.model = model.eval()
+        self.max_context = max_context or config.max_position_embeddings
+        self.vocab_size = config.vocab_size
+        self._targets, self._aliases = weight_targets(model)
+        self._reloading = 0
+        self._loop = BatchLoop(
+            model,
+            self._targets,
+            max_context=self.max_context,
+            max_batch=max_batch,
+            max_batch_tokens=max_batch_tokens,
+            prefill_chunk=prefill_chunk,
+            policy_version=policy_version,
+            prefix_cache_tokens=prefix_cache_tokens,
+        )
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: str,
+        *,
+        dtype: torch.dtype = torch.float32,
+        cache_dir: str | Path | None = None,
+        **kwargs,
+    ) -> "TorchEngine":
+        """Loads the policy named by a model spec (`tiny-qwen3`, `smollm2-135m`, a local HF folder)."""
+        from clawgym.policies import load_model
+
+        return cls(load_model(spec, dtype=dtype, cache_dir=cache_dir), name=str(spec), **kwargs)
+
+    # --- Engine interface -----------------------------------------------------------------------
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+    ) -> AsyncIterator[TokenChunk]:
+        """Streams the request's tokens; closing the iterator (or cancelling its task) aborts it."""
+        prompt = [int(t) for t in prompt_ids]
+        limit = validate_request(prompt, params, self.vocab_size, self.max_context)
+        request = Request(
+            id=request_id,
+            prompt=prompt,
+            params=params,
+            limit=limit,
+            loop=asyncio.get_running_loop(),
+            queue=asyncio.Queue(),
+            generator=make_generator(params.seed),
+        )
+        if not self._loop.submit(request):
+            raise Unavailable("the torch engine is closed")
+        finished = False
+        try:
+            while not finished:
+                items = [await request.queue.get()]
+                while not request.queue.empty():
+                    items.append(request.queue.get_nowait())
+                chunk, finished = _chunk(items)
+                if chunk is not None:
+                    yield chunk
+        finally:
+            if not finished:
+                self._loop.abort(request)
+
+    async def load_weights(self, version: int, uri: str) -> float:
+        """Reads and checks the checkpoint off the event loop, then swaps it in between two decode steps."""
+        started = time.perf_counter()
+        self._reloading += 1
+        try:
+            tensors = await asyncio.to_thread(self._read_fitting, str(uri))
+            swap = self._loop.swap(version, tensors, started)
+            await asyncio.to_thread(swap.done.wait)
+        finally:
+            self._reloading -= 1
+        if not swap.applied:
+            raise Unavailable("the torch engine closed before the new weights were swapped in")
+        return swap.seconds
+
+    async def status(self) -> EngineStatus:
+        running, waiting = self._loop.load()
+        counters = self._loop.counters
+        return EngineStatus(
+            model=self.name,
+            policy_version=self._loop.version,
+            max_context=self.max_context,
+            vocab_size=self.vocab_size,
+            running=running,
+            waiting=waiting,
+            ready=self._reloading == 0,
+            extra={
+                "decode_steps": float(counters.decode_steps),
+                "decode_rows": float(counters.decode_rows),
+                "generated_tokens": float(counters.generated_tokens),
+                "prefill_tokens": float(counters.prefill_tokens),
+                "prefix_hit_tokens": float(counters.prefix_hit_tokens),
+                "reloads": float(counters.reloads),
+                "last_reload_s": counters.last_reload_s,
+                "reloading": float(self._reloading),
+            },
+        )
+
+    # --- beyond the interface -------------------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        return self._loop.version
+
+    def counters(self) -> StepCounters:
+        """A snapshot of the decode loop's step/batch accounting."""
+        return deepcopy(self._loop.counters)
+
+    async def aclose(self) -> None:
+        """Stops the decode loop; requests still running end with finish reason `abort`."""
+        await asyncio.to_thread(self._loop.close)
+
+    def _read_fitting(self, uri: str) -> dict[str, torch.Tensor]:
+        return fit_checkpoint(read_safetensors(uri), self._targets, self._aliases, uri)
+
+
+def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool]:
+    """Folds queued (token, logprob, version, finish) items into one chunk; True when the request ended."""
+    ids, logprobs, versions = [], [], []
+    finish = None
+    for token, logprob, version, outcome in items:
+        if isinstance(outcome, BaseException):
+            raise (
+                outcome
+                if isinstance(outcome, ClawgymError)
+                else Unavailable(f"engine step failed: {outcome}")
+            )
+        if token is not None:
+            ids.append(token)
+            logprobs.append(logprob)
+            versions.append(version)
+        if outcome is not None:
+            finish = outcome
+            break
+    if not ids and finish is None:
+        return None, False
+    return TokenChunk(ids, logprobs, versions, finish), finish is not None

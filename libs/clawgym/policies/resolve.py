@@ -1,0 +1,61 @@
+"""Resolves a model spec to a local HF folder (building it once into a cache) and loads it.
+
+Owns the model cache: `<cache_dir>/<key>/` is built once under a file lock, into a temporary
+folder renamed into place, so concurrent processes neither race nor see half a folder. Local
+folder specs are used where they are. Never touches the network.
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from clawgym.policies import smollm2, tiny_qwen3
+from clawgym.policies.specs import SMOLLM2_135M, TINY_QWEN3, PolicySpec, policy_spec
+
+DEFAULT_CACHE_DIR = Path("~/.cache/clawgym/models")
+BUILDERS = {TINY_QWEN3: tiny_qwen3, SMOLLM2_135M: smollm2}
+
+
+def resolve_model(spec: "str | Path | PolicySpec", cache_dir: "str | Path | None" = None) -> Path:
+    """The local HF folder for `spec`, building it into `cache_dir` (default ~/.cache/clawgym/models) once."""
+    policy = policy_spec(spec)
+    if policy.is_local:
+        return Path(policy.name)
+    builder = BUILDERS[policy.name]
+    root = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser()
+    final = root / builder.cache_key()
+    if (final / "config.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f".{final.name}.lock")):
+        if (final / "config.json").is_file():  # another process built it while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+        try:
+            builder.build(tmp)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def load_tokenizer(
+    spec: "str | Path | PolicySpec", cache_dir: "str | Path | None" = None
+) -> PreTrainedTokenizerBase:
+    """The policy's HF tokenizer (left padding, pad = <|endoftext|> for the built-in specs)."""
+    return AutoTokenizer.from_pretrained(resolve_model(spec, cache_dir))
+
+
+def load_model(
+    spec: "str | Path | PolicySpec",
+    dtype: torch.dtype = torch.float32,
+    cache_dir: "str | Path | None" = None,
+) -> PreTrainedModel:
+    """The policy as an HF causal LM in `dtype`, on CPU, in eval mode."""
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(spec, cache_dir), dtype=dtype)
+    return model.eval()

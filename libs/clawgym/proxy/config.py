@@ -1,0 +1,94 @@
+"""The proxy's configuration section (`ClawgymConfig.proxy`, env `CLAWGYM_PROXY__…`).
+
+Owns the proxy's fields and defaults; the engine it talks to is configured by the `inference`
+section (`clawgym.inference.config`), the store by `store`.
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_RECORDED_HEADERS = (
+    "user-agent",
+    "anthropic-version",
+    "anthropic-beta",
+    "x-claude-code-session-id",
+    "x-claude-code-agent-id",
+    "session-id",
+    "session_id",
+    "thread-id",
+    "x-codex-parent-thread-id",
+    "x-session-id",
+    "x-parent-session-id",
+    "traceparent",
+    "originator",
+    "x-stainless-lang",
+)
+
+
+class ProxyConfig(BaseModel):
+    """What `clawgym serve proxy` serves and how it captures."""
+
+    # Same rule as clawgym.config.Section (unknown keys are errors); defined here so that
+    # clawgym.config can import this section without an import cycle.
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field("127.0.0.1", description="address the proxy listens on")
+    port: int = Field(8080, description="port the proxy listens on")
+    model: str = Field(
+        "tiny-qwen3",
+        description="policy model spec: its tokenizer renders prompts; "
+        "also the in-process engine's model when inference_url is empty",
+    )
+    served_model_name: str = Field(
+        "",
+        description="model name reported by /v1/models and in responses; "
+        "empty = any name the harness asks for is echoed back",
+    )
+    inference_url: str = Field(
+        "", description="inference service host:port (gRPC); empty = in-process engine"
+    )
+    redis_url: str = Field(
+        "",
+        description="Redis for live state shared by proxy replicas (token cache, "
+        "generated turns, call seq numbers); empty = in-process (embedded, one replica)",
+    )
+    redis_prefix: str = Field("clawgym", description="prefix of every Redis key the proxy writes")
+    max_new_tokens: int = Field(
+        0,
+        ge=0,
+        description="deployment-wide cap on generated tokens per call "
+        "(bounds training rollouts); 0 = only the context bounds it",
+    )
+    temperature: float | None = Field(
+        None,
+        ge=0,
+        description="sampling temperature forced on every call; "
+        "None = the request's value (1.0 if it sends none)",
+    )
+    token_cache_ttl_s: float = Field(
+        15.0,
+        ge=0,
+        description="how long a resolved rollout token is cached; "
+        "a rollout that ends is refused at most this long after",
+    )
+    turn_cache_ttl_s: float = Field(
+        86400.0,
+        gt=0,
+        description="how long a rollout's generated turns are kept for splicing after its last call",
+    )
+    memory_max_rollouts: int = Field(
+        4096,
+        gt=0,
+        description="in-process live state: rollouts whose turns are kept (least recently used are dropped)",
+    )
+    store_threads: int = Field(
+        32, ge=1, description="threads waiting on store calls (recording, token lookups)"
+    )
+    render_threads: int = Field(4, ge=1, description="threads rendering and tokenizing prompts")
+    retry_after_s: int = Field(
+        2, ge=0, description="Retry-After seconds sent with 503 while the engine is down"
+    )
+    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="largest request body accepted")
+    recorded_headers: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_RECORDED_HEADERS),
+        description="request headers recorded with each call (lowercase); credentials are never recorded",
+    )

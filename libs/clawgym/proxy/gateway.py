@@ -1,0 +1,285 @@
+"""The proxy's core: one harness request → a rollout's recorded call → the protocol's reply.
+
+Owns the order of a call (ARCHITECTURE.md §5): resolve the API key to a rollout, parse the body
+into a canonical conversation, build the prompt (splicing the rollout's generated turns),
+clamp the generation budget to what fits, start the engine, and hand back either JSON or an
+SSE stream; typed errors become the protocol's error shape with the right HTTP status. It is
+framework-free: the HTTP shell (`clawgym_services.proxy`) turns `JsonReply` / `StreamReply`
+into responses. Nothing is recorded for a request refused here.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from clawgym.errors import ClawgymError, InvalidArgument, Unavailable
+from clawgym.inference.interface import Engine, EngineStatus, SamplingParams
+from clawgym.protocols.anthropic_messages import AnthropicMessages
+from clawgym.protocols.wire import WireProtocol, WireRequest
+from clawgym.proxy.config import ProxyConfig
+from clawgym.proxy.generation import CallRun, CallSetup
+from clawgym.proxy.identity import RolloutResolver, api_key
+from clawgym.proxy.live import LiveState
+from clawgym.proxy.metrics import ProxyMetrics
+from clawgym.proxy.pools import WorkerPools
+from clawgym.rendering.detokenize import IncrementalDetokenizer
+from clawgym.rendering.splice import PromptBuilder, chain_keys
+from clawgym.rendering.template import ChatTemplate
+from clawgym.store.interface import TrajectoryStore
+from clawgym.store.records import Rollout
+
+log = logging.getLogger(__name__)
+
+STATUS_TTL_S = 1.0  # engine status (context size, policy version) is re-read at most this often
+MAX_SEED = 2**63 - 1
+
+
+@dataclass
+class JsonReply:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class StreamReply:
+    chunks: AsyncIterator[bytes]
+    on_close: Callable[[], None]  # call when the client is gone or the stream ended
+
+
+Disconnected = Callable[[], Awaitable[bool]]
+
+
+def parse_body(body: bytes, limit: int) -> Any:
+    if len(body) > limit:
+        raise InvalidArgument(f"request body is {len(body)} bytes; the limit is {limit}")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise InvalidArgument(f"request body is not JSON: {e}") from None
+
+
+class Gateway:
+    """Everything a proxy replica needs, built once per app and passed in (no module-level state)."""
+
+    def __init__(
+        self,
+        cfg: ProxyConfig,
+        engine: Engine,
+        store: TrajectoryStore,
+        tokenizer: PreTrainedTokenizerBase,
+        live: LiveState,
+        metrics: ProxyMetrics,
+        *,
+        supports_tools: bool | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.store = store
+        self.tokenizer = tokenizer
+        self.live = live
+        self.metrics = metrics
+        self.template = ChatTemplate(tokenizer, supports_tools)
+        self.builder = PromptBuilder(self.template)
+        self.pools = WorkerPools(cfg.store_threads, cfg.render_threads)
+        self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s, self.pools)
+        self.background: set[asyncio.Task] = set()  # producers of calls still generating
+        self._status: EngineStatus | None = None
+        self._status_at = 0.0
+
+    # --- engine status ---
+
+    async def engine_status(self, fresh: bool = False) -> EngineStatus:
+        """The engine's status, cached briefly; Unavailable if it cannot be reached."""
+        now = time.monotonic()
+        if fresh or self._status is None or now - self._status_at > STATUS_TTL_S:
+            try:
+                self._status = await self.engine.status()
+            except ClawgymError:
+                raise
+            except Exception as e:  # a transport error talking to a remote engine
+                raise Unavailable(f"inference engine unreachable: {e}") from e
+            self._status_at = now
+        return self._status
+
+    # --- one call ---
+
+    async def handle(
+        self,
+        protocol: WireProtocol,
+        body: bytes,
+        headers: Mapping[str, str],
+        disconnected: Disconnected | None = None,
+    ) -> JsonReply | StreamReply:
+        """Answers one model call in `protocol`'s shape; errors are replies, never exceptions."""
+        started = time.perf_counter()
+        harness = "unknown"
+        try:
+            rollout = await self.resolver.resolve(api_key(headers))
+            harness = rollout.harness or "unknown"
+            request = parse_body(body, self.cfg.max_body_bytes)
+            wire = protocol.parse(request)
+            run = await self._start(protocol, wire, request, headers, rollout, started)
+        except ClawgymError as e:
+            return self._error(protocol, e, harness)
+        except Exception as e:  # a bug: still answered in the protocol's shape, with the traceback logged
+            log.exception("%s request failed", protocol.name)
+            return self._error(protocol, ClawgymError(f"internal error: {type(e).__name__}"), harness)
+        self.metrics.requests.labels(protocol.name, harness, "200").inc()
+        if wire.options.stream:
+            return StreamReply(run.setup.reply.stream(run.events()), run.abort)
+        try:
+            completion = await self._wait(run, disconnected)
+        except ClawgymError as e:
+            return self._error(protocol, e, harness)
+        return JsonReply(200, run.setup.reply.response(completion))
+
+    async def _wait(self, run: CallRun, disconnected: Disconnected | None) -> Any:
+        """A non-streaming call's completion; a client that leaves meanwhile aborts it."""
+        if disconnected is None:
+            return await run.completion()
+        waiter = asyncio.ensure_future(run.completion())
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=0.5)
+                if done:
+                    return waiter.result()
+                if await disconnected():
+                    run.abort()
+                    return await waiter
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    async def _start(
+        self,
+        protocol: WireProtocol,
+        wire: WireRequest,
+        request: Any,
+        headers: Mapping[str, str],
+        rollout: Rollout,
+        started: float,
+    ) -> CallRun:
+        conv, opts = wire.conversation, wire.options
+        t0 = time.perf_counter()
+        keys = chain_keys(conv)
+        turns = await self.live.get_turns(rollout.id, self.builder.candidate_keys(conv, keys))
+        t1 = time.perf_counter()
+        # in a worker thread: the tokenizer releases the GIL, so other calls keep streaming meanwhile
+        prompt = await self.pools.render(self.builder.build, conv, turns, keys)
+        t2 = time.perf_counter()
+        status = await self.engine_status()
+        room = status.max_context - len(prompt.ids)
+        if room < 1:
+            raise InvalidArgument(
+                f"prompt is too long: {len(prompt.ids)} tokens, the policy's context is {status.max_context}"
+            )
+        # Claude Code always asks for 128000: clamp to what fits, then to the deployment's cap
+        max_new = min(opts.max_tokens or room, room)
+        if self.cfg.max_new_tokens:
+            max_new = min(max_new, self.cfg.max_new_tokens)
+        temperature = self.cfg.temperature if self.cfg.temperature is not None else opts.temperature
+        sampling = SamplingParams(
+            max_new_tokens=max_new,
+            temperature=1.0 if temperature is None else temperature,
+            top_p=opts.top_p or 1.0,
+            top_k=opts.top_k or 0,
+            stop_token_ids=self.template.info.stop_token_ids,
+            seed=None if opts.seed is None else opts.seed % MAX_SEED,
+        )
+        reply = protocol.reply(wire, len(prompt.ids), prompt.segment_start)
+        recorded = {k: headers[k] for k in self.cfg.recorded_headers if k in headers}
+        setup = CallSetup(
+            rollout=rollout,
+            protocol=protocol.name,
+            request=request,
+            headers=recorded,
+            conversation=conv,
+            options=opts,
+            prompt=prompt,
+            sampling=sampling,
+            reply=reply,
+            starts_in_thinking=self.template.info.starts_in_thinking,
+            policy_version=status.policy_version,
+            started=started,
+            timings={"turn_fetch": t1 - t0, "render": t2 - t1},
+        )
+        run = CallRun(
+            setup,
+            self.engine,
+            IncrementalDetokenizer(self.tokenizer),
+            self.store,
+            self.live,
+            self.metrics,
+            self.template.info.stop_token_ids,
+            self.background,
+            self.pools,
+        )
+        await run.start()
+        return run
+
+    def _error(self, protocol: WireProtocol, error: ClawgymError, harness: str) -> JsonReply:
+        status = error.http_status
+        self.metrics.requests.labels(protocol.name, harness, str(status)).inc()
+        headers = {"retry-after": str(self.cfg.retry_after_s)} if status == 503 else {}
+        if status >= 500:
+            log.warning("%s call failed: %s", protocol.name, error)
+        return JsonReply(status, protocol.error_body(error), headers)
+
+    # --- the other endpoints ---
+
+    async def count_tokens(
+        self, protocol: AnthropicMessages, body: bytes, headers: Mapping[str, str]
+    ) -> JsonReply:
+        """`/v1/messages/count_tokens`: the prompt length of a request rendered from scratch."""
+        try:
+            await self.resolver.resolve(api_key(headers))
+            conv = protocol.parse_count_tokens(parse_body(body, self.cfg.max_body_bytes))
+            return JsonReply(200, {"input_tokens": await self.pools.render(self.builder.count_tokens, conv)})
+        except ClawgymError as e:
+            return self._error(protocol, e, "unknown")
+
+    async def models(self) -> dict[str, Any]:
+        """`/v1/models` in a shape both the OpenAI and the Anthropic SDKs parse."""
+        name = self.cfg.served_model_name or self.cfg.model
+        entry = {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "clawgym",
+            "type": "model",
+            "display_name": name,
+            "created_at": "1970-01-01T00:00:00Z",
+        }
+        return {"object": "list", "data": [entry], "has_more": False, "first_id": name, "last_id": name}
+
+    async def health(self) -> JsonReply:
+        try:
+            status = await self.engine_status(fresh=True)
+            engine_ok = status.ready
+        except ClawgymError:
+            status, engine_ok = None, False
+        live_ok = await self.live.ping()
+        body = {
+            "status": "ok" if engine_ok and live_ok else "unavailable",
+            "engine": {
+                "ready": engine_ok,
+                "model": status.model if status else "",
+                "policy_version": status.policy_version if status else None,
+            },
+            "live_state": live_ok,
+        }
+        return JsonReply(200 if engine_ok and live_ok else 503, body)
+
+    async def aclose(self, grace_s: float = 5.0) -> None:
+        """Lets in-flight producers finish recording (aborted ones included), then closes live state."""
+        if self.background:
+            await asyncio.wait(set(self.background), timeout=grace_s)
+        await self.live.aclose()
+        self.pools.shutdown()

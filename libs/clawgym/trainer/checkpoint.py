@@ -1,0 +1,204 @@
+"""Checkpoints: HF-format safetensors folders the engines hot-reload, with the trainer's state beside them.
+
+Owns the layout under `<checkpoint_uri>/<run_name>/` (a local folder or any fsspec URI):
+
+    run.json                 the store run id this folder belongs to (how a restart finds its run)
+    v000005/                 version 5 = the weights after 5 optimizer steps
+      config.json, model.safetensors, tokenizer files   (a Hugging Face folder; LoRA merged in)
+      trainer_state.pt       optimizer (None with save_optimizer_state off), scheduler, RNG,
+                             value head, LoRA adapters, step/version
+
+Writing is all-or-nothing: a folder is written under a temporary name and renamed into place
+(uploaded, for a remote URI), so a reader never sees half a checkpoint. A checkpoint counts only
+once the store registered it (`loop.py` commits); folders of unregistered versions are leftovers of
+a killed trainer and are overwritten. Under FSDP2 every rank takes part in gathering the full state
+(collectives); only rank 0 writes.
+"""
+
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import torch
+from safetensors.torch import save_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+
+from clawgym.errors import FailedPrecondition, NotFound
+from clawgym.store.interface import TrajectoryStore
+from clawgym.trainer.config import TrainerConfig
+from clawgym.trainer.distributed import World
+from clawgym.trainer.policy import BuiltPolicy, merge_lora_state
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.pt"
+_VERSION_DIR = re.compile(r"^v(\d{6,})$")
+
+
+def run_folder(cfg: TrainerConfig) -> str:
+    return f"{cfg.checkpoint_uri.rstrip('/')}/{cfg.run_name}"
+
+
+def version_uri(cfg: TrainerConfig, version: int) -> str:
+    return f"{run_folder(cfg)}/v{version:06d}"
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+# --- the run a checkpoint folder belongs to ---
+
+
+def resolve_run(store: TrajectoryStore, cfg: TrainerConfig) -> str:
+    """The store run to train: `trainer.run_id`, else the one recorded in run.json, else a new one."""
+    if cfg.run_id:
+        try:
+            return store.get_run(cfg.run_id).id
+        except NotFound:
+            raise NotFound(f"trainer.run_id: the store has no run {cfg.run_id!r}") from None
+    fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
+    marker = f"{folder}/run.json"
+    if fs.exists(marker):
+        run_id = json.loads(fs.cat_file(marker))["run_id"]
+        try:
+            return store.get_run(run_id).id
+        except NotFound:
+            raise FailedPrecondition(
+                f"{run_folder(cfg)}/run.json names run {run_id}, which the store does not know; "
+                "set trainer.run_id, or a new trainer.run_name / checkpoint_uri"
+            ) from None
+    run = store.create_run(cfg.run_name, cfg.model_dump(mode="json"))
+    fs.makedirs(folder, exist_ok=True)
+    with fs.open(marker, "w") as f:
+        f.write(json.dumps({"run_id": run.id, "run_name": cfg.run_name}))
+    return run.id
+
+
+# --- saving ---
+
+
+def save_checkpoint(
+    built: BuiltPolicy,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    tokenizer: Any,
+    uri: str,
+    trainer_state: dict[str, Any],
+    world: World,
+    with_optimizer: bool = True,
+) -> None:
+    """Writes the checkpoint folder at `uri` (all ranks call it; rank 0 writes); the optimizer's
+    state is None unless `with_optimizer`."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(built.module, options=options)
+    optim_state = get_optimizer_state_dict(built.module, optimizer, options=options) if with_optimizer else None
+    if not world.is_main:
+        return
+    lm_state = {k.removeprefix("lm."): v for k, v in state.items() if k.startswith("lm.")}
+    weights = merge_lora_state(lm_state, built.lora) if built.lora is not None else lm_state
+    config = built.module.lm.config
+    if getattr(config, "tie_word_embeddings", False):
+        weights.pop("lm_head.weight", None)  # tied to the embedding, as save_pretrained writes it
+    extra = {
+        "optimizer": optim_state,
+        "scheduler": scheduler.state_dict(),
+        "value_head": {
+            k.removeprefix("value_head."): v for k, v in state.items() if k.startswith("value_head.")
+        },
+        "adapters": {k: v for k, v in lm_state.items() if "lora_" in k},
+        "torch_rng": torch.get_rng_state(),
+        **trainer_state,
+    }
+    tensors = {k: v.contiguous() for k, v in weights.items()}
+
+    def write(folder: Path) -> None:
+        save_file(tensors, str(folder / "model.safetensors"), {"format": "pt"})
+        config.save_pretrained(folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        torch.save(extra, folder / STATE_FILE)
+
+    _publish_folder(write, uri)
+
+
+def _publish_folder(write: Callable[[Path], None], uri: str) -> None:
+    """Writes a checkpoint folder with `write` and makes it visible at `uri` all at once: locally,
+    written beside the target and renamed (one write of the bytes); remotely, uploaded when whole."""
+    fs, target = fsspec.core.url_to_fs(uri)
+    if _is_local(fs):
+        final = Path(target)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = final.parent / f".{final.name}.tmp-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        write(staging)
+        if final.exists():  # an unregistered leftover of a killed trainer
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        return
+    with tempfile.TemporaryDirectory(prefix="clawgym-ckpt-") as tmp:
+        staging = Path(tmp) / "v"
+        staging.mkdir()
+        write(staging)
+        if fs.exists(target):
+            fs.rm(target, recursive=True)
+        fs.put(str(staging), target, recursive=True)
+
+
+def prune_checkpoints(cfg: TrainerConfig, newest: int) -> list[str]:
+    """Deletes version folders older than the newest `keep_checkpoints`; returns what it deleted."""
+    fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
+    deleted = []
+    for path in fs.ls(folder, detail=False):
+        name = str(path).rstrip("/").rsplit("/", 1)[-1]
+        match = _VERSION_DIR.match(name)
+        stale_tmp = name.startswith(".v") and ".tmp-" in name
+        if (match and int(match.group(1)) <= newest - cfg.keep_checkpoints) or stale_tmp:
+            fs.rm(path, recursive=True)
+            deleted.append(name)
+    return deleted
+
+
+# --- loading ---
+
+
+def local_folder(uri: str, cache: Path) -> Path:
+    """A local folder with the checkpoint's files: the folder itself, or a download into `cache`."""
+    fs, target = fsspec.core.url_to_fs(uri)
+    if _is_local(fs):
+        if not Path(target).is_dir():
+            raise FailedPrecondition(f"checkpoint {uri!r} is gone (pruned or deleted)")
+        return Path(target)
+    local = cache / Path(target).name
+    if not local.exists():
+        fs.get(target, str(local), recursive=True)
+    return local
+
+
+def load_trainer_state(folder: Path) -> dict[str, Any]:
+    """The optimizer/scheduler/RNG/value-head/adapter state saved beside the weights."""
+    return torch.load(folder / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def restore_optimizer(built: BuiltPolicy, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> bool:
+    """Loads a full (unsharded) optimizer state into a possibly sharded optimizer (every rank);
+    False if the checkpoint was written without one (`trainer.save_optimizer_state: false`)."""
+    if state.get("optimizer") is None:
+        return False
+    set_optimizer_state_dict(
+        built.module, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True)
+    )
+    return True

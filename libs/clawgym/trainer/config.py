@@ -1,0 +1,203 @@
+"""The `trainer` config section: the run (policy, algorithm, batch shape, harness mix) and the service.
+
+Owns the fields, their defaults and the checks that fail a bad config at start with the field's
+name (`trainer.harnesses.0.name: unknown harness …`); not how they are used (`loop.py`). Env
+variables map in as `CLAWGYM_TRAINER__CHECKPOINT_URI=/data/checkpoints`, nested sections as
+`CLAWGYM_TRAINER__ALGORITHM__LR=1e-6`.
+
+A batch is `groups_per_step` groups of `group_size` samples each; each group is one task through one
+harness, the harness drawn from `harnesses` by weight. Version v of the policy is the weights after
+v optimizer steps; the checkpoint of step v is version v.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from clawgym.errors import InvalidArgument
+
+
+class _Section(BaseModel):
+    # Same rule as clawgym.config.Section (unknown keys are errors); kept local so that
+    # clawgym.config can import this module without a cycle.
+    model_config = ConfigDict(extra="forbid")
+
+
+class HarnessWeight(_Section):
+    """One harness of the mix: GRPO groups are per (task, harness)."""
+
+    name: str = Field(
+        description="harness adapter name (clawgym.harnesses.registry), e.g. reference, claude-code"
+    )
+    weight: float = Field(1.0, gt=0, description="relative share of the batch's groups that use this harness")
+
+    @field_validator("name")
+    @classmethod
+    def _known_harness(cls, name: str) -> str:
+        from clawgym.harnesses.registry import ALIASES, HARNESSES  # lazy: the registry imports adapters
+
+        if ALIASES.get(name, name) not in HARNESSES:
+            raise ValueError(f"unknown harness {name!r}; known: {', '.join(HARNESSES)}")
+        return ALIASES.get(name, name)
+
+
+class AlgorithmConfig(_Section):
+    """The RL algorithm and its optimiser: GRPO (group-normalised rewards) or PPO (value head + GAE)."""
+
+    name: Literal["grpo", "ppo"] = Field(
+        "grpo", description="grpo: group-normalised rewards; ppo: value head + GAE"
+    )
+    # --- optimiser ---
+    lr: float = Field(1e-5, gt=0, description="AdamW peak learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (β1, β2)")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW ε")
+    max_grad_norm: float = Field(1.0, gt=0, description="clip the global gradient norm to this")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="learning-rate decay after warmup, over `trainer.steps`"
+    )
+    warmup_steps: int = Field(0, ge=0, description="steps of linear warmup from 0 to `lr`")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="linear/cosine decay ends at lr × this")
+    epochs: int = Field(
+        1, ge=1, description="optimizer steps per batch (>1: PPO's reuse, ratios against the first pass)"
+    )
+    # --- loss (clawgym.rl.losses.LossConfig) ---
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="T of softmax(logits / T) for calls recorded without their sampling temperature (each "
+        "call's own is used where recorded); ClawgymConfig copies proxy.temperature here when this is not set",
+    )
+    clip_low: float = Field(0.2, ge=0, description="ε_low: the ratio is clipped below at 1 - ε_low")
+    clip_high: float = Field(0.28, ge=0, description="ε_high: the ratio is clipped above at 1 + ε_high")
+    tis_cap: float | None = Field(
+        2.0, gt=0, description="truncated importance sampling cap against engine logprobs; null = off"
+    )
+    kl_coef: float = Field(
+        0.0, ge=0, description="β: weight of the k3 KL to the initial policy (0 = no reference)"
+    )
+    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus coefficient")
+    value_coef: float = Field(0.5, ge=0, description="PPO: weight of the value loss")
+    value_clip: float | None = Field(0.2, gt=0, description="PPO: clip the value change; null = plain MSE")
+    value_lr: float | None = Field(None, gt=0, description="PPO: learning rate of the value head; null = lr")
+    aggregation: Literal["token", "sequence", "sum"] = Field(
+        "token", description="loss normalisation over the whole batch: per token, per rollout, or a plain sum"
+    )
+    scale_by_std: bool = Field(True, description="GRPO: divide by the group's reward std (false: Dr. GRPO)")
+    leave_one_out: bool = Field(False, description="GRPO: baseline = mean of the other samples (RLOO)")
+    gamma: float = Field(1.0, ge=0, le=1, description="PPO: discount over generated tokens")
+    lam: float = Field(0.95, ge=0, le=1, description="PPO: GAE λ")
+
+
+class LoraSettings(_Section):
+    """Low-rank adapters (peft) instead of full fine-tuning; checkpoints hold the merged weights."""
+
+    enabled: bool = Field(False, description="train LoRA adapters only")
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: int = Field(32, ge=1, description="adapter scaling numerator (scale = alpha / r)")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter input")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="module names (suffixes) that get adapters",
+    )
+
+
+class TrainerConfig(_Section):
+    """What `clawgym serve trainer` (and the embedded runtime's trainer) runs."""
+
+    # --- the service ---
+    grpc_url: str = Field("", description="address of the trainer service (host:port), for status clients")
+    host: str = Field("0.0.0.0", description="address `clawgym serve trainer` listens on")
+    port: int = Field(50054, ge=0, description="gRPC port of Trainer.Status (0 = any free port)")
+    metrics_port: int = Field(9104, ge=0, description="Prometheus /metrics HTTP port; 0 = none")
+    # --- the run ---
+    run_name: str = Field("clawgym", min_length=1, description="run name; its checkpoints live under it")
+    run_id: str = Field(
+        "",
+        description="store run id to continue; empty = the run recorded under checkpoint_uri/run_name, or a new one",
+    )
+    model: str = Field(
+        "", description="policy model spec: tiny-qwen3, smollm2-135m or a local HF folder (required)"
+    )
+    cache_dir: str = Field(
+        "~/.cache/clawgym/models", description="where built-in policies are built and cached"
+    )
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter dtype")
+    algorithm: AlgorithmConfig = Field(
+        default_factory=AlgorithmConfig, description="RL algorithm and optimiser"
+    )
+    lora: LoraSettings = Field(
+        default_factory=LoraSettings, description="LoRA adapters (peft) instead of full weights"
+    )
+    seed: int = Field(0, ge=0, description="seed of task sampling, adapters and the value head")
+    # --- batches ---
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="sync: rollouts then update, alternately; async: the next batch rolls out while training",
+    )
+    steps: int = Field(100, ge=1, description="optimizer steps of the run (the run ends at version = steps)")
+    group_size: int = Field(4, ge=1, description="G: samples per (task, harness) group")
+    groups_per_step: int = Field(4, ge=1, description="groups per optimizer step (the batch size)")
+    harnesses: list[HarnessWeight] = Field(
+        default_factory=lambda: [HarnessWeight(name="reference")],
+        min_length=1,
+        description="the weighted harness mix",
+    )
+    suite: str = Field("mini", description="task suite (name or folder) the orchestrator runs tasks from")
+    tasks: list[str] = Field(
+        default_factory=list,
+        description="task ids to sample from; empty = every task the rollout source lists",
+    )
+    max_policy_lag: int = Field(
+        1, ge=0, description="drop groups generated by weights more than this many versions old (counted)"
+    )
+    failed_reward: float = Field(
+        0.0, description="reward of a rollout that ended without one (failed, cancelled)"
+    )
+    micro_batch_tokens: int = Field(
+        8192, ge=16, description="token budget of one packed micro-batch (gradient accumulation splits trees)"
+    )
+    rollout_source: Literal["orchestrator", "toy"] = Field(
+        "orchestrator",
+        description="orchestrator: the orchestrator service runs tasks through harnesses; "
+        "toy: an in-process engine generates toy-task rollouts (tests, demos; training.toy)",
+    )
+    proxy_url: str = Field("", description="where harnesses reach the proxy (passed to the orchestrator)")
+    rollout_timeout_s: float = Field(
+        1800.0, gt=0, description="give up a step when no group completes for this long"
+    )
+    sweep_interval_s: float = Field(
+        30.0, gt=0, description="how often the store is swept for complete groups whose announcement was lost"
+    )
+    # --- checkpoints ---
+    checkpoint_uri: str = Field(
+        "./checkpoints",
+        description="local folder or fsspec URI; checkpoints go to <uri>/<run_name>/v<version>",
+    )
+    keep_checkpoints: int = Field(3, ge=1, description="keep the newest N checkpoint folders")
+    save_optimizer_state: bool = Field(
+        True,
+        description="write the optimizer's moments into each checkpoint (2x the weights: a SmolLM2 checkpoint "
+        "took 2.7-4.9 s with them, 1.3-1.5 s without, on 2 CPU cores); without them a resumed run restarts them",
+    )
+
+    @model_validator(mode="after")
+    def _lora_needs_full_shape(self) -> "TrainerConfig":
+        if self.algorithm.kl_coef > 0 and self.lora.enabled:
+            # The reference is the frozen base, which LoRA keeps anyway; supporting it is issue work.
+            raise ValueError("algorithm.kl_coef > 0 with lora.enabled is not supported yet")
+        return self
+
+
+def check_trainer_config(cfg: TrainerConfig) -> None:
+    """What a trainer needs beyond a well-formed section; InvalidArgument names the field."""
+    if not cfg.model:
+        raise InvalidArgument(
+            "trainer.model: missing; name the policy (tiny-qwen3, smollm2-135m or a local HF folder)"
+        )
+    from clawgym.policies import policy_spec
+
+    try:
+        policy_spec(cfg.model)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"trainer.model: {e}") from None

@@ -1,0 +1,346 @@
+"""The RL loop: rollouts → groups → trees → update → checkpoint → publish, step after step.
+
+Owns the order of a step and its commit (ARCHITECTURE.md §1, 7). Reading `Trainer.step` top to
+bottom is reading what happens:
+
+1. collect   (rank 0) top up rollout requests, wait until `groups_per_step` groups are owed, take them
+2. prefetch  (async only) request the next batch now, so it rolls out while this one trains
+3. batch     (rank 0) trees per group; groups older than `max_policy_lag` versions are dropped
+4. update    (all ranks) advantages, packed micro-batches, gradient accumulation, AdamW, clipping
+5. save      (all ranks gather, rank 0 writes) the HF folder + optimizer/scheduler/RNG state
+6. commit    (rank 0) register the checkpoint in the store together with the groups it consumed:
+             the step happened iff this registration did; then ack the bus, record the step's
+             metrics, prune old folders, and tell the engines to hot-reload the new version
+
+Killed anywhere before 6, a restarted trainer redoes the step from the last registered checkpoint
+(its groups are still owed); killed after 6, it continues after it (those groups are consumed).
+"""
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from clawgym.errors import Unavailable
+from clawgym.inference.interface import Engine
+from clawgym.store.bus import EventBus
+from clawgym.store.interface import TrajectoryStore
+from clawgym.store.records import Checkpoint
+from clawgym.trainer import checkpoint as ckpt
+from clawgym.trainer.batch import Batch, assign_to_ranks, build_batch
+from clawgym.trainer.config import TrainerConfig, check_trainer_config
+from clawgym.trainer.distributed import World, shard
+from clawgym.trainer.feed import GroupFeed
+from clawgym.trainer.loop_thread import LoopThread
+from clawgym.trainer.metrics import TrainerMetrics
+from clawgym.trainer.optim import make_optimizer
+from clawgym.trainer.policy import BuiltPolicy, build_policy
+from clawgym.trainer.source import RolloutSource, plan_batch
+from clawgym.trainer.update import Normaliser, prepare_packs, update
+
+log = logging.getLogger(__name__)
+
+# Mean |Δ logprob| between engine and trainer above which a step with no policy lag is suspicious
+# (numerics alone give ~1e-5 in fp32 and ~1e-2 in bf16; scoring T = 0.7 samples at T = 1 gave ~0.1).
+MISMATCH_WARNING = 0.05
+
+RELOAD_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class TrainerStatus:
+    """What Trainer.Status reports: replaced whole (never mutated), so any thread may read it."""
+
+    run_id: str = ""
+    step: int = 0
+    policy_version: int = 0
+    state: str = "starting"  # starting | waiting_rollouts | training | publishing | finished | failed
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class Trainer:
+    """One RL run. Rank 0 holds the store, bus, rollout source and engines; other ranks pass None."""
+
+    def __init__(
+        self,
+        cfg: TrainerConfig,
+        *,
+        store: TrajectoryStore | None,
+        bus: EventBus | None,
+        source: RolloutSource | None,
+        tokenizer: Any,
+        engines: list[Engine] | None = None,
+        runner: LoopThread | None = None,
+        world: World | None = None,
+        metrics: TrainerMetrics | None = None,
+        close_runner: bool = False,
+    ) -> None:
+        check_trainer_config(cfg)
+        self.cfg = cfg
+        self.store, self.bus, self.source = store, bus, source
+        self.tokenizer = tokenizer
+        self.engines = list(engines or [])
+        self.world = world or World()
+        self.metrics = metrics or TrainerMetrics()
+        self._close_runner = close_runner or (runner is None and bool(self.engines))
+        self.runner = runner or (LoopThread() if self.engines else None)
+        self.status = TrainerStatus()
+        self.run_id = ""
+        self.version = 0
+        self.rng = np.random.default_rng(cfg.seed)
+        self.policy: BuiltPolicy | None = None
+        self.feed: GroupFeed | None = None
+        # groups of steps that trained nothing (all dropped or empty): committed with the next checkpoint
+        self._untrained = Batch(version=0)
+        self._task_ids: list[str] = []
+        self._requested_groups = 0  # by this trainer, for `_outstanding`
+        self._warned_mismatch = False
+        self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
+        self._download_cache = Path(f"/tmp/clawgym-trainer-{cfg.run_name}")
+
+    # --- start: the run, the latest checkpoint, the feed ---
+
+    def start(self) -> None:
+        """Finds the run and its latest registered checkpoint, builds the policy from it (or from
+        `cfg.model`), restores optimizer/scheduler/RNG, and joins the group feed."""
+        latest = None
+        if self.world.is_main:
+            assert self.store is not None and self.bus is not None and self.source is not None
+            self.run_id = ckpt.resolve_run(self.store, self.cfg)
+            checkpoints = self.store.list_checkpoints(self.run_id)
+            latest = checkpoints[-1] if checkpoints else None
+            self.store.set_run_status(self.run_id, "running")
+        self.run_id, latest = self.world.broadcast((self.run_id, latest))
+        state: dict[str, Any] = {}
+        folder = None
+        if latest is not None:
+            folder = ckpt.local_folder(latest.uri, self._download_cache)
+            state = ckpt.load_trainer_state(folder)
+            self.version = latest.version
+        weights = str(folder) if folder is not None and not self.cfg.lora.enabled else None
+        self.policy = build_policy(self.cfg, weights=weights, value_head_state=state.get("value_head"))
+        if state.get("adapters"):
+            self.policy.module.lm.load_state_dict(state["adapters"], strict=False)
+        self.policy.module.to(self.world.device)
+        if self.policy.reference is not None:
+            self.policy.reference.to(self.world.device)
+        if self.world.size > 1:
+            shard(self.policy.module, self.policy.module.decoder_layers(), self.world)
+            if self.policy.reference is not None:
+                shard(self.policy.reference, self.policy.reference.decoder_layers(), self.world)
+        self.optimizer, self.scheduler = make_optimizer(
+            self.policy.module, self.cfg.algorithm, self.cfg.steps
+        )
+        if state:
+            if not ckpt.restore_optimizer(self.policy, self.optimizer, state):
+                log.warning("checkpoint %d holds no optimizer state: its moments start afresh", self.version)
+            self.scheduler.load_state_dict(state["scheduler"])
+            torch.set_rng_state(state["torch_rng"])
+            if "plan_rng" in state:
+                self.rng.bit_generator.state = state["plan_rng"]
+        if self.world.is_main:
+            self._task_ids = list(self.cfg.tasks) or self.source.task_ids()
+            self.feed = GroupFeed(
+                self.store, self.bus, self.run_id, sweep_interval_s=self.cfg.sweep_interval_s
+            )
+            self.feed.start()
+            self._arrived_before = self.feed.arrived
+            if latest is not None:
+                self._reload_engines(latest.version, latest.uri)
+        self._set_status("waiting_rollouts")
+        log.info(
+            "trainer: run %s at version %d (%s)", self.run_id, self.version, "resumed" if latest else "new"
+        )
+
+    # --- the loop ---
+
+    def run(self, steps: int | None = None, stop: threading.Event | None = None) -> None:
+        """Trains until version `cfg.steps` (or `steps` more steps, or `stop` is set)."""
+        if self.policy is None:
+            self.start()
+        target = self.cfg.steps if steps is None else min(self.cfg.steps, self.version + steps)
+        try:
+            while self.version < target and not (stop is not None and stop.is_set()):
+                self.step()
+        except BaseException:
+            self._set_status("failed")
+            raise
+        if self.version >= self.cfg.steps:
+            self._set_status("finished")
+            if self.world.is_main:
+                self.store.set_run_status(self.run_id, "finished")
+
+    def step(self) -> bool:
+        """One step (see the module doc); False when every group it took was dropped (nothing trained)."""
+        # 1-3. collect, prefetch, batch (rank 0), then hand each rank its trees
+        shards = None
+        if self.world.is_main:
+            groups, wait_s = self._collect()
+            if self.cfg.mode == "async":
+                self._top_up()  # 2. the next batch rolls out while this one trains
+            batch = build_batch(groups, self.version, self.cfg.max_policy_lag, self.cfg.failed_reward)
+            self._count_lag(batch)
+            if not batch.trees:
+                self._untrained.dropped += batch.dropped
+                self._untrained.empty += batch.empty
+                log.warning("step %d: all %d groups dropped or empty", self.version + 1, len(groups))
+            trees = assign_to_ranks(batch.trees, self.world.size)
+            norm = Normaliser.of(batch.trees)
+            shards = [(trees[r], norm) for r in range(self.world.size)]
+        my_trees, norm = self.world.scatter(shards)
+        if norm.generated == 0:
+            return False
+        # 4. update
+        self._set_status("training")
+        started = time.perf_counter()
+        policy = self.policy.module
+        lr = self.scheduler.get_last_lr()[0]
+        packs = prepare_packs(
+            policy, my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens, self.world
+        )
+        diagnostics = update(
+            policy, self.optimizer, packs, self.cfg.algorithm, self.world, self.version, self.policy.reference
+        )
+        self.scheduler.step()
+        update_s = time.perf_counter() - started
+        # 5. save
+        self._set_status("publishing")
+        version = self.version + 1
+        uri = ckpt.version_uri(self.cfg, version)
+        ckpt.save_checkpoint(
+            self.policy,
+            self.optimizer,
+            self.scheduler,
+            self.tokenizer,
+            uri,
+            {"version": version, "plan_rng": self.rng.bit_generator.state},
+            self.world,
+            with_optimizer=self.cfg.save_optimizer_state,
+        )
+        self.version = version
+        # 6. commit (rank 0)
+        if self.world.is_main:
+            tokens = sum(t.flat.n_positions for t in batch.trees)
+            record = {
+                **diagnostics,
+                "lr": lr,
+                "version": version,
+                "groups": len(batch.trees),
+                "trained_groups": [t.group_id for t in batch.trees],
+                "groups_dropped": len(batch.dropped) + len(self._untrained.dropped),
+                "rollouts": sum(len(t.rewards) for t in batch.trees),
+                "reward": float(np.mean([r for t in batch.trees for r in t.rewards])),
+                "pass_rate": float(np.mean([p for t in batch.trees for p in t.passed])),
+                "policy_lag": float(np.mean([version - 1 - t.oldest_version for t in batch.trees])),
+                "sharing_ratio": batch.sharing_ratio(),
+                "tokens": tokens,
+                "tokens_per_s": tokens / max(update_s, 1e-9),
+                "update_s": update_s,
+                "rollout_wait_s": wait_s,
+                "step_s": time.perf_counter() - started,
+            }
+            self._commit(batch, record, uri)
+        self.world.barrier()
+        self._set_status("waiting_rollouts")
+        return True
+
+    # --- 1. collect (rank 0) ---
+
+    def _collect(self) -> tuple[list, float]:
+        """Waits until `groups_per_step` groups are owed, requesting rollouts as needed; takes them."""
+        need = self.cfg.groups_per_step
+        started = last_progress = time.monotonic()
+        self.feed.sweep()
+        while len(self.feed.ready()) < need:
+            self._top_up()
+            self.source.check()
+            before = len(self.feed.ready())
+            self.feed.poll(block_s=0.5)
+            if len(self.feed.ready()) > before:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
+                raise Unavailable(
+                    f"no rollout group completed in {self.cfg.rollout_timeout_s:.0f} s "
+                    f"({len(self.feed.ready())} of {need} owed, {self.source.pending_groups()} pending)"
+                )
+        ids = self.feed.take(need)
+        return [self.store.get_group(g) for g in ids], time.monotonic() - started
+
+    def _top_up(self) -> None:
+        """Requests a batch when the owed plus outstanding groups would not fill the next step."""
+        if len(self.feed.ready()) + self._outstanding() < self.cfg.groups_per_step:
+            batch = plan_batch(self.cfg, self._task_ids, self.run_id, self.version, self.rng)
+            self._requested_groups += batch.n_groups
+            self.source.request(batch)
+
+    def _outstanding(self) -> int:
+        """Groups requested that may still arrive. The source counts a group until its batch ends,
+        which may be after the feed has seen it (the bus and the source's stream race); groups
+        requested minus groups arrived does not know of batches that failed. Both are upper bounds."""
+        arrived = self.feed.arrived - self._arrived_before
+        return max(0, min(self.source.pending_groups(), self._requested_groups - arrived))
+
+    def _count_lag(self, batch: Batch) -> None:
+        for lag in batch.lags:
+            self.metrics.policy_lag.observe(lag)
+        self.metrics.stale_rollouts.inc(batch.dropped_rollouts)
+
+    # --- 6. commit (rank 0) ---
+
+    def _commit(self, batch: Batch, record: dict[str, Any], uri: str) -> None:
+        """Registers the checkpoint with the groups it consumed (the commit point), then the rest."""
+        consumed = batch.group_ids + self._untrained.group_ids
+        by_harness = batch.by_harness()
+        metrics = record | {
+            f"harness/{h}/{k}": v for h, stats in by_harness.items() for k, v in stats.items()
+        }
+        version = record["version"]
+        self.store.record_checkpoint(
+            Checkpoint(self.run_id, version, version, uri, metrics, group_ids=tuple(consumed))
+        )
+        self._untrained = Batch(version=0)
+        self.feed.consumed(consumed)
+        self.store.record_train_step(self.run_id, version, metrics)
+        ckpt.prune_checkpoints(self.cfg, version)
+        self._reload_engines(version, uri)
+        self.metrics.observe_step(record, by_harness)
+        self.status = TrainerStatus(self.run_id, version, version, "publishing", metrics)
+        log.info(
+            "step %d: loss %.4f reward %.3f kl %.4f mismatch %.4f lag %.2f %.0f tok/s",
+            version, record.get("loss", 0.0), record["reward"], record.get("approx_kl", 0.0),
+            record.get("logprob_mismatch", 0.0), record["policy_lag"], record["tokens_per_s"],
+        )  # fmt: skip
+        mismatch = record.get("logprob_mismatch", 0.0)
+        if record["policy_lag"] == 0 and mismatch > MISMATCH_WARNING and not self._warned_mismatch:
+            self._warned_mismatch = True
+            log.warning(
+                "step %d: the engine's and the trainer's logprobs of the same tokens under the same weights "
+                "differ by %.3f on average. Calls recorded without their sampling temperature are scored "
+                "at trainer.algorithm.temperature (%.2f): were they sampled at another? (bf16 weights "
+                "also differ by ~1e-2)",
+                version, mismatch, self.cfg.algorithm.temperature,
+            )  # fmt: skip
+
+    def _reload_engines(self, version: int, uri: str) -> None:
+        """Tells every engine to serve `version`; a failure is logged (its rollouts then lag, and are dropped)."""
+        for engine in self.engines:
+            try:
+                self.runner.run(engine.load_weights(version, uri), timeout_s=RELOAD_TIMEOUT_S)
+            except Exception:
+                log.exception("engine did not load checkpoint %d from %s", version, uri)
+
+    def _set_status(self, state: str) -> None:
+        s = self.status
+        self.status = TrainerStatus(self.run_id, self.version, self.version, state, s.metrics)
+
+    def close(self) -> None:
+        """Releases the rollout source and the loop thread this trainer made (not the store or engines)."""
+        if self.source is not None:
+            self.source.close()
+        if self._close_runner and self.runner is not None:
+            self.runner.close()

@@ -1,0 +1,161 @@
+"""The trained policy as one module: the causal LM (optionally with LoRA adapters) and a value head.
+
+Owns building the policy a config asks for (model spec or checkpoint folder, dtype, attention
+backend, LoRA, value head for PPO, frozen reference for KL) and `PolicyModule.forward`, the one
+entry point every forward goes through, so that FSDP2's hooks on the root module see all of them.
+It does not define losses or the update (`update.py`); the packed forward itself is
+`clawgym.rl.forward`.
+"""
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from clawgym.rl.forward import ValueHead, hidden_states, packed_forward
+from clawgym.rl.packing import LossRows, PackedSequence
+from clawgym.trainer.config import LoraSettings, TrainerConfig
+
+
+class PolicyModule(nn.Module):
+    """The LM (`lm`, an HF causal LM; LoRA layers injected in place) and an optional value head.
+    Logprobs are of softmax(logits / `temperature`), the rollouts' sampling distribution."""
+
+    def __init__(self, lm: nn.Module, value_head: nn.Module | None = None, temperature: float = 1.0) -> None:
+        super().__init__()
+        self.lm = lm
+        self.value_head = value_head
+        self.temperature = temperature
+
+    def forward(
+        self, pack: PackedSequence, mode: str = "rows", entropy_grad: bool = False
+    ) -> tuple[Tensor, ...]:
+        """mode "rows": (logprob (C,), entropy (C,), values (V,) or empty) at the pack's loss rows;
+        mode "values": (V_old at every owned slot with a parent, (S,)) for GAE, in slot order."""
+        if mode == "values":
+            assert self.value_head is not None, "values need a value head"
+            hidden = hidden_states(self.lm, pack)
+            slots = value_slots(pack).to(hidden.device)
+            return (self.value_head(hidden[pack.parent.to(hidden.device)[slots]]),)
+        out = packed_forward(
+            self.lm, pack, self.value_head, entropy_grad=entropy_grad, temperature=self.temperature
+        )
+        values = out.values if out.values is not None else out.logprob.new_zeros(0)
+        return out.logprob, out.entropy, values
+
+    def decoder_layers(self) -> list[nn.Module]:
+        """The LM's transformer blocks (FSDP2's units)."""
+        return list(self.lm.get_decoder().layers)
+
+
+def value_slots(pack: PackedSequence) -> Tensor:
+    """Slots whose state value GAE needs: owned tokens with a parent (the value of the prefix before them)."""
+    return torch.nonzero(pack.owned & (pack.parent >= 0)).squeeze(1)
+
+
+def dummy_pack(token_id: int = 0) -> PackedSequence:
+    """A one-token pack with no loss rows: what a rank with fewer micro-batches forwards (zero-weighted)
+    so that every rank runs the same collectives under FSDP2."""
+    zl, zf = torch.zeros(0, dtype=torch.long), torch.zeros(0)
+    rows = LossRows(
+        token=zl, engine_logprob=zf, adv_pos=zf, adv_neg=zf, weight=zf, version=zl, temperature=zf,
+        value_token=zl, returns=zf, old_value=zf, value_weight=zf,
+    )  # fmt: skip
+    one = torch.tensor([token_id])
+    return PackedSequence(
+        input_ids=one,
+        position_ids=torch.zeros(1, dtype=torch.long),
+        parent=torch.tensor([-1]),
+        subtree_end=torch.tensor([1]),
+        tree_pos=torch.zeros(1, dtype=torch.long),
+        owned=torch.tensor([True]),
+        rows=rows,
+    )
+
+
+@dataclass
+class BuiltPolicy:
+    """What `build_policy` returns: the module to train, its frozen reference, and the LoRA wrapper."""
+
+    module: PolicyModule
+    reference: PolicyModule | None  # frozen initial policy, for the KL term
+    lora: LoraSettings | None  # set when the LM carries adapters (checkpoints merge them)
+
+
+def build_policy(
+    cfg: TrainerConfig, weights: str | None = None, value_head_state: dict | None = None
+) -> BuiltPolicy:
+    """The policy of `cfg.model`, or the weights of checkpoint folder `weights` (a full HF folder).
+
+    With LoRA, `weights` is the base model's folder and the adapters are loaded by the caller
+    (`checkpoint.load_adapters`). The value head (PPO) starts from `value_head_state` if given,
+    else from a seeded init.
+    """
+    from clawgym.policies import load_model
+
+    dtype = getattr(torch, cfg.dtype)
+    lm = load_model(weights or cfg.model, dtype=dtype, cache_dir=cfg.cache_dir)
+    if lm.config._attn_implementation not in ("sdpa", "eager", "flex_attention"):
+        lm.set_attn_implementation("sdpa")  # tree packing needs a backend that takes a mask (rl/forward.py)
+    reference = None
+    if cfg.algorithm.kl_coef > 0:
+        reference = PolicyModule(
+            copy.deepcopy(lm).requires_grad_(False).eval(), temperature=cfg.algorithm.temperature
+        )
+    lora = None
+    if cfg.lora.enabled:
+        lm = add_lora(lm, cfg.lora)
+        lora = cfg.lora
+    value_head = None
+    if cfg.algorithm.name == "ppo":
+        torch.manual_seed(cfg.seed)
+        value_head = ValueHead(lm.config.get_text_config().hidden_size, dtype=dtype)
+        if value_head_state is not None:
+            value_head.load_state_dict(value_head_state)
+    lm.train()
+    module = PolicyModule(lm, value_head, temperature=cfg.algorithm.temperature)
+    return BuiltPolicy(module=module, reference=reference, lora=lora)
+
+
+def add_lora(lm: nn.Module, settings: LoraSettings) -> nn.Module:
+    """Injects LoRA adapters into `lm` in place (peft) and freezes everything else; returns `lm`.
+
+    The HF model itself is kept (not the PeftModel wrapper): `clawgym.rl.forward` calls its base
+    model and LM head directly, and the injected layers are part of them.
+    """
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        bias="none",
+    )
+    lm = inject_adapter_in_model(config, lm)
+    for name, param in lm.named_parameters():
+        param.requires_grad_("lora_" in name)
+    return lm
+
+
+def merge_lora_state(state: dict[str, Tensor], settings: LoraSettings) -> dict[str, Tensor]:
+    """The plain model's state dict from one with LoRA layers: W = W_base + (alpha / r) B A per adapted
+    layer, adapter tensors dropped, `base_layer.` removed from names. Pure; the inputs are unchanged."""
+    scale = settings.alpha / settings.r
+    merged: dict[str, Tensor] = {}
+    for name, tensor in state.items():
+        if "lora_" in name:
+            continue
+        if ".base_layer." not in name:
+            merged[name] = tensor
+            continue
+        prefix, _, leaf = name.rpartition(".base_layer.")
+        out_name = f"{prefix}.{leaf}"
+        if leaf == "weight":
+            a = state[f"{prefix}.lora_A.default.weight"].float()
+            b = state[f"{prefix}.lora_B.default.weight"].float()
+            merged[out_name] = (tensor.float() + scale * (b @ a)).to(tensor.dtype)
+        else:
+            merged[out_name] = tensor
+    return merged

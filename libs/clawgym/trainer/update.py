@@ -1,0 +1,195 @@
+"""One optimizer step on a rank's trees: advantages → packed micro-batches → gradient accumulation.
+
+Owns the update as CleanRL's `ppo.py` reads: (1) place advantages on each tree (GRPO, or GAE over
+values from a no-grad pass), (2) pack trees into micro-batches of at most `micro_batch_tokens`,
+(3) for each epoch: forward/backward every micro-batch, clip the global gradient norm, step.
+It does not choose groups (`batch.py`) or write checkpoints (`checkpoint.py`).
+
+How this departs from single-process CleanRL, numbered:
+1. The loss normaliser is global. Each tree's terms are built with its own aggregation weights
+   (`clawgym.rl.terms`), then rescaled by (tree count / batch count) of generated tokens ("token")
+   or rollouts ("sequence"), so the micro-batch losses of all ranks sum to the batch's loss.
+2. FSDP2 averages gradients over ranks, so each rank's loss is multiplied by the world size
+   (distributed.py, rule 2), and ranks with fewer micro-batches run zero-weighted dummies (rule 1).
+3. The trainer's logprobs at the engine's tokens are compared with the engine's own in the first
+   forward of the step (π_old = π_θ there): `logprob_mismatch` = weighted mean |Δ logprob|.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from clawgym.rl import LossConfig, combine_diagnostics, gae_terms, grpo_terms, merge_terms, pack, rows_loss
+from clawgym.rl.packing import PackedSequence
+from clawgym.rl.terms import PathTerms, value_terms
+from clawgym.trainer.batch import GroupTree
+from clawgym.trainer.config import AlgorithmConfig
+from clawgym.trainer.distributed import World, full_tensor
+from clawgym.trainer.policy import PolicyModule, dummy_pack, value_slots
+
+
+@dataclass(frozen=True)
+class Normaliser:
+    """The batch-wide counts the loss is normalised by (departure 1)."""
+
+    generated: int  # Σ over trees of generated (rollout, position) pairs
+    rollouts: int  # Σ over trees of rollouts with a generated token
+
+    @classmethod
+    def of(cls, trees: list[GroupTree]) -> "Normaliser":
+        return cls(sum(t.n_generated for t in trees), sum(t.n_generating_rollouts for t in trees))
+
+    def scale(self, tree: GroupTree, aggregation: str) -> float:
+        if aggregation == "token":
+            return tree.n_generated / max(self.generated, 1)
+        if aggregation == "sequence":
+            return tree.n_generating_rollouts / max(self.rollouts, 1)
+        return 1.0
+
+
+def loss_config(algo: AlgorithmConfig) -> LossConfig:
+    return LossConfig(
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
+        tis_cap=algo.tis_cap,
+        kl_coef=algo.kl_coef,
+        entropy_coef=algo.entropy_coef,
+        value_coef=algo.value_coef,
+        temperature=algo.temperature,
+        value_clip=algo.value_clip,
+    )
+
+
+# --- 1-2. advantages on trees, packed into micro-batches ---
+
+
+def prepare_packs(
+    policy: PolicyModule,
+    trees: list[GroupTree],
+    algo: AlgorithmConfig,
+    norm: Normaliser,
+    budget: int,
+    world: World,
+) -> list[PackedSequence]:
+    """This rank's micro-batches with their loss rows, advantages placed and globally normalised."""
+    values = _old_values(policy, trees, budget, world) if algo.name == "ppo" else [None] * len(trees)
+    packs: list[PackedSequence] = []
+    for tree, v in zip(trees, values, strict=True):
+        if algo.name == "ppo":
+            terms = gae_terms(tree.flat, v, gamma=algo.gamma, lam=algo.lam, aggregation=algo.aggregation)
+        else:
+            terms = grpo_terms(
+                tree.flat,
+                scale_by_std=algo.scale_by_std,
+                leave_one_out=algo.leave_one_out,
+                aggregation=algo.aggregation,
+            )
+        terms = _rescaled(terms, norm.scale(tree, algo.aggregation))
+        vt = value_terms(terms) if algo.name == "ppo" else None
+        packs += pack(tree.flat, budget, merge_terms(terms), vt)
+    return packs
+
+
+def _rescaled(terms: PathTerms, scale: float) -> PathTerms:
+    return dataclasses.replace(terms, weight=terms.weight * scale)
+
+
+@torch.no_grad()
+def _old_values(policy: PolicyModule, trees: list[GroupTree], budget: int, world: World) -> list[np.ndarray]:
+    """V_old(prefix before u) at every position of every tree (NaN at depth 0), in lockstep across ranks."""
+    layouts = [(i, p) for i, tree in enumerate(trees) for p in pack(tree.flat, budget)]
+    out = [np.full(tree.flat.n_positions, np.nan) for tree in trees]
+    for k in range(world.max_int(len(layouts))):
+        if k >= len(layouts):
+            policy(dummy_pack(), mode="values")
+            continue
+        i, p = layouts[k]
+        (v,) = policy(p, mode="values")
+        out[i][p.tree_pos[value_slots(p)].numpy()] = v.double().cpu().numpy()
+    return out
+
+
+@torch.no_grad()
+def _rows_logprobs(module: PolicyModule, packs: list[PackedSequence], world: World) -> list[Tensor]:
+    """logπ at every pack's rows before the update (π_old, or the reference's), in lockstep."""
+    out = []
+    for k in range(world.max_int(len(packs))):
+        logprob, _, _ = module(packs[k] if k < len(packs) else dummy_pack())
+        if k < len(packs):
+            out.append(logprob)
+    return out
+
+
+# --- 3. the update ---
+
+
+def update(
+    policy: PolicyModule,
+    optimizer: torch.optim.Optimizer,
+    packs: list[PackedSequence],
+    algo: AlgorithmConfig,
+    world: World,
+    policy_version: int,
+    reference: PolicyModule | None = None,
+) -> dict[str, float]:
+    """`algo.epochs` optimizer steps on this rank's packs; the batch's diagnostics (same on every rank)."""
+    cfg = loss_config(algo)
+    n_steps = world.max_int(len(packs))
+    old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 else None
+    ref = _rows_logprobs(reference, packs, world) if reference is not None and algo.kl_coef > 0 else None
+    # The optimizer's parameters, not `policy.parameters()`: after a no-grad forward FSDP2 may leave the
+    # root's parameters unsharded, and those tensors are not the ones that receive the gradients.
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for _epoch in range(algo.epochs):
+        optimizer.zero_grad(set_to_none=True)
+        parts = []
+        for k in range(n_steps):
+            real = k < len(packs)
+            p = packs[k] if real else dummy_pack()
+            logprob, entropy, values = policy(p, entropy_grad=algo.entropy_coef > 0)
+            rows = p.rows.to(logprob.device, logprob.dtype)
+            loss, diagnostics = rows_loss(
+                logprob,
+                entropy,
+                values if policy.value_head is not None else None,
+                rows,
+                cfg,
+                old_logprob=old[k] if old is not None and real else None,
+                ref_logprob=ref[k] if ref is not None and real else None,
+                policy_version=policy_version,
+            )
+            if real:
+                parts.append(diagnostics)
+            (loss * (world.size if real else 0.0)).backward()
+        grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)))
+        if np.isfinite(grad_norm):
+            optimizer.step()
+        else:  # a NaN/inf gradient would poison the weights and every later step: skip this one
+            optimizer.zero_grad(set_to_none=True)
+    combined = combine_diagnostics([d for d in world.gather(combine_diagnostics(parts)) if d])
+    return _stable_names(combined) | {"grad_norm": grad_norm}
+
+
+_NAMES = {  # clawgym.rl.losses diagnostics → the stable step keys (metrics.STEP_KEYS)
+    "losses/loss": "loss",
+    "losses/policy_loss": "policy_loss",
+    "losses/value_loss": "value_loss",
+    "losses/approx_kl": "approx_kl",
+    "losses/clipfrac": "clipfrac",
+    "losses/entropy": "entropy",
+    "losses/explained_variance": "explained_variance",
+    "losses/kl_ref": "kl_ref",
+    "mismatch/abs_logprob_diff": "logprob_mismatch",
+    "mismatch/kl_engine_train": "kl_engine_train",
+    "tis/mean": "tis_mean",
+    "tis/truncated_frac": "tis_truncated_frac",
+    "ratio/max": "ratio_max",
+    "ratio/min": "ratio_min",
+}
+
+
+def _stable_names(d: dict[str, float]) -> dict[str, float]:
+    return {_NAMES[k]: float(v) for k, v in d.items() if k in _NAMES}

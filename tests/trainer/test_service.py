@@ -1,0 +1,54 @@
+"""The trainer service: the loop in a thread, Trainer.Status over real gRPC, /metrics over HTTP."""
+
+import json
+import time
+
+import grpc
+import httpx
+
+from clawgym.config import load_config
+from clawgym.generated.v1 import trainer_pb2 as pb
+from clawgym.generated.v1.trainer_pb2_grpc import TrainerStub
+from clawgym.rpc import check_health
+from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.sql import SqlStore
+from clawgym_services.trainer.server import create_server
+
+
+def test_the_service_reports_the_loop_over_grpc_and_exports_prometheus_metrics(
+    sqlite_url, trainer_cfg, make_trainer, free_port
+):
+    """Status goes to `finished` at version 2 with the last step's metrics; /metrics has the trainer's."""
+    section = trainer_cfg(steps=2, host="127.0.0.1", port=0, metrics_port=free_port)
+    store = SqlStore(sqlite_url, MemoryBus())
+    server = create_server(load_config(trainer=section.model_dump()), trainer=make_trainer(section, store))
+    try:
+        port = server.start()
+        assert port > 0, "the service must report the gRPC port it listens on"
+        stub = TrainerStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        health = [check_health(f"127.0.0.1:{port}", "clawgym.v1.Trainer")]
+        seen = set()
+        deadline = time.monotonic() + 300
+        status = stub.Status(pb.TrainerStatusRequest(), timeout=10)
+        while status.state not in ("finished", "failed") and time.monotonic() < deadline:
+            seen.add(status.state)
+            time.sleep(0.2)
+            status = stub.Status(pb.TrainerStatusRequest(), timeout=10)
+        assert server.wait(60) and server.error is None, f"the loop must end cleanly: {server.error}"
+        health.append(check_health(f"127.0.0.1:{port}"))
+        assert health == ["SERVING", "NOT_SERVING"], f"gRPC health while the loop runs, then once it ended: {health}"
+        assert status.state == "finished" and status.step == 2 and status.policy_version == 2, status
+        assert status.run_id, "Status must name the run"
+        metrics = json.loads(status.metrics_json)
+        assert "loss" in metrics and "logprob_mismatch" in metrics, (
+            f"the last step's metrics: {sorted(metrics)}"
+        )
+        assert seen & {"waiting_rollouts", "training", "publishing"}, (
+            f"intermediate states were reported: {seen}"
+        )
+        exported = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+        assert "clawgym_trainer_step 2.0" in exported, "/metrics must export the trainer's step gauge"
+        assert "clawgym_trainer_tokens_per_second" in exported, "/metrics must export throughput"
+    finally:
+        server.stop()
+        store.close()

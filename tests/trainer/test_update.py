@@ -1,0 +1,133 @@
+"""One optimizer step on known advantages moves the policy the right way (GRPO, PPO, LoRA).
+
+The reference for "the policy's logprob of a rollout's output" is a plain, unpacked Hugging Face
+forward over prompt + output, independent of the tree packing the update uses.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from clawgym.policies import load_model
+from clawgym.trainer import checkpoint as ckpt
+from clawgym.trainer.batch import build_batch
+from clawgym.trainer.distributed import World
+from clawgym.trainer.optim import lr_factor, make_optimizer
+from clawgym.trainer.policy import build_policy
+from clawgym.trainer.update import Normaliser, prepare_packs, update
+
+PROMPT = [4096, 11, 12, 13, 14, 15, 16]  # meaningful only as "the task": shared by both samples
+GOOD = [100, 101, 102, 103]  # rewarded sample (advantage > 0)
+BAD = [200, 201, 202, 203]  # unrewarded sample (advantage < 0)
+
+
+def output_logprob(lm, prompt: list[int], output: list[int]) -> float:
+    """Σ log π(output | prompt) by a plain forward over the linear sequence."""
+    ids = torch.tensor([prompt + output])
+    with torch.no_grad():
+        logits = lm(input_ids=ids).logits[0].float()
+    logp = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    return float(logp[torch.arange(len(output)), torch.tensor(output)].sum())
+
+
+def one_step(cfg, groups, version: int = 0):
+    built = build_policy(cfg)
+    optimizer, _ = make_optimizer(built.module, cfg.algorithm, cfg.steps)
+    batch = build_batch(groups, version, cfg.max_policy_lag)
+    world = World()
+    packs = prepare_packs(built.module, batch.trees, cfg.algorithm, Normaliser.of(batch.trees), 64, world)
+    before = {
+        name: output_logprob(built.module.lm, PROMPT, out) for name, out in (("good", GOOD), ("bad", BAD))
+    }
+    diagnostics = update(built.module, optimizer, packs, cfg.algorithm, world, version)
+    after = {
+        name: output_logprob(built.module.lm, PROMPT, out) for name, out in (("good", GOOD), ("bad", BAD))
+    }
+    return built, optimizer, before, after, diagnostics
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_one_update_raises_positive_advantage_tokens_and_lowers_negative_ones(
+    trainer_cfg, hand_group, algorithm
+):
+    """GRPO: rewards 1/0 in one group give advantages ±1; PPO: rewards ±5 dominate the value baseline."""
+    rewards = [1.0, 0.0] if algorithm == "grpo" else [5.0, -5.0]
+    cfg = trainer_cfg(algorithm={"name": algorithm, "lr": 1e-3, "tis_cap": None})
+    group = hand_group("g", PROMPT, [GOOD, BAD], rewards)
+    built, _, before, after, d = one_step(cfg, [group])
+    assert after["good"] > before["good"] + 0.1, (
+        f"the rewarded output must become likelier: {before} → {after}"
+    )
+    assert after["bad"] < before["bad"] - 0.1, (
+        f"the unrewarded output must become less likely: {before} → {after}"
+    )
+    assert d["grad_norm"] > 0 and np.isfinite(d["loss"]), (
+        f"the step must have a finite loss and gradient: {d}"
+    )
+    if algorithm == "ppo":
+        assert "value_loss" in d and d["value_loss"] > 0, f"PPO must train the value head: {d}"
+        assert built.module.value_head is not None, "PPO needs a value head on the LM's hidden states"
+
+
+def test_a_group_whose_rewards_are_equal_moves_nothing_but_entropy(trainer_cfg, hand_group):
+    """GRPO: equal rewards → zero advantages → zero policy gradient (no entropy bonus configured)."""
+    cfg = trainer_cfg(algorithm={"lr": 1e-3})
+    _, _, before, after, d = one_step(cfg, [hand_group("g", PROMPT, [GOOD, BAD], [1.0, 1.0])])
+    assert d["grad_norm"] == 0.0, f"zero advantages must give a zero gradient, got {d['grad_norm']}"
+    assert after == before, "the weights must not change without a gradient"
+
+
+def test_mismatch_is_measured_against_the_engine_logprobs(trainer_cfg, hand_group):
+    """hand_group's engine logprobs are all -8: the step's mismatch is mean |logπ_train + 8|."""
+    cfg = trainer_cfg()
+    group = hand_group("g", PROMPT, [GOOD, BAD], [1.0, 0.0])
+    lm = load_model("tiny-qwen3")
+    expected = np.mean([
+        abs(output_logprob(lm, PROMPT + out[:k], [out[k]]) + 8.0) for out in (GOOD, BAD) for k in range(len(out))
+    ])  # fmt: skip
+    _, _, _, _, d = one_step(cfg, [group])
+    assert d["logprob_mismatch"] == pytest.approx(expected, rel=1e-4), (
+        f"mismatch must compare the trainer's logprobs with the engine's: {d['logprob_mismatch']} vs {expected}"
+    )
+
+
+def test_lora_trains_only_adapters_and_its_checkpoint_serves_the_merged_policy(
+    trainer_cfg, hand_group, tiny_tok, tmp_path
+):
+    """With LoRA the base weights stay, the adapters move, and the saved HF folder equals base ⊕ adapters."""
+    cfg = trainer_cfg(lora={"enabled": True, "r": 4, "alpha": 8}, algorithm={"lr": 1e-2, "tis_cap": None})
+    group = hand_group("g", PROMPT, [GOOD, BAD], [1.0, 0.0])
+    built, optimizer, before, after, _ = one_step(cfg, [group])
+    assert after["good"] > before["good"], "the adapters must move the policy toward the rewarded output"
+    base = load_model("tiny-qwen3").state_dict()
+    lm_state = built.module.lm.state_dict()
+    q = "model.layers.0.self_attn.q_proj"
+    assert torch.equal(lm_state[f"{q}.base_layer.weight"], base[f"{q}.weight"]), (
+        "LoRA must not touch base weights"
+    )
+    _, scheduler = make_optimizer(built.module, cfg.algorithm, cfg.steps)
+    ckpt.save_checkpoint(built, optimizer, scheduler, tiny_tok, str(tmp_path / "v1"), {"version": 1}, World())
+    merged = load_model(str(tmp_path / "v1"))
+    assert output_logprob(merged, PROMPT, GOOD) == pytest.approx(after["good"], abs=1e-4), (
+        "the checkpoint (adapters merged) must give the trained policy's logprobs"
+    )
+    saved = load_file(str(tmp_path / "v1" / "model.safetensors"))
+    assert not any("lora_" in k for k in saved), "the served checkpoint must be a plain HF model"
+
+
+def test_the_lr_schedule_warms_up_then_decays_to_the_floor(trainer_cfg):
+    """Warmup reaches lr at its last step; cosine and linear end at min_lr_ratio; constant stays."""
+    algo = trainer_cfg(algorithm={"warmup_steps": 4, "lr_schedule": "cosine", "min_lr_ratio": 0.1}).algorithm
+    factors = [lr_factor(s, algo, 20) for s in range(21)]
+    assert factors[:4] == [0.25, 0.5, 0.75, 1.0], f"linear warmup over 4 steps, got {factors[:4]}"
+    assert factors[20] == pytest.approx(0.1) and all(a >= b for a, b in itertools.pairwise(factors[3:])), (
+        f"cosine must decay monotonically to the floor: {factors}"
+    )
+    linear = algo.model_copy(update={"lr_schedule": "linear"})
+    assert lr_factor(12, linear, 20) == pytest.approx(1 - 0.9 * 0.5), "linear is halfway at mid-decay"
+    assert lr_factor(15, algo.model_copy(update={"lr_schedule": "constant"}), 20) == 1.0, (
+        "constant stays at lr"
+    )
