@@ -4,7 +4,7 @@
 
 Both arms run the nop harness on the same bundled mini-suite task in local bubblewrap sandboxes:
 
-- bare: `clawgym.harnesses.rollout.run_task` — create sandbox, put the task in, run the harness,
+- bare: `clawgym.orchestrator.attempt.run_task` (no store) — create sandbox, put the task in, run the harness,
   copy the tests in, run the verifier, destroy. No store, no limits, no statuses.
 - orchestrator: `Orchestrator.run_rollouts` — the same sequence plus registering the rollouts
   (one batch write), start/finish records in an SQLite store (the embedded mode's), limits,
@@ -26,11 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from clawgym.assemble import build_orchestrator
 from clawgym.config import ClawgymConfig
 from clawgym.harnesses.pseudo import Nop
-from clawgym.harnesses.rollout import run_task
+from clawgym.orchestrator.attempt import run_task
 from clawgym.orchestrator.interface import Batch, RolloutRequest
-from clawgym.orchestrator.runner import Orchestrator
 from clawgym.sandbox import make_sandbox_backend
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
@@ -57,7 +57,7 @@ async def bare(task, root: str, n: int) -> float:
 async def orchestrated(task, root: str, store: SqlStore, n: int, concurrency: int) -> tuple[float, dict]:
     """(seconds of wall time per rollout, mean phase timings) for n nop rollouts at `concurrency`."""
     cfg = ClawgymConfig(sandbox=sandbox_settings(root), orchestrator={"max_concurrent_rollouts": concurrency})
-    orch = Orchestrator.from_config(cfg, store=store)
+    orch = build_orchestrator(cfg, store)
     await orch.start()
     run = store.create_run(f"bench-c{concurrency}")
     batch = Batch(run.id, [RolloutRequest(task.id, "nop", samples=n)])

@@ -147,7 +147,7 @@ async def rollout_direct(engine, prompt_len, calls, lat):
 
 
 def latency_run(a, tok, system, tools, concurrency: int) -> dict:
-    from clawgym.store.records import RolloutSpec
+    from clawgym.records import RolloutSpec
     from clawgym.store.sql import SqlStore
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"

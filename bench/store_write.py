@@ -23,8 +23,8 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
 from clawgym import arrays
+from clawgym.records import Call, RolloutSpec
 from clawgym.store.bus_memory import MemoryBus
-from clawgym.store.records import Call, RolloutSpec
 from clawgym.store.sql import SqlStore
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -257,9 +257,9 @@ TRAINING = Dashboard(
     description="The optimizer's diagnostics per step (CleanRL's names, plus clawgym's).",
     panels=(
         Panel("Loss", "short", (q("clawgym_trainer_loss", "loss"),)),
-        Panel("KL to the sampling policy", "short", (q("clawgym_trainer_kl", "approx KL"),)),
+        Panel("KL to the sampling policy", "short", (q("clawgym_trainer_approx_kl", "approx KL"),)),
         Panel("Entropy", "short", (q("clawgym_trainer_entropy", "entropy"),)),
-        Panel("Clip fraction", "percentunit", (q("clawgym_trainer_clip_fraction", "clipped"),), min=0, max=1),
+        Panel("Clip fraction", "percentunit", (q("clawgym_trainer_clipfrac", "clipped"),), min=0, max=1),
         Panel("Gradient norm", "short", (q("clawgym_trainer_grad_norm", "grad norm (before clipping)"),)),
         Panel(
             "Train / engine logprob mismatch",
@@ -276,9 +276,9 @@ TRAINING = Dashboard(
         Panel(
             "Training tokens per second",
             "suffix:tok/s",
-            (q("clawgym_trainer_tokens_per_second", "tokens/s"),),
+            (q("clawgym_trainer_tokens_per_s", "tokens/s"),),
         ),
-        Panel("Step time", "s", (q("clawgym_trainer_step_seconds", "step"),)),
+        Panel("Step time", "s", (q("clawgym_trainer_step_s", "step"),)),
     ),
 )
 

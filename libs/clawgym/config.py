@@ -1,16 +1,24 @@
-"""The one configuration model: `ClawgymConfig`, made of one small section per service.
+"""The one configuration model: `ClawgymConfig`, assembled from the section each package owns.
 
-Each service receives only its own section. Sections live beside the code they configure
-(`clawgym.store.config`, …) and are assembled here. Environment variables map into the same
-model under one prefix: `CLAWGYM_STORE__URL=postgresql+psycopg://…`.
+Sections live beside the code they configure (`clawgym.store.config`, `clawgym.proxy.config`, …)
+on `clawgym.section.Section`; this module only puts them together and loads them. Nothing below
+it imports it: a service receives its own section (and the few it is a client of).
+
+Precedence, highest first (`load_config`):
+    command-line flag  >  CLAWGYM_* environment  >  YAML file  >  the field's default
+Environment variables name a field by its path, sections joined by `__`:
+`CLAWGYM_STORE__URL=postgresql+psycopg://…`, `CLAWGYM_TRAINER__ALGORITHM__LR=1e-5`; a whole
+section or a list/dict field takes JSON (`CLAWGYM_ORCHESTRATOR__SANDBOX_IMAGES='{"codex": "…"}'`).
 """
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import EnvSettingsSource
 
 from clawgym.errors import InvalidArgument
 from clawgym.evaluation.config import EvaluationConfig
@@ -18,32 +26,15 @@ from clawgym.inference.config import InferenceConfig
 from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.proxy.config import ProxyConfig
 from clawgym.sandbox.config import SandboxConfig
+from clawgym.section import Section
+from clawgym.store.config import StoreConfig
 from clawgym.trainer.config import TrainerConfig
 
-
-class Section(BaseModel):
-    """Base of every config section: unknown keys are errors, so typos fail at start."""
-
-    model_config = ConfigDict(extra="forbid")
+ENV_PREFIX = "CLAWGYM_"
 
 
-class StoreConfig(Section):
-    url: str = Field("sqlite:///clawgym.db", description="SQLAlchemy URL: postgresql+psycopg://… or sqlite:///path")
-    bus_url: str = Field("memory://", description="event bus: redis://host:port/db, or memory:// (embedded)")
-    grpc_url: str = Field("", description="address of the store service (host:port); empty = in-process store")
-    port: int = Field(50051, description="port `clawgym serve store` listens on")
-    metrics_port: int = Field(9101, ge=0, description="the store service's Prometheus /metrics port; 0 = none")
-    max_call_mb: int = Field(64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB")
-    pool_size: int = Field(16, ge=1, description="database connections per store process (one per concurrent writer)")
-    grpc_max_message_mb: int = Field(
-        1024, ge=1, le=2047, description="largest gRPC message of the store service and client (a whole group), in MiB"
-    )
-
-
-class ClawgymConfig(BaseSettings):
-    """Everything a clawgym process can be told. Loaded from YAML, then overridden by CLAWGYM_* env."""
-
-    model_config = SettingsConfigDict(env_prefix="CLAWGYM_", env_nested_delimiter="__", extra="forbid")
+class ClawgymConfig(Section):
+    """Everything a clawgym process can be told (see `load_config` for where values come from)."""
 
     store: StoreConfig = Field(default_factory=StoreConfig, description="trajectory store and event bus")
     inference: InferenceConfig = Field(default_factory=InferenceConfig, description="policy serving engine")
@@ -72,14 +63,45 @@ class ClawgymConfig(BaseSettings):
         return self
 
 
-def load_config(path: str | Path | None = None, **overrides: Any) -> ClawgymConfig:
-    """Reads a YAML config (if given), applies env and keyword overrides; errors name the field."""
+def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The CLAWGYM_* variables of `environ` (default: this process's) as nested config values."""
+    env = dict(os.environ if environ is None else environ)
+    # pydantic-settings' own parser: it knows from the model which fields take JSON
+    source = EnvSettingsSource(
+        ClawgymConfig, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__"
+    )
+    source.env_vars = {k.lower(): v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
+    return source()
+
+
+def merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, recursively for mappings (a list or scalar in `top` replaces)."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> ClawgymConfig:
+    """The config of a process: defaults < YAML `path` < CLAWGYM_* env < `flags` (nested dicts, as the
+    command line gives them) < keyword `overrides` (whole sections, from code). Errors name the field."""
     data: dict[str, Any] = {}
     if path is not None:
         loaded = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(loaded, dict):
             raise InvalidArgument(f"{path}: a config file must be a YAML mapping")
-        data.update(loaded)
+        data = merge(data, loaded)
+    data = merge(data, env_values(environ))
+    data = merge(data, flags or {})
     data.update(overrides)
     try:
         return ClawgymConfig(**data)

@@ -5,10 +5,11 @@ status back into the same typed error, so callers cannot tell a remote service f
 in-process one. Health: each service answers the standard `grpc.health.v1.Health` (what
 `grpc_health_probe`, Kubernetes `grpc:` probes and load balancers ask) for "" and its own
 service name, SERVING once it can do its work and NOT_SERVING from the start of shutdown.
+The serving side of both (server lifecycle, health service, error → status) is `clawgym.rpc_server`.
 """
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from clawgym.errors import (
     AlreadyExists,
@@ -40,41 +41,6 @@ def error_from_rpc(service: str, e: grpc.RpcError) -> ClawgymError:
     """The typed error a gRPC status from `service` stands for; unknown codes are a plain ClawgymError."""
     code = e.code().name if e.code() is not None else "UNKNOWN"  # type: ignore[attr-defined]
     return ERRORS_BY_CODE.get(code, ClawgymError)(f"{service} {code}: {e.details()}")  # type: ignore[attr-defined]
-
-
-class Health:
-    """The health service of one gRPC server, sync or asyncio.
-
-    A sync server starts NOT_SERVING until `serving()`; an asyncio one is told `await aserving()`
-    before it starts (its servicer's setters are coroutines).
-    """
-
-    def __init__(self, server: grpc.Server | grpc.aio.Server, service_name: str) -> None:
-        self._aio = isinstance(server, grpc.aio.Server)
-        self._servicer = health.aio.HealthServicer() if self._aio else health.HealthServicer()
-        self._names = ("", service_name)
-        health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
-        if not self._aio:
-            self.serving(False)
-
-    def serving(self, ok: bool = True) -> None:
-        """SERVING (or NOT_SERVING) for "" and the service name (sync servers)."""
-        assert not self._aio, "use aserving() on an asyncio server"
-        for name in self._names:
-            self._servicer.set(name, SERVING if ok else NOT_SERVING)
-
-    async def aserving(self, ok: bool = True) -> None:
-        """SERVING (or NOT_SERVING) for "" and the service name, telling watchers (asyncio servers)."""
-        for name in self._names:
-            await self._servicer.set(name, SERVING if ok else NOT_SERVING)
-
-    def shutting_down(self) -> None:
-        """NOT_SERVING from now on; later changes are ignored (sync servers)."""
-        assert not self._aio, "use ashutting_down() on an asyncio server"
-        self._servicer.enter_graceful_shutdown()
-
-    async def ashutting_down(self) -> None:
-        await self._servicer.enter_graceful_shutdown()
 
 
 def check_health(target: str, service: str = "", timeout_s: float = 5.0) -> str:

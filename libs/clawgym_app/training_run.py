@@ -3,7 +3,8 @@
 Owns the order of a run as a person sees it: evaluate the initial policy (held-out tasks, through
 the harnesses it trains with), train step after step (evaluating every `evaluation.every_steps`),
 evaluate the final policy, write the report. Stops early, between steps, when a time budget would
-not leave room for the final evaluation. The parts come from a `Runtime` (embedded or services).
+not leave room for the final evaluation. The parts come from a `Runtime` (embedded or services);
+the headline figures and their statistics are the library's (`clawgym.report.summary`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from clawgym.config import ClawgymConfig
-from clawgym.evaluation.passk import paired_difference
-from clawgym.evaluation.runner import EvalResult, EvalSpec
-from clawgym.evaluation.select import eval_tasks
+from clawgym.evaluation.runner import EvalResult
+from clawgym.evaluation.select import eval_spec
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
+from clawgym.report.summary import before_after
 from clawgym.trainer.loop import Trainer
 from clawgym_app.progress import RolloutBar, Stopwatch, make_progress
 from clawgym_app.runtime import Runtime
@@ -61,15 +61,6 @@ class _Relay:
             self.target(status)
 
 
-def eval_spec(cfg: ClawgymConfig) -> EvalSpec:
-    """The held-out evaluation `cfg.evaluation` asks for (harnesses default to the trainer's mix)."""
-    e = cfg.evaluation
-    suite = e.suite or cfg.trainer.suite
-    harnesses = e.harnesses or list(dict.fromkeys(h.name for h in cfg.trainer.harnesses))
-    ids = list(e.task_ids) or [t.id for t in eval_tasks(suite, e.tasks, e.split)]
-    return EvalSpec(suite, ids, harnesses, e.samples, e.ks)
-
-
 class TrainingRun:
     """Runs `cfg` on `runtime`, showing progress on `console` and writing the report into `run_dir`."""
 
@@ -92,7 +83,9 @@ class TrainingRun:
         self.settings = settings or {}
         self.clock = Stopwatch()
         self.relay = _Relay()
-        self.spec = eval_spec(self.cfg)
+        self.spec = eval_spec(
+            self.cfg.evaluation, self.cfg.trainer.suite, [h.name for h in self.cfg.trainer.harnesses]
+        )
         self.trainer: Trainer | None = None
 
     # --- the run ---
@@ -183,26 +176,12 @@ class TrainingRun:
     # --- results ---
 
     def summary(self, outcome: RunOutcome) -> dict[str, Any]:
-        """Headline figures: Pass@1 before/after per harness with 95% CIs, the paired difference."""
+        """Headline figures (`clawgym.report.summary`): steps, minutes, Pass@1 before/after per
+        harness with 95% CIs and the paired difference, the evaluation's size."""
         out: dict[str, Any] = {"steps": outcome.version, "minutes": round(self.clock.elapsed / 60, 2)}
-        first = next((e for e in outcome.evals if e.label == "before"), None)
-        last = next((e for e in reversed(outcome.evals) if e.label == "after"), None)
-        for harness in self.spec.harnesses:
-            suffix = "" if len(self.spec.harnesses) == 1 else f"_{harness}"
-            for name, ev in (("before", first), ("after", last)):
-                if ev is not None and 1 in ev.result.harnesses[harness].pass_at:
-                    p = ev.result.harnesses[harness].pass_at[1]
-                    out[f"pass1_{name}{suffix}"] = round(p.value, 4)
-                    out[f"ci95_{name}{suffix}"] = [round(p.ci95[0], 4), round(p.ci95[1], 4)]
-            if first is not None and last is not None:
-                delta, ci = paired_difference(
-                    first.result.harnesses[harness].counts, last.result.harnesses[harness].counts
-                )
-                out[f"delta{suffix}"] = round(delta, 4)
-                out[f"ci95_delta{suffix}"] = [round(ci[0], 4), round(ci[1], 4)]
-                out[f"significant{suffix}"] = bool(
-                    out[f"ci95_after{suffix}"][0] > out[f"ci95_before{suffix}"][1]
-                )
+        first = next((e.result for e in outcome.evals if e.label == "before"), None)
+        last = next((e.result for e in reversed(outcome.evals) if e.label == "after"), None)
+        out |= before_after(self.spec.harnesses, first, last)
         out["eval_tasks"] = len(self.spec.task_ids)
         out["eval_samples"] = self.spec.samples
         return out

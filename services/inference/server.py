@@ -12,28 +12,19 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from prometheus_client import start_http_server
 
-from clawgym.errors import ClawgymError
 from clawgym.generated.v1 import inference_pb2 as pb
 from clawgym.generated.v1 import inference_pb2_grpc
 from clawgym.inference import convert
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.factory import create_engine
 from clawgym.inference.interface import Engine
-from clawgym.rpc import Health, grpc_options
+from clawgym.rpc_server import AioGrpcServer, abort_async
 from clawgym_services.inference.metrics import InferenceMetrics
 
 log = logging.getLogger(__name__)
 
 METRICS_REFRESH_S = 1.0
-
-
-async def _abort(context: grpc.aio.ServicerContext, name: str, e: Exception) -> None:
-    if isinstance(e, ClawgymError):
-        await context.abort(grpc.StatusCode[e.grpc_code], str(e))
-    log.exception("inference %s failed", name, exc_info=e)
-    await context.abort(grpc.StatusCode.INTERNAL, f"inference {name} failed: {type(e).__name__}; see its log")
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
@@ -57,7 +48,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
             self.metrics.requests.labels("abort").inc()
             raise
         except Exception as e:
-            await _abort(context, "Generate", e)
+            await abort_async(context, "inference", "Generate", e)
         finally:
             if stream is not None:
                 await stream.aclose()  # frees the engine slot when the client went away
@@ -68,7 +59,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         try:
             seconds = await self.engine.load_weights(request.version, request.uri)
         except Exception as e:
-            await _abort(context, "LoadWeights", e)
+            await abort_async(context, "inference", "LoadWeights", e)
         self.metrics.reload_seconds.observe(seconds)
         log.info("policy version %d loaded from %s in %.2f s", request.version, request.uri, seconds)
         return pb.LoadWeightsResponse(version=request.version, reload_s=seconds)
@@ -79,7 +70,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         try:
             status = await self.engine.status()
         except Exception as e:
-            await _abort(context, "Status", e)
+            await abort_async(context, "inference", "Status", e)
         self.metrics.refresh(status)
         return convert.status_to_proto(status)
 
@@ -91,32 +82,31 @@ class InferenceServer:
         self.cfg = cfg
         self.engine = engine
         self.metrics = InferenceMetrics()
-        self.port = 0
-        self.metrics_port = 0
-        self._server: grpc.aio.Server | None = None
-        self._http = None
+        self._rpc = AioGrpcServer(
+            "clawgym.v1.Inference",
+            cfg.host,
+            cfg.port,
+            metrics_port=cfg.metrics_port,
+            registry=self.metrics.registry,
+            max_message_mb=cfg.grpc_max_message_mb,
+        )
         self._refresher: asyncio.Task | None = None
+
+    @property
+    def port(self) -> int:
+        return self._rpc.port
+
+    @property
+    def metrics_port(self) -> int:
+        return self._rpc.metrics_port
 
     async def start(self) -> int:
         """Builds the engine if none was given (in a thread), binds host:port (0 = any free port), serves."""
         if self.engine is None:
             self.engine = await asyncio.to_thread(create_engine, self.cfg)
-        self._server = grpc.aio.server(options=grpc_options(self.cfg.grpc_max_message_mb))
-        inference_pb2_grpc.add_InferenceServicer_to_server(
-            InferenceServicer(self.engine, self.metrics), self._server
-        )
-        self.health = Health(self._server, "clawgym.v1.Inference")
-        await self.health.aserving()  # the engine is built: it can serve
-        address = f"{self.cfg.host}:{self.cfg.port}"
-        self.port = self._server.add_insecure_port(address)
-        if self.port == 0:
-            raise OSError(f"inference service cannot listen on {address}")
-        await self._server.start()
-        if self.cfg.metrics_port:
-            self._http, _ = start_http_server(
-                self.cfg.metrics_port, addr=self.cfg.host, registry=self.metrics.registry
-            )
-            self.metrics_port = self._http.server_port
+        servicer = InferenceServicer(self.engine, self.metrics)
+        self._rpc.add(inference_pb2_grpc.add_InferenceServicer_to_server, servicer)
+        await self._rpc.start()  # SERVING: the engine is built
         self._refresher = asyncio.create_task(self._refresh_metrics())
         return self.port
 
@@ -127,18 +117,13 @@ class InferenceServer:
             await asyncio.sleep(METRICS_REFRESH_S)
 
     async def wait(self) -> None:
-        await self._server.wait_for_termination()
+        await self._rpc.wait_for_termination()
 
     async def stop(self, grace: float = 5.0, close_engine: bool = True) -> None:
         """Stops serving; in-flight streams get `grace` seconds. Closes the engine unless told not to."""
         if self._refresher is not None:
             self._refresher.cancel()
-        if self._server is not None:
-            await self.health.ashutting_down()
-            await self._server.stop(grace)
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+        await self._rpc.stop(grace)
         aclose = getattr(self.engine, "aclose", None)
         if close_engine and aclose is not None:
             await aclose()

@@ -106,20 +106,17 @@ def create_app(
 
 
 def create_app_from_config(cfg: ClawgymConfig) -> FastAPI:
-    """The app with its dependencies built from config: the policy's tokenizer, the engine
-    (in-process unless `proxy.inference_url`), the store (SQL unless `store.grpc_url`)."""
-    from clawgym.inference.factory import connect_engine
-    from clawgym.policies import load_tokenizer, policy_spec
+    """The app with its parts built by the composition root: the served policy's tokenizer, the
+    engine (the inference service when `inference.grpc_url` names one, else in-process), the store
+    (the store service when `store.grpc_url` names one, else SQL)."""
+    from clawgym.assemble import open_engine, open_store, open_tokenizer
+    from clawgym.policies import policy_spec
 
-    p = cfg.proxy
-    engine = connect_engine(cfg.inference.model_copy(update={"model": p.model, "grpc_url": p.inference_url}))
-    if cfg.store.grpc_url:
-        from clawgym.store.grpc_client import StoreClient
-
-        store: TrajectoryStore = StoreClient(cfg.store.grpc_url)
-    else:
-        from clawgym.store.sql import SqlStore
-
-        store = SqlStore.from_config(cfg.store)
-    tokenizer = load_tokenizer(p.model, cache_dir=cfg.inference.cache_dir)
-    return create_app(p, engine, store, tokenizer, supports_tools=policy_spec(p.model).supports_tools)
+    model = cfg.inference.model
+    return create_app(
+        cfg.proxy,
+        open_engine(cfg),
+        open_store(cfg),
+        open_tokenizer(cfg),
+        supports_tools=policy_spec(model).supports_tools,
+    )

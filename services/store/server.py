@@ -8,27 +8,21 @@ method and status code and timed; the standard gRPC health service answers besid
 
 import contextlib
 import functools
-import logging
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
-from prometheus_client import start_http_server
 
-from clawgym.config import StoreConfig
-from clawgym.errors import ClawgymError
+from clawgym.assemble import open_sql_store
 from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.generated.v1 import store_pb2_grpc
-from clawgym.rpc import Health, grpc_options
+from clawgym.records import Checkpoint
+from clawgym.rpc_server import GrpcServer, status_of
 from clawgym.store import convert
+from clawgym.store.config import StoreConfig
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.metrics import StoreMetrics
-from clawgym.store.records import Checkpoint
-from clawgym.store.sql import SqlStore
-
-log = logging.getLogger(__name__)
 
 # Each WatchGroups stream holds a worker thread for as long as the client watches.
 MAX_WORKERS = 64
@@ -36,17 +30,13 @@ MAX_WORKERS = 64
 
 @contextlib.contextmanager
 def _answered(metrics: StoreMetrics, name: str, context: grpc.ServicerContext) -> Iterator[None]:
-    """Counts and times one RPC by its status code; an exception becomes that status: a typed error
-    its own code, anything else INTERNAL, with the traceback in this service's log."""
+    """Counts and times one RPC by its status code; an exception becomes its status (`status_of`)."""
     start, code = time.perf_counter(), grpc.StatusCode.OK
     try:
         yield
     except Exception as e:
-        code = grpc.StatusCode[e.grpc_code] if isinstance(e, ClawgymError) else grpc.StatusCode.INTERNAL
-        if isinstance(e, ClawgymError):
-            context.abort(code, str(e))
-        log.exception("store %s failed", name, exc_info=e)
-        context.abort(code, f"store {name} failed: {type(e).__name__}; see the store service's log")
+        code, message = status_of("store", name, e)
+        context.abort(code, message)
     finally:
         metrics.observe(name, code.name, time.perf_counter() - start)
 
@@ -180,51 +170,21 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return request
 
 
-class StoreServer:
-    """A started-on-demand gRPC server (with health) and /metrics endpoint around one store."""
-
-    def __init__(self, cfg: StoreConfig, host: str, store: TrajectoryStore) -> None:
-        self.cfg = cfg
-        self.host = host
-        self.metrics = StoreMetrics()
-        self.port = 0
-        self.metrics_port = 0
-        self._server = grpc.server(
-            ThreadPoolExecutor(max_workers=MAX_WORKERS), options=grpc_options(cfg.grpc_max_message_mb)
-        )
-        store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(store, self.metrics), self._server)
-        self.health = Health(self._server, "clawgym.v1.Store")
-        self._http = None
-
-    def start(self) -> int:
-        """Binds host:cfg.port (0 = any free port), serves, starts /metrics; returns the gRPC port."""
-        address = f"{self.host}:{self.cfg.port}"
-        self.port = self._server.add_insecure_port(address)
-        if self.port == 0:
-            raise OSError(f"store service cannot listen on {address}")
-        self._server.start()
-        if self.cfg.metrics_port:
-            self._http, _ = start_http_server(
-                self.cfg.metrics_port, addr=self.host, registry=self.metrics.registry
-            )
-            self.metrics_port = self._http.server_port
-        self.health.serving()
-        return self.port
-
-    def wait_for_termination(self, timeout_s: float | None = None) -> bool:
-        return self._server.wait_for_termination(timeout_s)
-
-    def stop(self, grace: float | None = 5.0) -> None:
-        """NOT_SERVING at once, then stops; in-flight RPCs get `grace` seconds."""
-        self.health.shutting_down()
-        self._server.stop(grace).wait()
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-
-
 def create_server(
-    cfg: StoreConfig, host: str = "0.0.0.0", store: TrajectoryStore | None = None
-) -> StoreServer:
-    """A store server (not started) on host:cfg.port, serving `store` or a SqlStore built from `cfg`."""
-    return StoreServer(cfg, host, store if store is not None else SqlStore.from_config(cfg))
+    cfg: StoreConfig, host: str | None = None, store: TrajectoryStore | None = None
+) -> GrpcServer:
+    """A store server (not started) on host (default `cfg.host`):cfg.port, serving `store` or the
+    in-process store `cfg` names, with its RPC counts on /metrics (cfg.metrics_port)."""
+    metrics = StoreMetrics()
+    server = GrpcServer(
+        "clawgym.v1.Store",
+        host or cfg.host,
+        cfg.port,
+        metrics_port=cfg.metrics_port,
+        registry=metrics.registry,
+        max_message_mb=cfg.grpc_max_message_mb,
+        max_workers=MAX_WORKERS,
+    )
+    store = store if store is not None else open_sql_store(cfg)
+    server.add(store_pb2_grpc.add_StoreServicer_to_server, StoreServicer(store, metrics))
+    return server

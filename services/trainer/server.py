@@ -8,16 +8,14 @@ every rank runs the loop.
 import json
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from prometheus_client import start_http_server
 
+from clawgym.assemble import build_trainer
 from clawgym.config import ClawgymConfig
 from clawgym.generated.v1 import trainer_pb2 as pb
 from clawgym.generated.v1 import trainer_pb2_grpc
-from clawgym.rpc import Health
-from clawgym.trainer.build import build_trainer
+from clawgym.rpc_server import GrpcServer
 from clawgym.trainer.distributed import init_world
 from clawgym.trainer.loop import Trainer
 
@@ -49,28 +47,25 @@ class TrainerServer:
         self.metrics_port = 0
         self.error: BaseException | None = None
         self._stop = threading.Event()
-        self._grpc: grpc.Server | None = None
-        self._health: Health | None = None
-        self._http = None
+        self._rpc: GrpcServer | None = None
+        if trainer.world.is_main:
+            self._rpc = GrpcServer(
+                "clawgym.v1.Trainer",
+                self.cfg.host,
+                self.cfg.port,
+                metrics_port=self.cfg.metrics_port,
+                registry=trainer.metrics.registry,
+                max_workers=4,
+            )
+            self._rpc.add(trainer_pb2_grpc.add_TrainerServicer_to_server, TrainerServicer(trainer))
         self._loop = threading.Thread(target=self._run, name="trainer-loop", daemon=True)
 
     def start(self) -> int:
         """Starts listening (rank 0) and the loop; returns the gRPC port (0 on other ranks)."""
-        if self.trainer.world.is_main:
-            self._grpc = grpc.server(ThreadPoolExecutor(max_workers=4))
-            trainer_pb2_grpc.add_TrainerServicer_to_server(TrainerServicer(self.trainer), self._grpc)
-            self._health = Health(self._grpc, "clawgym.v1.Trainer")
-            self.port = self._grpc.add_insecure_port(f"{self.cfg.host}:{self.cfg.port}")
-            if self.port == 0:
-                raise OSError(f"trainer service cannot listen on {self.cfg.host}:{self.cfg.port}")
-            self._grpc.start()
-            if self.cfg.metrics_port:
-                self._http, _ = start_http_server(
-                    self.cfg.metrics_port, addr=self.cfg.host, registry=self.trainer.metrics.registry
-                )
-                self.metrics_port = self._http.server_port
-        if self._health is not None:
-            self._health.serving()  # before the loop starts: a loop that ends at once leaves NOT_SERVING
+        if self._rpc is not None:
+            # SERVING before the loop starts: a loop that ends at once leaves NOT_SERVING
+            self.port = self._rpc.start()
+            self.metrics_port = self._rpc.metrics_port
         self._loop.start()
         return self.port
 
@@ -81,8 +76,8 @@ class TrainerServer:
             log.exception("the trainer loop failed")
             self.error = e
         finally:  # the run ended (finished, stopped or failed): Status still answers, health says so
-            if self._health is not None:
-                self._health.serving(False)
+            if self._rpc is not None:
+                self._rpc.serving(False)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Waits for the loop to end (run finished, failed or stopped); True if it has."""
@@ -97,11 +92,8 @@ class TrainerServer:
         """Stops after the current step (a step in progress finishes or is redone on restart)."""
         self._stop.set()
         self._loop.join(grace if grace else None)
-        if self._grpc is not None:
-            self._health.shutting_down()
-            self._grpc.stop(grace=1)
-        if self._http is not None:
-            self._http.shutdown()
+        if self._rpc is not None:
+            self._rpc.stop(grace=1)
         self.trainer.close()
 
 

@@ -4,7 +4,7 @@ builds, and the quickstart's task choice keeps train and held-out tasks apart.""
 from clawgym.harnesses.reference import Reference
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.suites import resolve_suite
-from clawgym_app.quickstart import QuickstartOptions
+from clawgym_app.commands.quickstart import QuickstartOptions
 from clawgym_app.runtime import HarnessSettings, SettingsCatalog
 
 
@@ -50,9 +50,11 @@ def _ctx():
 
 
 def test_the_command_line_defaults_are_the_quickstart_options_defaults():
+    import inspect
     from dataclasses import fields
 
-    from clawgym_app.quickstart_cmd import D
+    from clawgym_app.commands.quickstart import command
 
     defaults = {f.name: f.default for f in fields(QuickstartOptions)}
-    assert {k: defaults[k] for k in D} == dict(D), "quickstart --help shows the defaults the run uses"
+    options = {name: p.default.default for name, p in inspect.signature(command).parameters.items()}
+    assert {k: options[k] for k in defaults} == defaults, "quickstart --help shows the defaults the run uses"

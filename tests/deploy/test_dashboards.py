@@ -54,7 +54,7 @@ def _source_metrics() -> dict[str, str]:
     """name → type of every prometheus_client metric constructed with a literal name in the source."""
     found: dict[str, str] = {}
     for path in [*(REPO / "services").rglob("*.py"), *(REPO / "libs" / "clawgym").rglob("*.py")]:
-        if "v1" in path.relative_to(REPO).parts:
+        if "generated" in path.relative_to(REPO).parts:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
@@ -66,11 +66,12 @@ def _source_metrics() -> dict[str, str]:
 
 
 def _registry_metrics() -> dict[str, str]:
-    """name → type from every no-argument metrics class in clawgym_services.<svc>.metrics."""
+    """name → type from every no-argument metrics class in clawgym_services.<svc>.metrics and in the
+    service's core, clawgym.<svc>.metrics (names built from a table, e.g. the trainer's step gauges)."""
     found: dict[str, str] = {}
-    for svc in SERVICES:
+    for name in [f"{pkg}.{svc}.metrics" for svc in SERVICES for pkg in ("clawgym_services", "clawgym")]:
         try:
-            module = importlib.import_module(f"clawgym_services.{svc}.metrics")
+            module = importlib.import_module(name)
         except ModuleNotFoundError:
             continue
         for _, cls in inspect.getmembers(module, inspect.isclass):

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from clawgym.assemble import build_orchestrator
 from clawgym.config import ClawgymConfig
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.runner import Orchestrator
@@ -153,7 +154,7 @@ def stack(tokenizer, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
             sandbox=sandbox or {"owner": "e2e", "local": {"root_dir": str(root), "isolation": "bwrap"}},
             orchestrator={"proxy_url": server.url, "retry_backoff_s": 0.1, "max_attempts": 1, **orchestrator},
         )
-        orch = Orchestrator.from_config(cfg, store=store)
+        orch = build_orchestrator(cfg, store)
         closers.append(lambda: asyncio.run(orch.close()))
         return Stack(store, engine, server.url, orch, app.requests)
 

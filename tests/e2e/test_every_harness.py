@@ -43,7 +43,7 @@ import pytest
 
 from clawgym.harnesses.registry import get_harness
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus
-from clawgym.store.records import Call
+from clawgym.records import Call
 
 pytestmark = [pytest.mark.harness, pytest.mark.slow]
 

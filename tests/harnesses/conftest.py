@@ -28,6 +28,12 @@ class ScriptedChatServer:
             def log_message(self, *args) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                """GET /healthz, as the orchestrator probes a proxy before a rollout."""
+                self.send_response(200 if self.path.endswith("/healthz") else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 with server._lock:

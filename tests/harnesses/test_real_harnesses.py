@@ -17,12 +17,12 @@ import pytest
 import uvicorn
 
 from clawgym.harnesses.registry import get_harness
-from clawgym.harnesses.rollout import run_task
 from clawgym.inference.scripted import ScriptedEngine
+from clawgym.orchestrator.attempt import run_task
 from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
+from clawgym.records import RolloutSpec
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
-from clawgym.store.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.generate import mini_suite_dir

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from clawgym.harnesses.registry import get_harness
-from clawgym.harnesses.rollout import run_task
+from clawgym.orchestrator.attempt import run_task
+from clawgym.orchestrator.failures import InfraFailure
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 from clawgym.tasks.loader import load_task
 
@@ -56,15 +57,25 @@ def test_a_wrong_answer_gets_the_verifiers_partial_reward_not_an_error(chat_serv
     )
 
 
-def test_a_harness_that_cannot_reach_the_model_still_gets_verified(backend):
-    """A harness crash (no server) is not an infrastructure failure: the verifier decides (reward 0)."""
+def test_a_harness_whose_model_calls_fail_still_gets_verified(backend, chat_server):
+    """A harness that exits on a model error (the proxy is up, its calls fail) is not an
+    infrastructure failure: the verifier decides (reward 0)."""
     task = load_task(DATA / "clawgym" / "make-notes-dir")
     outcome = asyncio.run(
         run_task(
-            get_harness("reference"), task, backend, proxy_url="http://127.0.0.1:9", token="t", model="m"
+            get_harness("reference"), task, backend, proxy_url=chat_server.url + "/broken", token="t", model="m"
         )
     )
     assert outcome.harness_exit_code == 3, (
         f"the agent reports a model error with exit 3: {outcome.harness_output}"
     )
     assert outcome.verdict.reward == 0.0 and not outcome.verdict.passed
+
+
+def test_an_unreachable_proxy_is_an_infrastructure_failure_not_a_reward(backend):
+    """No proxy at all: the attempt fails before the harness starts (the orchestrator retries it)."""
+    task = load_task(DATA / "clawgym" / "make-notes-dir")
+    with pytest.raises(InfraFailure, match="proxy"):
+        asyncio.run(
+            run_task(get_harness("reference"), task, backend, proxy_url="http://127.0.0.1:9", token="t")
+        )

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from clawgym.assemble import build_orchestrator
 from clawgym.config import ClawgymConfig
 from clawgym.orchestrator.grpc_client import OrchestratorClient
 from clawgym.orchestrator.runner import Orchestrator
@@ -167,7 +168,7 @@ def make_orchestrator(pg_url: str, sandbox_root: Path) -> Iterator[Callable[...,
             asyncio.set_event_loop(loop)
 
             async def boot() -> None:
-                server = OrchestratorServer(cfg, Orchestrator.from_config(cfg, store=store))
+                server = OrchestratorServer(cfg, build_orchestrator(cfg, store))
                 ready["port"] = await server.start()
                 ready["server"] = server
 

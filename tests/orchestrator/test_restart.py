@@ -36,7 +36,7 @@ def start_service(port: int, pg_url: str, root: Path, owner: str) -> subprocess.
         "CLAWGYM_SANDBOX__LOCAL__ISOLATION": "bwrap",
     }
     argv = [sys.executable, "-m", "clawgym_services.orchestrator", "--host", "127.0.0.1", "--port", str(port),
-            "--metrics-port", "0", "--store", pg_url]  # fmt: skip
+            "--metrics-port", "0", "--store.url", pg_url]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from clawgym.assemble import open_rollouts
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
-from clawgym.orchestrator import open_rollout_service
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus, collect
 from clawgym.rpc import check_health
 from clawgym.tasks.loader import load_tasks
@@ -347,7 +347,7 @@ def test_a_caller_that_stops_listening_cancels_its_batch(make_orchestrator, suit
 def test_the_config_picks_the_grpc_client_or_an_in_process_orchestrator(
     make_orchestrator, pg_url, sandbox_root
 ):
-    """open_rollout_service: orchestrator.grpc_url set → the service's client; empty → in-process.
+    """open_rollouts (the composition root): orchestrator.grpc_url set → the service's client; empty → in-process.
     Both run the same batch to the same rewards."""
     served = make_orchestrator()
     run = served.store.create_run("factory")
@@ -355,7 +355,7 @@ def test_the_config_picks_the_grpc_client_or_an_in_process_orchestrator(
     batch = Batch(run.id, [RolloutRequest(task, "oracle"), RolloutRequest(task, "nop")])
 
     async def through(cfg) -> list[tuple[str, float | None]]:
-        service = await open_rollout_service(cfg, store=served.store)
+        service = await open_rollouts(cfg, served.store)
         try:
             return sorted((s.harness, s.reward) for s in await collect(service, batch))
         finally:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
-from clawgym.store.records import RolloutSpec
+from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym_services.proxy.server import create_app
 

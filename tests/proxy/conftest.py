@@ -19,7 +19,7 @@ from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.live import make_live_state
-from clawgym.store.records import RolloutSpec
+from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym_services.proxy.server import create_app
 
@@ -113,8 +113,8 @@ def proxy_factory(tokenizer, tmp_path) -> Iterator:
             store = SqlStore(store_url or f"sqlite:///{tmp_path / f'store{len(stack)}.db'}")
             stack.append(store.close)
         if engine is None:
-            engine = ScriptedEngine.from_texts(
-                tokenizer, list(texts), max_context=cfg.pop("max_context", 8192)
+            engine = ScriptedEngine.from_texts(  # stands in for tiny-qwen3, whose tokenizer it uses
+                tokenizer, list(texts), max_context=cfg.pop("max_context", 8192), model="tiny-qwen3"
             )
         config = ProxyConfig(redis_url=redis_url, **cfg)
         live = make_live_state(

@@ -1,4 +1,4 @@
-"""Manual capture from the command line: `clawgym session new` + `clawgym serve proxy --model … --store …`."""
+"""Manual capture from the command line: `clawgym session new` + `clawgym serve proxy --inference.model … --store.url …`."""
 
 import os
 import subprocess
@@ -25,7 +25,7 @@ def test_session_new_and_serve_proxy_capture_a_call_by_hand(sqlite_url, free_por
     assert key.startswith("cg-") and " " not in key, f"the last line is the key alone, got {out.stdout!r}"
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    args = ["serve", "proxy", "--model", "tiny-qwen3", "--store", sqlite_url, "--port", str(free_port),
+    args = ["serve", "proxy", "--inference.model", "tiny-qwen3", "--store.url", sqlite_url, "--port", str(free_port),
             "--max-new-tokens", "8"]  # fmt: skip
     server = subprocess.Popen(
         [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

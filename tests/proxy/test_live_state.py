@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from clawgym.proxy.live import MemoryLiveState, RedisLiveState
+from clawgym.records import Rollout
 from clawgym.rendering.splice import GeneratedTurn
-from clawgym.store.records import Rollout
 
 ROLLOUT = Rollout("r1", "run", "g", "t", "claude-code", "running", None, None, "", 0, "", {}, 1.0)
 

@@ -107,20 +107,20 @@ def test_diagnostics_report_clipping_ratio_tis_and_mismatch_by_value():
     tis = 0.5  # π_old / π_engine = 0.25 / 0.5
     want = -tis * (min(1.5, 1.28) + 1.0 - max(0.5, 0.8) - max(1.1, 1.1))
     assert loss.item() == pytest.approx(want), "Σ ρ · clipped surrogate"
-    assert d["losses/clipfrac"] == pytest.approx(0.5), "ratios 1.5 and 0.5 are outside [0.8, 1.28]"
-    assert (d["ratio/min"], d["ratio/max"]) == pytest.approx((0.5, 1.5)), "ratio extremes"
-    assert d["ratio/mean"] == pytest.approx((1.5 + 1 + 0.5 + 1.1) / 4), "weighted ratio mean"
-    assert d["tis/mean"] == pytest.approx(0.5) and d["tis/truncated_frac"] == 0.0, "TIS stats"
-    assert d["mismatch/abs_logprob_diff"] == pytest.approx(math.log(2)), "|log π_old - log π_engine|"
-    assert d["mismatch/kl_engine_train"] == pytest.approx(0.5 - 1 + math.log(2)), "k3 with ρ = 0.5"
-    assert d["tree/policy_lag"] == pytest.approx(3.0), "policy 3 trained on version-0 samples"
-    assert d["losses/entropy"] == pytest.approx(1.0), "weighted entropy"
+    assert d["clipfrac"] == pytest.approx(0.5), "ratios 1.5 and 0.5 are outside [0.8, 1.28]"
+    assert (d["ratio_min"], d["ratio_max"]) == pytest.approx((0.5, 1.5)), "ratio extremes"
+    assert d["ratio_mean"] == pytest.approx((1.5 + 1 + 0.5 + 1.1) / 4), "weighted ratio mean"
+    assert d["tis_mean"] == pytest.approx(0.5) and d["tis_truncated_frac"] == 0.0, "TIS stats"
+    assert d["logprob_mismatch"] == pytest.approx(math.log(2)), "|log π_old - log π_engine|"
+    assert d["kl_engine_train"] == pytest.approx(0.5 - 1 + math.log(2)), "k3 with ρ = 0.5"
+    assert d["policy_lag"] == pytest.approx(3.0), "policy 3 trained on version-0 samples"
+    assert d["entropy"] == pytest.approx(1.0), "weighted entropy"
 
 
 def test_combine_diagnostics_adds_sums_and_weights_means():
-    a = {"weight": 1.0, "losses/loss": 2.0, "losses/clipfrac": 0.5, "ratio/min": 0.9, "ratio/max": 1.1}
-    b = {"weight": 3.0, "losses/loss": 1.0, "losses/clipfrac": 0.1, "ratio/min": 0.7, "ratio/max": 1.05}
+    a = {"weight": 1.0, "loss": 2.0, "clipfrac": 0.5, "ratio_min": 0.9, "ratio_max": 1.1}
+    b = {"weight": 3.0, "loss": 1.0, "clipfrac": 0.1, "ratio_min": 0.7, "ratio_max": 1.05}
     c = combine_diagnostics([a, b])
-    assert c["losses/loss"] == 3.0 and c["weight"] == 4.0, "losses of micro-batches add up"
-    assert c["losses/clipfrac"] == pytest.approx((0.5 + 0.3) / 4), "means are weighted by row weight"
-    assert (c["ratio/min"], c["ratio/max"]) == (0.7, 1.1), "extremes stay extremes"
+    assert c["loss"] == 3.0 and c["weight"] == 4.0, "losses of micro-batches add up"
+    assert c["clipfrac"] == pytest.approx((0.5 + 0.3) / 4), "means are weighted by row weight"
+    assert (c["ratio_min"], c["ratio_max"]) == (0.7, 1.1), "extremes stay extremes"

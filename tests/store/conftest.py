@@ -5,8 +5,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+from clawgym.records import Call
 from clawgym.store.bus_memory import MemoryBus
-from clawgym.store.records import Call
 from clawgym.store.sql import SqlStore
 
 

@@ -19,11 +19,11 @@ from clawgym.config import StoreConfig
 from clawgym.errors import AlreadyExists, ClawgymError, InvalidArgument, NotFound
 from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.generated.v1.store_pb2_grpc import StoreStub
+from clawgym.records import Checkpoint, GroupReady, RolloutSpec
 from clawgym.rpc import check_health
 from clawgym.store import convert
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
-from clawgym.store.records import Checkpoint, GroupReady, RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym_services.store.server import create_server
 

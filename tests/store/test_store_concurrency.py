@@ -5,8 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from clawgym.records import RolloutSpec
 from clawgym.store.bus import GROUPS_READY
-from clawgym.store.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 
 WRITERS = 16

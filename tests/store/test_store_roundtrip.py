@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, pool, text
 
-from clawgym.config import StoreConfig
+from clawgym.assemble import open_sql_store, open_store
+from clawgym.config import ClawgymConfig
 from clawgym.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from clawgym.store import open_store
+from clawgym.records import Checkpoint, RolloutSpec
 from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE
-from clawgym.store.records import Checkpoint, RolloutSpec
+from clawgym.store.config import StoreConfig
 from clawgym.store.sql import SqlStore, hash_token
 
 
@@ -202,7 +203,7 @@ def test_bad_rollout_and_run_requests_are_typed_errors(store: SqlStore) -> None:
 
 def test_a_watcher_gets_ready_groups_through_redis_and_can_resume(pg_url: str, redis_url: str) -> None:
     """The production wiring (PostgreSQL + Redis): watch_groups streams ready groups, resumable by id."""
-    store = SqlStore.from_config(StoreConfig(url=pg_url, bus_url=redis_url))
+    store = open_sql_store(StoreConfig(url=pg_url, bus_url=redis_url))
     try:
         run = store.create_run("redis-watch")
         regs = store.register_rollouts(run.id, [RolloutSpec("ga", "t", "h"), RolloutSpec("gb", "t", "h")])
@@ -220,7 +221,7 @@ def test_a_watcher_gets_ready_groups_through_redis_and_can_resume(pg_url: str, r
 
 
 def test_open_store_gives_the_in_process_store_without_a_service_address(sqlite_url: str) -> None:
-    store = open_store(StoreConfig(url=sqlite_url))
+    store = open_store(ClawgymConfig(store=StoreConfig(url=sqlite_url)))
     try:
         assert isinstance(store, SqlStore), "no grpc_url means the in-process SqlStore"
         assert store.get_run(store.create_run("x").id).name == "x", "the opened store must work"

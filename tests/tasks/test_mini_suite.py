@@ -7,8 +7,8 @@ import hashlib
 from collections import Counter
 from pathlib import Path
 
+from clawgym.orchestrator.check import check_tasks, summarize
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
-from clawgym.tasks.check import check_tasks, summarize
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.families import FAMILIES
 from clawgym.tasks.mini.generate import mini_suite_dir, write_suite

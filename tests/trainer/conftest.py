@@ -12,8 +12,8 @@ import pytest
 
 from clawgym.inference.torch_engine import TorchEngine
 from clawgym.policies import load_model, load_tokenizer
+from clawgym.records import Call, Group, Rollout, RolloutWithCalls
 from clawgym.store.bus import make_bus
-from clawgym.store.records import Call, Group, Rollout, RolloutWithCalls
 from clawgym.store.sql import SqlStore
 from clawgym.trainer.config import TrainerConfig
 from clawgym.trainer.loop import Trainer

@@ -5,9 +5,9 @@ must not be owed again when that announcement arrives (it was trained twice, and
 checkpoint refused, before the feed remembered what it consumed).
 """
 
+from clawgym.records import Checkpoint, RolloutSpec
 from clawgym.store.bus import GROUPS_READY
 from clawgym.store.bus_memory import MemoryBus
-from clawgym.store.records import Checkpoint, RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym.trainer.feed import GroupFeed
 

@@ -17,12 +17,12 @@ import pytest
 from prometheus_client import generate_latest
 
 from clawgym.inference.torch_engine import TorchEngine
+from clawgym.orchestrator.interface import Batch, RolloutRequest
 from clawgym.policies import load_model
 from clawgym.store.bus import CHECKPOINTS
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
 from clawgym.trainer.loop import MISMATCH_WARNING
-from clawgym.trainer.source import RolloutBatch, RolloutRequest
 from clawgym.trainer.toy import ToyRolloutSource
 
 
@@ -106,7 +106,7 @@ def test_groups_older_than_max_policy_lag_are_dropped_counted_and_consumed(
     old_engine = TorchEngine(load_model("tiny-qwen3"), name="tiny-qwen3")  # never reloaded: version 0
     try:
         stale = ToyRolloutSource(store, old_engine, tiny_tok, runner, seed=7)
-        batch = RolloutBatch(trainer.run_id, "toy", (RolloutRequest("toy/1", "reference", 3),) * 2, 0)
+        batch = Batch(trainer.run_id, (RolloutRequest("toy/1", "reference", 3),) * 2, suite="toy", batch_id="b1")
         stale.request(batch)
         deadline = time.monotonic() + 120
         while stale.pending_groups() and time.monotonic() < deadline:

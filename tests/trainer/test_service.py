@@ -48,7 +48,7 @@ def test_the_service_reports_the_loop_over_grpc_and_exports_prometheus_metrics(
         )
         exported = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
         assert "clawgym_trainer_step 2.0" in exported, "/metrics must export the trainer's step gauge"
-        assert "clawgym_trainer_tokens_per_second" in exported, "/metrics must export throughput"
+        assert "clawgym_trainer_tokens_per_s" in exported, "/metrics must export throughput"
     finally:
         server.stop()
         store.close()

@@ -12,10 +12,10 @@ import pytest
 
 from clawgym.config import StoreConfig
 from clawgym.errors import AlreadyExists, FailedPrecondition
+from clawgym.records import Checkpoint, RolloutSpec
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
 from clawgym.store.interface import TrajectoryStore
-from clawgym.store.records import Checkpoint, RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym_services.store.server import create_server
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from clawgym.errors import InvalidArgument
-from clawgym.store.records import Call, Group, Rollout, RolloutWithCalls
+from clawgym.records import Call, Group, Rollout, RolloutWithCalls
 from clawgym.trajectory import tree_from_calls, tree_from_group, tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 

@@ -1,9 +1,11 @@
 """Evaluation: Pass@k (unbiased estimator) with confidence intervals, and the runner that measures it.
 
-`passk` holds the statistics (pure functions of per-task counts); `runner.evaluate` runs an
-evaluation as rollouts on any `RolloutService` and records it in the store.
+`passk` holds the statistics (pure functions of per-task counts); `compare` reads a before/after
+pair of evaluations; `select` chooses the tasks; `runner.evaluate` runs an evaluation as rollouts
+on any `RolloutService` and records it in the store.
 """
 
+from clawgym.evaluation.compare import Comparison, compare
 from clawgym.evaluation.passk import (
     PassAtK,
     TaskCounts,
@@ -16,12 +18,14 @@ from clawgym.evaluation.passk import (
 from clawgym.evaluation.runner import EvalResult, EvalSpec, HarnessEval, eval_run, evaluate, summarize
 
 __all__ = [
+    "Comparison",
     "EvalResult",
     "EvalSpec",
     "HarnessEval",
     "PassAtK",
     "TaskCounts",
     "bootstrap_interval",
+    "compare",
     "estimate",
     "eval_run",
     "evaluate",

@@ -5,15 +5,14 @@ default), samples per task, which Pass@k, how often during training, and through
 (by default every harness the trainer trains with, so each is evaluated as it is trained).
 """
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from clawgym.section import Section
 
 
-class EvaluationConfig(BaseModel):
+class EvaluationConfig(Section):
     """Periodic and final evaluation of a training run, and the defaults of `clawgym eval`."""
 
-    # Same rule as clawgym.config.Section (unknown keys are errors); kept local so that
-    # clawgym.config can import this section without an import cycle.
-    model_config = ConfigDict(extra="forbid")
 
     suite: str = Field("", description="task suite to evaluate on; empty = trainer.suite")
     split: str = Field("test", description="the suite's split of held-out tasks (all tasks if it has none)")

@@ -6,22 +6,23 @@ variables map in as `CLAWGYM_INFERENCE__MODEL=tiny-qwen3`, `CLAWGYM_INFERENCE__C
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from clawgym.section import Section
 
 
-class InferenceConfig(BaseModel):
+class InferenceConfig(Section):
     """What `clawgym serve inference` serves, and how an in-process engine or a client is built."""
 
-    # Same rule as clawgym.config.Section (unknown keys are errors); defined here so that
-    # clawgym.config can import this section without an import cycle.
-    model_config = ConfigDict(extra="forbid")
 
     model: str = Field(
         "smollm2-135m", description="model spec: smollm2-135m, tiny-qwen3, or a local HF folder"
     )
     engine: Literal["torch", "vllm"] = Field("torch", description="torch (CPU, embedded) or vllm (GPU)")
     grpc_url: str = Field(
-        "", description="address of the inference service (host:port); empty = in-process engine"
+        "",
+        description="address of the inference service (host:port); several replicas may be listed "
+        "comma-separated (host1:port,host2:port), each rollout then sticks to one; empty = in-process engine",
     )
     host: str = Field("0.0.0.0", description="address `clawgym serve inference` listens on")
     port: int = Field(50052, description="gRPC port `clawgym serve inference` listens on")
@@ -54,3 +55,8 @@ class InferenceConfig(BaseModel):
         0.85, gt=0, le=1, description="vLLM: fraction of GPU memory it may use"
     )
     max_model_len: int = Field(0, ge=0, description="vLLM: context length; 0 = the model's")
+
+    @property
+    def grpc_targets(self) -> list[str]:
+        """The inference replicas `grpc_url` lists ("host:port" each); [] = in-process engine."""
+        return [t.strip() for t in self.grpc_url.split(",") if t.strip()]

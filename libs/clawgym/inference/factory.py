@@ -1,6 +1,7 @@
-"""Building the engine a config asks for: in-process (torch or vLLM) or a client of the inference service.
+"""Building the in-process engine a config asks for: torch (CPU, embedded) or vLLM (GPU).
 
-Owns the mapping InferenceConfig → Engine, so the app, the proxy and the service agree on it.
+What the inference service serves, and what `clawgym.assemble.open_engine` opens when no inference
+service is named; clients of the service (one replica or several) are `open_engine`'s choice.
 """
 
 from pathlib import Path
@@ -29,12 +30,3 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         prefill_chunk=cfg.prefill_chunk,
         prefix_cache_tokens=cfg.prefix_cache_tokens,
     )
-
-
-def connect_engine(cfg: InferenceConfig) -> Engine:
-    """A client of the inference service when `cfg.grpc_url` is set, otherwise an in-process engine."""
-    if cfg.grpc_url:
-        from clawgym.inference.grpc_client import GrpcEngine
-
-        return GrpcEngine(cfg.grpc_url, max_message_mb=cfg.grpc_max_message_mb)
-    return create_engine(cfg)

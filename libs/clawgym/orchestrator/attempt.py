@@ -1,10 +1,11 @@
 """One attempt of one rollout: harness ready, proxy up, sandbox, workspace, harness, verifier.
 
-The order is `clawgym.harnesses.rollout`'s (task files → harness config files → harness exec →
-tests copied in → verifier), built from the same pieces (`sandbox_spec`, `prepare_workspace`,
-`verify`); this module adds what the orchestrator needs between them: state callbacks (running,
-verifying), failure classification at each stage, metrics, and a sandbox that is destroyed
-whatever happens, cancellation included. It knows nothing of the store, retries or limits.
+The one rollout pipeline: task files → harness config files → harness exec → tests copied in →
+verifier, with state callbacks (running, verifying), failure classification at each stage,
+metrics, and a sandbox that is destroyed whatever happens, cancellation included. It knows nothing
+of the store, retries or limits (the runner's). `run_task` runs one attempt outside a batch
+(`clawgym tasks check`, benches, tests). A harness that exits non-zero or times out is a task
+outcome: the verifier still runs and decides the reward.
 """
 
 from __future__ import annotations
@@ -19,17 +20,42 @@ from dataclasses import dataclass, field
 import httpx
 
 from clawgym.harnesses.base import HarnessAdapter, Launch, RunContext
-from clawgym.harnesses.rollout import HOME, sandbox_spec
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.failures import InfraFailure, classify
 from clawgym.orchestrator.metrics import OrchestratorMetrics
-from clawgym.sandbox.interface import Resources, Sandbox, SandboxBackend
+from clawgym.sandbox.interface import Resources, Sandbox, SandboxBackend, SandboxSpec
 from clawgym.tasks.model import Task
 from clawgym.tasks.verify import Verdict, prepare_workspace, verify
 
 log = logging.getLogger(__name__)
 
 PROXY_OK_CACHE_S = 5.0  # a proxy that answered is not asked again for this long (per-rollout overhead)
+HOME = "/root"
+# On top of the harness's own time limit: workspace set-up, verifier, teardown.
+SLACK_S = 120.0
+
+
+def sandbox_spec(
+    task: Task,
+    launch: Launch,
+    *,
+    harness: str,
+    home: str = HOME,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> SandboxSpec:
+    """The sandbox a run of `launch` on `task` needs: the task's paths writable, room for the verifier.
+    Network "proxy" for pseudo-harnesses too: a task's solution may talk to loopback services."""
+    return SandboxSpec(
+        workdir=task.workdir,
+        mounts=tuple(m for m in task.sandbox_mounts() if m != home),
+        home=home,
+        env=dict(env or {}),
+        timeout_s=launch.timeout_s + task.verifier.timeout_s + SLACK_S,
+        network="proxy",
+        labels=dict(labels or {}),
+        harness=harness,
+    )
 
 
 @dataclass
@@ -125,14 +151,7 @@ class AttemptRunner:
             raise classify(e, failures.HARNESS_START) from e
         if self.backend.name != "local":
             launch = from_image(adapter, launch)
-        spec = sandbox_spec(
-            task,
-            launch,
-            harness=adapter.name,
-            env=plan.env,
-            labels=plan.labels,
-            network="proxy",  # pseudo-harnesses too: a task's solution may talk to loopback services
-        )
+        spec = sandbox_spec(task, launch, harness=adapter.name, env=plan.env, labels=plan.labels)
         resources = plan.resources or spec.resources
         floor = plan.adapter.limits.min_memory_mb
         if floor and resources.memory_mb < floor:  # a harness that cannot start below it (OpenClaw)
@@ -221,3 +240,25 @@ class AttemptRunner:
             await asyncio.to_thread(adapter.install)
         except Exception as e:
             raise classify(e, failures.INSTALL) from e
+
+
+async def run_task(
+    adapter: HarnessAdapter,
+    task: Task,
+    backend: SandboxBackend,
+    *,
+    proxy_url: str = "",
+    token: str = "",
+    model: str = "",
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    proxy_check_timeout_s: float = 10.0,
+) -> AttemptResult:
+    """One attempt of `adapter` on `task` outside any batch or store: the orchestrator's pipeline."""
+
+    async def nothing(*_: object) -> None:
+        return None
+
+    runner = AttemptRunner(backend, OrchestratorMetrics(), ProxyProbe(proxy_check_timeout_s))
+    plan = AttemptPlan(task, adapter, token, proxy_url, model, labels or {}, env or {})
+    return await runner.run(plan, nothing, nothing)

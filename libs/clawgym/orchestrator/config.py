@@ -11,23 +11,21 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from clawgym.errors import InvalidArgument
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.interface import Resources
+from clawgym.section import Section
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([A-Za-z]*)$")
 _MEMORY_MB = {"": 1 / 2**20, "k": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20, "T": 1e12 / 2**20,
               "Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0, "Ti": 1024.0**2}  # fmt: skip
 
 
-class OrchestratorConfig(BaseModel):
+class OrchestratorConfig(Section):
     """What `clawgym serve orchestrator` runs and how; the sandbox backend's own knobs are `sandbox`."""
 
-    # Same rule as clawgym.config.Section (unknown keys are errors); defined here so that
-    # clawgym.config can import this section without an import cycle.
-    model_config = ConfigDict(extra="forbid")
 
     grpc_url: str = Field(
         "", description="address of the orchestrator service (host:port); empty = in-process"

@@ -49,6 +49,11 @@ class Batch:
     policy_version: int = 0  # the version the batch starts under (recorded per rollout)
     proxy_url: str = ""  # where harnesses reach the proxy; empty = the orchestrator's configured one
 
+    @property
+    def n_groups(self) -> int:
+        """Each request is one group."""
+        return len(self.rollouts)
+
     def validate(self) -> None:
         """InvalidArgument naming the first bad field (names are checked against the suite later)."""
         if not self.run_id:

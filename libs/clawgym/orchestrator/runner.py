@@ -21,10 +21,10 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from clawgym.errors import AlreadyExists, ClawgymError, FailedPrecondition
-from clawgym.harnesses.base import DEFAULT_CACHE_DIR, HarnessAdapter
+from clawgym.harnesses.base import HarnessAdapter
 from clawgym.harnesses.registry import ALIASES
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.attempt import AttemptPlan, AttemptResult, AttemptRunner, ProxyProbe
@@ -33,13 +33,10 @@ from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.orchestrator.failures import InfraFailure, classify
 from clawgym.orchestrator.interface import Batch, RolloutStatus
 from clawgym.orchestrator.metrics import OrchestratorMetrics
+from clawgym.records import RolloutSpec
 from clawgym.sandbox.interface import HARNESS_LABEL, SandboxBackend, check_labels, label_value
 from clawgym.store.interface import TrajectoryStore
-from clawgym.store.records import RolloutSpec
 from clawgym.tasks.model import Task
-
-if TYPE_CHECKING:
-    from clawgym.config import ClawgymConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -142,20 +139,6 @@ class Orchestrator:
     def _store(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """A blocking store call, run on the store threads."""
         return asyncio.get_running_loop().run_in_executor(self._store_threads, fn, *args)
-
-    @classmethod
-    def from_config(cls, cfg: ClawgymConfig, store: TrajectoryStore | None = None) -> Orchestrator:
-        """The store and sandbox backend `cfg` names (local sandboxes see the harness and provision caches)."""
-        from clawgym.sandbox import make_sandbox_backend
-        from clawgym.store import open_store
-        from clawgym.tasks.provision import PROVISION_DIR
-
-        o = cfg.orchestrator
-        cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
-        sandbox_cfg = o.sandbox_config(cfg.sandbox, ro_paths=[cache, str(PROVISION_DIR)])
-        return cls(
-            o, store if store is not None else open_store(cfg.store), make_sandbox_backend(sandbox_cfg)
-        )
 
     async def start(self) -> int:
         """Reaps sandboxes of this owner that no live process holds (a predecessor's); returns how many."""

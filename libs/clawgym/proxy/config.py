@@ -4,7 +4,9 @@ Owns the proxy's fields and defaults; the engine it talks to is configured by th
 section (`clawgym.inference.config`), the store by `store`.
 """
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from clawgym.section import Section
 
 DEFAULT_RECORDED_HEADERS = (
     "user-agent",
@@ -24,27 +26,15 @@ DEFAULT_RECORDED_HEADERS = (
 )
 
 
-class ProxyConfig(BaseModel):
+class ProxyConfig(Section):
     """What `clawgym serve proxy` serves and how it captures."""
-
-    # Same rule as clawgym.config.Section (unknown keys are errors); defined here so that
-    # clawgym.config can import this section without an import cycle.
-    model_config = ConfigDict(extra="forbid")
 
     host: str = Field("127.0.0.1", description="address the proxy listens on")
     port: int = Field(8080, description="port the proxy listens on")
-    model: str = Field(
-        "tiny-qwen3",
-        description="policy model spec: its tokenizer renders prompts; "
-        "also the in-process engine's model when inference_url is empty",
-    )
     served_model_name: str = Field(
         "",
         description="model name reported by /v1/models and in responses; "
         "empty = any name the harness asks for is echoed back",
-    )
-    inference_url: str = Field(
-        "", description="inference service host:port (gRPC); empty = in-process engine"
     )
     redis_url: str = Field(
         "",

@@ -28,11 +28,11 @@ from clawgym.proxy.identity import RolloutResolver, api_key
 from clawgym.proxy.live import LiveState
 from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.proxy.pools import WorkerPools
+from clawgym.records import Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
 from clawgym.rendering.splice import PromptBuilder, chain_keys
 from clawgym.rendering.template import ChatTemplate
 from clawgym.store.interface import TrajectoryStore
-from clawgym.store.records import Rollout
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ class Gateway:
 
     async def models(self) -> dict[str, Any]:
         """`/v1/models` in a shape both the OpenAI and the Anthropic SDKs parse."""
-        name = self.cfg.served_model_name or self.cfg.model
+        name = self.cfg.served_model_name or (await self.engine_status()).model
         entry = {
             "id": name,
             "object": "model",

@@ -35,11 +35,11 @@ from clawgym.protocols.wire import Reply
 from clawgym.proxy.live import LiveState, turn_of
 from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.proxy.pools import WorkerPools
+from clawgym.records import Call, Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
 from clawgym.rendering.splice import BuiltPrompt, turn_key
 from clawgym.rendering.toolcalls import OutputParser
 from clawgym.store.interface import TrajectoryStore
-from clawgym.store.records import Call, Rollout
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from clawgym.errors import NotFound, Unauthenticated
 from clawgym.proxy.live import LiveState
 from clawgym.proxy.pools import WorkerPools
+from clawgym.records import ENDED_ROLLOUT_STATES, Rollout
 from clawgym.store.interface import TrajectoryStore
-from clawgym.store.records import ENDED_ROLLOUT_STATES, Rollout
 
 
 def api_key(headers: Mapping[str, str]) -> str:

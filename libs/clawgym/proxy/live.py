@@ -19,9 +19,9 @@ from typing import Protocol
 import numpy as np
 
 from clawgym.arrays import IDS, pack_ids, unpack_ids
+from clawgym.records import Rollout
 from clawgym.rendering.splice import KEY_BYTES, GeneratedTurn
 from clawgym.store.bus import split_prefix
-from clawgym.store.records import Rollout
 
 SeqFloor = Callable[[], Awaitable[int]]  # the first free seq according to the store
 

@@ -2,7 +2,8 @@
 
 `RunReport` holds the data (steps from the store, evaluations, stage timings, a summary);
 `write_report(report, folder)` draws the plots (`plots`) and writes the markdown (`markdown`) and
-`report.json` (the same data, for scripts).
+`report.json` (the same data, for scripts). `summary` names a run's headline figures and
+`run_folder` owns the layout of a run's folder (run.log, config.yaml, summary.json, the report).
 """
 
 from __future__ import annotations

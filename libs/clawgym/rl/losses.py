@@ -155,36 +155,36 @@ def _diagnostics(
     d: dict[str, float] = {
         "weight": W,
         "rows": float(len(w)),
-        "losses/loss": float(loss),
-        "losses/policy_loss": float(pg_loss),
-        "losses/entropy": float(entropy_sum) / W if W > 0 else 0.0,
-        "losses/approx_kl": wmean((ratio - 1) - logratio),
-        "losses/clipfrac": wmean(((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).to(w.dtype)),
-        "ratio/mean": wmean(ratio),
-        "ratio/min": float(ratio.min()) if len(ratio) else 1.0,
-        "ratio/max": float(ratio.max()) if len(ratio) else 1.0,
-        "tis/mean": wmean(tis),
-        "tis/truncated_frac": wmean((tis >= (cfg.tis_cap or float("inf"))).to(w.dtype)),
-        "mismatch/abs_logprob_diff": wmean((old - rows.engine_logprob).abs()),
-        "mismatch/kl_engine_train": wmean(kl_k3(rows.engine_logprob, old)),
+        "loss": float(loss),
+        "policy_loss": float(pg_loss),
+        "entropy": float(entropy_sum) / W if W > 0 else 0.0,
+        "approx_kl": wmean((ratio - 1) - logratio),
+        "clipfrac": wmean(((ratio < 1 - cfg.clip_low) | (ratio > 1 + cfg.clip_high)).to(w.dtype)),
+        "ratio_mean": wmean(ratio),
+        "ratio_min": float(ratio.min()) if len(ratio) else 1.0,
+        "ratio_max": float(ratio.max()) if len(ratio) else 1.0,
+        "tis_mean": wmean(tis),
+        "tis_truncated_frac": wmean((tis >= (cfg.tis_cap or float("inf"))).to(w.dtype)),
+        "logprob_mismatch": wmean((old - rows.engine_logprob).abs()),
+        "kl_engine_train": wmean(kl_k3(rows.engine_logprob, old)),
     }
     if kl is not None:
-        d["losses/kl_ref"] = float(kl)
+        d["kl_ref"] = float(kl)
     if v_loss is not None and values is not None:
-        d["losses/value_loss"] = float(v_loss)
+        d["value_loss"] = float(v_loss)
         var_ret = torch.var(rows.returns, unbiased=False) if len(values) > 1 else torch.tensor(0.0)
         err = torch.var(rows.returns - values, unbiased=False) if len(values) > 1 else torch.tensor(0.0)
-        d["losses/explained_variance"] = float(1 - err / var_ret) if var_ret > 0 else float("nan")
+        d["explained_variance"] = float(1 - err / var_ret) if var_ret > 0 else float("nan")
     if version is not None:
-        d["tree/policy_lag"] = wmean(version - rows.version.to(w.dtype))
+        d["policy_lag"] = wmean(version - rows.version.to(w.dtype))
     return d
 
 
-_SUMS = ("weight", "rows", "losses/loss", "losses/policy_loss", "losses/kl_ref", "losses/value_loss")
+_SUMS = ("weight", "rows", "loss", "policy_loss", "kl_ref", "value_loss")
 
 
 def combine_diagnostics(parts: list[dict[str, float]]) -> dict[str, float]:
-    """Diagnostics of a whole step from its micro-batches: sums add, */min and */max take the
+    """Diagnostics of a whole step from its micro-batches: sums add, *_min and *_max take the
     extreme, everything else is a mean weighted by each micro-batch's total row weight."""
     out: dict[str, float] = {}
     W = sum(p.get("weight", 0.0) for p in parts)
@@ -192,9 +192,9 @@ def combine_diagnostics(parts: list[dict[str, float]]) -> dict[str, float]:
         vals = [(p[key], p.get("weight", 0.0)) for p in parts if key in p]
         if key in _SUMS:
             out[key] = sum(v for v, _ in vals)
-        elif key.endswith("/min"):
+        elif key.endswith("_min"):
             out[key] = min(v for v, _ in vals)
-        elif key.endswith("/max"):
+        elif key.endswith("_max"):
             out[key] = max(v for v, _ in vals)
         else:
             out[key] = sum(v * w for v, w in vals) / W if W > 0 else 0.0

@@ -46,16 +46,3 @@ def extract_tar(data: bytes, dest: Path) -> list[str]:
     except (tarfile.TarError, OSError) as e:
         raise InvalidArgument(f"cannot unpack the archive into {dest}: {e}") from e
     return names
-
-
-def read_tar_member(data: bytes, name: str) -> bytes:
-    """The bytes of regular file `name` inside the tar `data`; InvalidArgument if absent or not a file."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
-        try:
-            member = tf.getmember(name)
-        except KeyError as e:
-            raise InvalidArgument(f"{name} is not in the archive") from e
-        handle = tf.extractfile(member) if member.isfile() else None
-        if handle is None:
-            raise InvalidArgument(f"{name} is not a regular file")
-        return handle.read()

@@ -6,16 +6,12 @@ fixed for a deployment (where workspaces live, which namespace and image, the wa
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from clawgym.section import Section
 
 
-class _Section(BaseModel):
-    # Same rule as clawgym.config.Section (unknown keys are errors); kept local so that
-    # clawgym.config can import this module without a cycle.
-    model_config = ConfigDict(extra="forbid")
-
-
-class LocalSandboxConfig(_Section):
+class LocalSandboxConfig(Section):
     root_dir: str = Field(
         "", description="where workspaces live; empty = <system temp dir>/clawgym-sandboxes"
     )
@@ -56,7 +52,7 @@ class LocalSandboxConfig(_Section):
     )
 
 
-class KubernetesSandboxConfig(_Section):
+class KubernetesSandboxConfig(Section):
     namespace: str = Field("default", description="namespace of the sandbox pods")
     kubeconfig: str = Field(
         "", description="kubeconfig file; empty = $KUBECONFIG / ~/.kube/config, else in-cluster"
@@ -86,7 +82,7 @@ class KubernetesSandboxConfig(_Section):
     name_prefix: str = Field("clawgym-sbx", description="pod name prefix")
 
 
-class SandboxConfig(_Section):
+class SandboxConfig(Section):
     backend: Literal["local", "kubernetes"] = Field("local", description="where sandboxes run")
     owner: str = Field(
         "",

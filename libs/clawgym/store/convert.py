@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from clawgym import arrays
 from clawgym.errors import InvalidArgument
 from clawgym.generated.v1 import store_pb2 as pb
-from clawgym.store.records import (
+from clawgym.records import (
     Call,
     Checkpoint,
     Group,

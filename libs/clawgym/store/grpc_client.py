@@ -10,13 +10,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from clawgym.config import StoreConfig
-from clawgym.errors import InvalidArgument
 from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.generated.v1.store_pb2_grpc import StoreStub
-from clawgym.rpc import error_from_rpc, grpc_options
-from clawgym.store import convert
-from clawgym.store.records import (
+from clawgym.records import (
     Call,
     Checkpoint,
     Group,
@@ -26,6 +22,8 @@ from clawgym.store.records import (
     RolloutSpec,
     Run,
 )
+from clawgym.rpc import error_from_rpc, grpc_options
+from clawgym.store import convert
 
 T = TypeVar("T")
 
@@ -37,12 +35,6 @@ class StoreClient:
         self.timeout_s = timeout_s
         self._channel = grpc.insecure_channel(target, options=grpc_options(max_message_mb))
         self._stub = StoreStub(self._channel)
-
-    @classmethod
-    def from_config(cls, cfg: StoreConfig) -> "StoreClient":
-        if not cfg.grpc_url:
-            raise InvalidArgument("store.grpc_url is empty: there is no store service to connect to")
-        return cls(cfg.grpc_url, max_message_mb=cfg.grpc_max_message_mb)
 
     def close(self) -> None:
         self._channel.close()

@@ -8,7 +8,7 @@ for a request the rollout's state forbids (a call or a second finish after it en
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from clawgym.store.records import (
+from clawgym.records import (
     Call,
     Checkpoint,
     Group,

@@ -1,12 +1,12 @@
 """SQL rows → store records: the read side of `clawgym.store.sql`.
 
-Owns unpacking columns into `clawgym.store.records` (packed bytes → read-only numpy views);
+Owns unpacking columns into `clawgym.records` (packed bytes → read-only numpy views);
 not queries, and not validation of input (`clawgym.store.validate`).
 """
 
 from clawgym import arrays
+from clawgym.records import Call, Checkpoint, Rollout, Run
 from clawgym.store.models import CallRow, CheckpointRow, RolloutRow, RunRow
-from clawgym.store.records import Call, Checkpoint, Rollout, Run
 
 
 def run_record(row: RunRow) -> Run:

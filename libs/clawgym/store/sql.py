@@ -33,15 +33,8 @@ from sqlalchemy import exc, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from clawgym.config import StoreConfig
 from clawgym.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from clawgym.store import rows, validate
-from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE, EventBus, make_bus
-from clawgym.store.bus_memory import MemoryBus
-from clawgym.store.database import create_store_engine, read_only
-from clawgym.store.migrations import migrate
-from clawgym.store.models import CallRow, CheckpointRow, EvalRow, GroupRow, RolloutRow, RunRow, TrainStepRow
-from clawgym.store.records import (
+from clawgym.records import (
     ENDED_ROLLOUT_STATES,
     RUN_STATES,
     Call,
@@ -54,6 +47,12 @@ from clawgym.store.records import (
     RolloutWithCalls,
     Run,
 )
+from clawgym.store import rows, validate
+from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE, EventBus
+from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.database import create_store_engine, read_only
+from clawgym.store.migrations import migrate
+from clawgym.store.models import CallRow, CheckpointRow, EvalRow, GroupRow, RolloutRow, RunRow, TrainStepRow
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +86,6 @@ class SqlStore:
         self._reader = read_only(self._engine)
         with self._db_errors():
             migrate(self._engine)
-
-    @classmethod
-    def from_config(cls, cfg: StoreConfig, bus: EventBus | None = None) -> "SqlStore":
-        return cls(
-            cfg.url,
-            bus if bus is not None else make_bus(cfg.bus_url),
-            max_call_bytes=cfg.max_call_mb * 2**20,
-            pool_size=cfg.pool_size,
-        )
 
     def close(self) -> None:
         """Closes the pool's connections and the bus."""

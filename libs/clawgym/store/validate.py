@@ -13,7 +13,7 @@ from typing import Any
 
 from clawgym import arrays
 from clawgym.errors import InvalidArgument
-from clawgym.store.records import FINISH_REASONS, PROTOCOLS, Call
+from clawgym.records import FINISH_REASONS, PROTOCOLS, Call
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1

@@ -39,6 +39,15 @@ def resolve_suite(name: str, root: str | Path | None = None, cache_dir: str | Pa
     raise NotFound(f"no suite {name!r}: not bundled ({', '.join(BUNDLED)}), not in {root}, not a folder")
 
 
+def resolve_task(task: str, suite: str) -> tuple[str, str]:
+    """(suite, task id) of a task named on the command line: a task folder is a suite of one task
+    (its resolved path); anything else is a task id of `suite`."""
+    path = Path(task)
+    if path.is_dir():
+        return str(path.resolve()), load_task(path).id
+    return suite, task
+
+
 def _info(path: Path, name: str) -> SuiteInfo:
     meta = json.loads((path / "suite.json").read_text())
     return SuiteInfo(name, path, meta.get("format", "?"), int(meta.get("tasks", 0)))

@@ -75,13 +75,6 @@ async def prepare_workspace(task: Task, sandbox: SandboxLike) -> None:
     await put_files(sandbox, task.files)
 
 
-async def put_solution(task: Task, sandbox: SandboxLike) -> None:
-    """Puts the reference solution under /solution, for the oracle; NotFound if there is none."""
-    if not task.has_solution:
-        raise NotFound(f"task {task.id} has no reference solution")
-    await put_files(sandbox, task.solution)
-
-
 # --- rewards ------------------------------------------------------------------------------------
 
 

@@ -10,11 +10,12 @@ In-process use (the embedded runtime), all parts built by the caller and passed 
 ...                   source=source, tokenizer=tokenizer, engines=[engine], runner=runner)
 >>> trainer.run()          # or trainer.run(steps=1) to step; trainer.status for progress
 
-or from a whole `ClawgymConfig`: `build_trainer(cfg).run()` (what `clawgym serve trainer` does).
+or from a whole `ClawgymConfig`: `clawgym.assemble.build_trainer(cfg).run()` (what `clawgym serve
+trainer` and the embedded runtime do).
 Modules, in the order a step uses them: `config`, `source` (+ `toy`), `feed`, `batch`, `policy`,
-`update`, `optim`, `checkpoint`, `metrics`, `distributed`, `loop`, `build`.
+`update`, `optim`, `checkpoint`, `metrics`, `distributed`, `loop`, `loop_thread`.
 
-Names are resolved on first use, so that `clawgym.config` can import `training.config` without
+Names are resolved on first use, so that `clawgym.config` can import `trainer.config` without
 importing torch.
 """
 
@@ -26,10 +27,8 @@ _EXPORTS = {
     "AlgorithmConfig": "clawgym.trainer.config",
     "Trainer": "clawgym.trainer.loop",
     "TrainerStatus": "clawgym.trainer.loop",
-    "build_trainer": "clawgym.trainer.build",
     "RolloutSource": "clawgym.trainer.source",
-    "RolloutBatch": "clawgym.trainer.source",
-    "OrchestratorSource": "clawgym.trainer.source",
+    "RolloutServiceSource": "clawgym.trainer.source",
     "ToyRolloutSource": "clawgym.trainer.toy",
     "LoopThread": "clawgym.trainer.loop_thread",
     "TrainerMetrics": "clawgym.trainer.metrics",

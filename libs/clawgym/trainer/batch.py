@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from clawgym.store.records import Group
+from clawgym.records import Group
 from clawgym.trajectory import FlatTree, RadixTree, TreeStats, tree_from_calls
 
 

@@ -44,6 +44,7 @@ from clawgym.trainer.policy import BuiltPolicy, merge_lora_state
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
+RUN_MARKER = "run.json"
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
 
 
@@ -53,6 +54,12 @@ def run_folder(cfg: TrainerConfig) -> str:
 
 def version_uri(cfg: TrainerConfig, version: int) -> str:
     return f"{run_folder(cfg)}/v{version:06d}"
+
+
+def version_of(uri: str) -> int | None:
+    """The version a checkpoint folder's name says (`v000005`, or a hand-named `v5`), else None."""
+    name = uri.rstrip("/").rsplit("/", 1)[-1]
+    return int(name[1:]) if name[:1] == "v" and name[1:].isdigit() else None
 
 
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -69,22 +76,36 @@ def resolve_run(store: TrajectoryStore, cfg: TrainerConfig) -> str:
             return store.get_run(cfg.run_id).id
         except NotFound:
             raise NotFound(f"trainer.run_id: the store has no run {cfg.run_id!r}") from None
-    fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
-    marker = f"{folder}/run.json"
-    if fs.exists(marker):
-        run_id = json.loads(fs.cat_file(marker))["run_id"]
+    run_id = recorded_run_id(cfg)
+    if run_id:
         try:
             return store.get_run(run_id).id
         except NotFound:
             raise FailedPrecondition(
-                f"{run_folder(cfg)}/run.json names run {run_id}, which the store does not know; "
+                f"{run_folder(cfg)}/{RUN_MARKER} names run {run_id}, which the store does not know; "
                 "set trainer.run_id, or a new trainer.run_name / checkpoint_uri"
             ) from None
     run = store.create_run(cfg.run_name, cfg.model_dump(mode="json"))
+    fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
     fs.makedirs(folder, exist_ok=True)
-    with fs.open(marker, "w") as f:
+    with fs.open(f"{folder}/{RUN_MARKER}", "w") as f:
         f.write(json.dumps({"run_id": run.id, "run_name": cfg.run_name}))
     return run.id
+
+
+def recorded_run_id(cfg: TrainerConfig) -> str:
+    """The store run id the checkpoint folder's run.json records; '' when it has none."""
+    fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
+    marker = f"{folder}/{RUN_MARKER}"
+    return json.loads(fs.cat_file(marker))["run_id"] if fs.exists(marker) else ""
+
+
+def find_checkpoint(store: TrajectoryStore, run_id: str, version: int) -> str:
+    """The URI of the run's registered checkpoint of `version`."""
+    for c in store.list_checkpoints(run_id):
+        if c.version == version:
+            return c.uri
+    raise NotFound(f"run {run_id} has no checkpoint v{version}")
 
 
 # --- saving ---

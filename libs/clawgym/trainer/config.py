@@ -12,18 +12,13 @@ v optimizer steps; the checkpoint of step v is version v.
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from clawgym.errors import InvalidArgument
+from clawgym.section import Section
 
 
-class _Section(BaseModel):
-    # Same rule as clawgym.config.Section (unknown keys are errors); kept local so that
-    # clawgym.config can import this module without a cycle.
-    model_config = ConfigDict(extra="forbid")
-
-
-class HarnessWeight(_Section):
+class HarnessWeight(Section):
     """One harness of the mix: GRPO groups are per (task, harness)."""
 
     name: str = Field(
@@ -41,7 +36,7 @@ class HarnessWeight(_Section):
         return ALIASES.get(name, name)
 
 
-class AlgorithmConfig(_Section):
+class AlgorithmConfig(Section):
     """The RL algorithm and its optimiser: GRPO (group-normalised rewards) or PPO (value head + GAE)."""
 
     name: Literal["grpo", "ppo"] = Field(
@@ -89,7 +84,7 @@ class AlgorithmConfig(_Section):
     lam: float = Field(0.95, ge=0, le=1, description="PPO: GAE λ")
 
 
-class LoraSettings(_Section):
+class LoraSettings(Section):
     """Low-rank adapters (peft) instead of full fine-tuning; checkpoints hold the merged weights."""
 
     enabled: bool = Field(False, description="train LoRA adapters only")
@@ -102,7 +97,7 @@ class LoraSettings(_Section):
     )
 
 
-class TrainerConfig(_Section):
+class TrainerConfig(Section):
     """What `clawgym serve trainer` (and the embedded runtime's trainer) runs."""
 
     # --- the service ---

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from clawgym.errors import Unavailable
+from clawgym.errors import ClawgymError, FailedPrecondition, Unavailable
 from clawgym.inference.interface import Engine
+from clawgym.records import Checkpoint
 from clawgym.store.bus import EventBus
 from clawgym.store.interface import TrajectoryStore
-from clawgym.store.records import Checkpoint
 from clawgym.trainer import checkpoint as ckpt
 from clawgym.trainer.batch import Batch, assign_to_ranks, build_batch
 from clawgym.trainer.config import TrainerConfig, check_trainer_config
@@ -327,12 +327,20 @@ class Trainer:
             )  # fmt: skip
 
     def _reload_engines(self, version: int, uri: str) -> None:
-        """Tells every engine to serve `version`; a failure is logged (its rollouts then lag, and are dropped)."""
-        for engine in self.engines:
+        """Tells every engine to serve `version` and checks that it does before the version counts as
+        published. A refusal raises, naming version and uri: an engine left on old weights would
+        silently feed the run rollouts that lag further every step, until all are dropped."""
+        for i, engine in enumerate(self.engines):
             try:
                 self.runner.run(engine.load_weights(version, uri), timeout_s=RELOAD_TIMEOUT_S)
-            except Exception:
-                log.exception("engine did not load checkpoint %d from %s", version, uri)
+                served = self.runner.run(engine.status(), timeout_s=RELOAD_TIMEOUT_S).policy_version
+            except Exception as e:
+                typed = type(e) if isinstance(e, ClawgymError) else ClawgymError
+                raise typed(f"engine {i} did not load checkpoint {version} from {uri}: {e}") from e
+            if served < version:
+                raise FailedPrecondition(
+                    f"engine {i} accepted checkpoint {version} from {uri} but serves version {served}"
+                )
 
     def _set_status(self, state: str) -> None:
         s = self.status

@@ -17,6 +17,25 @@ STEP_KEYS = (
 )  # fmt: skip
 
 
+GAUGES = {  # step key → help; the gauge is clawgym_trainer_<key>
+    "loss": "last step's total loss",
+    "policy_loss": "last step's clipped PG loss",
+    "value_loss": "last step's value loss (PPO)",
+    "approx_kl": "last step's approx KL(π_old ‖ π_θ)",
+    "kl_ref": "last step's k3 KL to the reference",
+    "clipfrac": "last step's clipped-ratio fraction",
+    "entropy": "last step's mean policy entropy",
+    "explained_variance": "last step's value explained variance",
+    "grad_norm": "last step's gradient norm before clipping",
+    "lr": "last step's learning rate",
+    "logprob_mismatch": "mean |train - engine| logprob of generated tokens",
+    "sharing_ratio": "call tokens / tree tokens of the last batch",
+    "tokens_per_s": "tree tokens trained per second",
+    "step_s": "seconds of the last update + checkpoint",
+    "rollout_wait_s": "seconds the last step waited for groups",
+}
+
+
 class TrainerMetrics:
     """Per-step gauges (loss, KL, entropy, clip fraction, grad norm, mismatch, sharing, tokens/s, …),
     reward and pass rate per harness, the policy-lag histogram, stale-group and token counters."""
@@ -24,41 +43,9 @@ class TrainerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        # step key → gauge; literal names so the dashboards' checks (tests/deploy) can find them
+        # One name per diagnostic from the loss to the dashboard: step key `k` is `clawgym_trainer_k`.
         self.gauges = {
-            "loss": Gauge("clawgym_trainer_loss", "last step's total loss", registry=r),
-            "policy_loss": Gauge("clawgym_trainer_policy_loss", "last step's clipped PG loss", registry=r),
-            "value_loss": Gauge("clawgym_trainer_value_loss", "last step's value loss (PPO)", registry=r),
-            "approx_kl": Gauge("clawgym_trainer_kl", "last step's approx KL(π_old ‖ π_θ)", registry=r),
-            "kl_ref": Gauge("clawgym_trainer_kl_ref", "last step's k3 KL to the reference", registry=r),
-            "clipfrac": Gauge(
-                "clawgym_trainer_clip_fraction", "last step's clipped-ratio fraction", registry=r
-            ),
-            "entropy": Gauge("clawgym_trainer_entropy", "last step's mean policy entropy", registry=r),
-            "explained_variance": Gauge(
-                "clawgym_trainer_explained_variance", "last step's value explained variance", registry=r
-            ),
-            "grad_norm": Gauge(
-                "clawgym_trainer_grad_norm", "last step's gradient norm before clipping", registry=r
-            ),
-            "lr": Gauge("clawgym_trainer_learning_rate", "last step's learning rate", registry=r),
-            "logprob_mismatch": Gauge(
-                "clawgym_trainer_logprob_mismatch",
-                "mean |train - engine| logprob of generated tokens",
-                registry=r,
-            ),
-            "sharing_ratio": Gauge(
-                "clawgym_trainer_sharing_ratio", "call tokens / tree tokens of the last batch", registry=r
-            ),
-            "tokens_per_s": Gauge(
-                "clawgym_trainer_tokens_per_second", "tree tokens trained per second", registry=r
-            ),
-            "step_s": Gauge(
-                "clawgym_trainer_step_seconds", "seconds of the last update + checkpoint", registry=r
-            ),
-            "rollout_wait_s": Gauge(
-                "clawgym_trainer_rollout_wait_seconds", "seconds the last step waited for groups", registry=r
-            ),
+            key: Gauge(f"clawgym_trainer_{key}", help_text, registry=r) for key, help_text in GAUGES.items()
         }
         self.step = Gauge(
             "clawgym_trainer_step", "optimizer steps committed (checkpoint registered)", registry=r

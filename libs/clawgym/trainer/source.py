@@ -1,48 +1,28 @@
-"""Where the trainer's rollouts come from: the `RolloutSource` interface, batch planning, the orchestrator.
+"""Where the trainer's rollouts come from: the `RolloutSource` interface, batch planning, and the
+one source over the `RolloutService` interface (in-process orchestrator or its gRPC client).
 
-Owns what the trainer asks for (`RolloutBatch`: tasks × harnesses × G samples, drawn by the run's
-harness weights) and the orchestrator-backed source (gRPC `RunRollouts`). A source only *starts*
-rollouts: their results reach the trainer through the store (calls, rewards) and the bus
+Owns what the trainer asks for (a `Batch` of the orchestrator's contract: tasks × harnesses × G
+samples, drawn by the run's harness weights) and draining each batch's status stream. A source only
+*starts* rollouts: their results reach the trainer through the store (calls, rewards) and the bus
 (`groups.ready`), see `feed.py`. The engine-backed toy source for tests and demos is `toy.py`.
 """
 
+import asyncio
+import dataclasses
 import logging
 import threading
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Protocol
 
-import grpc
 import numpy as np
 
 from clawgym.errors import ClawgymError, FailedPrecondition, InvalidArgument
+from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
 from clawgym.trainer.config import TrainerConfig
+from clawgym.trainer.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RolloutRequest:
-    """One group: G samples of a task through a harness."""
-
-    task_id: str
-    harness: str
-    samples: int
-
-
-@dataclass(frozen=True)
-class RolloutBatch:
-    """What one `RolloutSource.request` starts: groups of a run, under a policy version."""
-
-    run_id: str
-    suite: str
-    requests: tuple[RolloutRequest, ...]
-    policy_version: int
-    batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @property
-    def n_groups(self) -> int:
-        return len(self.requests)
 
 
 class RolloutSource(Protocol):
@@ -52,7 +32,7 @@ class RolloutSource(Protocol):
         """The tasks this source can run (the suite's task ids)."""
         ...
 
-    def request(self, batch: RolloutBatch) -> None:
+    def request(self, batch: Batch) -> None:
         """Starts the batch and returns at once."""
         ...
 
@@ -69,7 +49,7 @@ class RolloutSource(Protocol):
 
 def plan_batch(
     cfg: TrainerConfig, task_ids: list[str], run_id: str, policy_version: int, rng: np.random.Generator
-) -> RolloutBatch:
+) -> Batch:
     """`groups_per_step` groups: each a task drawn uniformly and a harness drawn by the mix weights."""
     if not task_ids:
         raise FailedPrecondition(
@@ -82,7 +62,9 @@ def plan_batch(
         RolloutRequest(task_ids[t], cfg.harnesses[h].name, cfg.group_size)
         for t, h in zip(tasks.tolist(), harness.tolist(), strict=True)
     )
-    return RolloutBatch(run_id=run_id, suite=cfg.suite, requests=requests, policy_version=policy_version)
+    return Batch(
+        run_id=run_id, rollouts=requests, suite=cfg.suite, batch_id=uuid.uuid4().hex, policy_version=policy_version
+    )
 
 
 class BatchLedger:
@@ -103,7 +85,7 @@ class BatchLedger:
             if self._errors:
                 raise self._errors.pop(0)
 
-    def _started(self, batch: RolloutBatch) -> None:
+    def _started(self, batch: Batch) -> None:
         with self._lock:
             self._pending[batch.batch_id] = batch.n_groups
 
@@ -116,60 +98,70 @@ class BatchLedger:
             self._errors.append(error)
 
 
-class OrchestratorSource(BatchLedger):
-    """A `RolloutSource` over the orchestrator service: each batch is one `RunRollouts` stream, drained
-    in a thread until every rollout of the batch has ended."""
+class RolloutServiceSource(BatchLedger):
+    """A `RolloutSource` whose batches a `RolloutService` runs, on `runner`'s event loop: each batch's
+    status stream is drained until every rollout of the batch has ended."""
 
-    def __init__(self, target: str, *, proxy_url: str = "", suite_tasks: list[str] | None = None) -> None:
-        from clawgym.generated.v1.orchestrator_pb2_grpc import OrchestratorStub
-
+    def __init__(
+        self,
+        service: RolloutService,
+        runner: LoopThread,
+        task_ids: list[str],
+        *,
+        proxy_url: str = "",
+        on_status: Callable[[RolloutStatus], None] | None = None,
+        close_service: bool = False,
+    ) -> None:
         super().__init__()
-        self.target = target
+        self.service, self.runner = service, runner
+        self._task_ids = list(task_ids)
         self.proxy_url = proxy_url
-        self._suite_tasks = suite_tasks
-        self._channel = grpc.insecure_channel(target)
-        self._stub = OrchestratorStub(self._channel)
+        self.on_status = on_status
+        self.close_service = close_service
+        self._jobs: dict[str, asyncio.Future] = {}
 
     def task_ids(self) -> list[str]:
-        if self._suite_tasks is None:
-            raise FailedPrecondition("the orchestrator source lists no tasks: set trainer.tasks")
-        return list(self._suite_tasks)
+        return list(self._task_ids)
 
-    def request(self, batch: RolloutBatch) -> None:
-        from clawgym.generated.v1 import orchestrator_pb2 as pb
-
-        message = pb.RunRolloutsRequest(
-            run_id=batch.run_id,
-            batch_id=batch.batch_id,
-            suite=batch.suite,
-            rollouts=[
-                pb.RolloutRequest(task_id=r.task_id, harness=r.harness, samples=r.samples)
-                for r in batch.requests
-            ],
-            policy_version=batch.policy_version,
-            proxy_url=self.proxy_url,
-        )
+    def request(self, batch: Batch) -> None:
+        if self.proxy_url and not batch.proxy_url:
+            batch = dataclasses.replace(batch, proxy_url=self.proxy_url)
         self._started(batch)
-        threading.Thread(
-            target=self._drain, args=(message,), name=f"rollouts-{batch.batch_id[:8]}", daemon=True
-        ).start()
+        self._jobs[batch.batch_id] = self.runner.submit(self._drain(batch))
 
-    def _drain(self, message) -> None:
+    async def _drain(self, batch: Batch) -> None:
         try:
-            for status in self._stub.RunRollouts(message):
-                log.debug("rollout %s of group %s: %s", status.rollout_id, status.group_id, status.state)
-        except grpc.RpcError as e:
-            code = e.code().name if e.code() is not None else "UNKNOWN"  # type: ignore[attr-defined]
-            error = ClawgymError(
-                f"orchestrator RunRollouts of batch {message.batch_id} failed: {code} {e.details()}"
-            )  # type: ignore[attr-defined]
-            log.error("%s", error)
-            self._failed(error)
+            async for status in self.service.run_rollouts(batch):
+                if self.on_status is not None:
+                    self.on_status(status)
+                if status.state == "failed" and not status.retrying:
+                    log.warning("rollout %s (%s) failed: %s %s", status.rollout_id, status.harness,
+                                status.failure, status.error[:300])  # fmt: skip
+        except ClawgymError as e:
+            log.error("batch %s failed: %s", batch.batch_id, e)
+            self._failed(e)
+        except Exception as e:  # surfaced to the trainer by check(), typed
+            log.exception("batch %s failed", batch.batch_id)
+            self._failed(ClawgymError(f"rollout batch {batch.batch_id} failed: {e}"))
         finally:
-            self._ended(message.batch_id)
+            self._ended(batch.batch_id)
+            self._jobs.pop(batch.batch_id, None)
 
     def close(self) -> None:
-        self._channel.close()
+        """Cancels the batches still running (their rollouts end as cancelled); closes the service
+        (its client, or the in-process orchestrator) when this source opened it."""
+        for job in list(self._jobs.values()):
+            job.cancel()
+        if self.close_service:
+            self.runner.run(self.service.close(), timeout_s=60)
+
+
+def train_task_ids(suite: str) -> list[str]:
+    """The suite's train split, or every task when it has no split named train."""
+    ids = suite_task_ids(suite, split="train") or suite_task_ids(suite)
+    if not ids:
+        raise InvalidArgument(f"trainer.suite: {suite!r} holds no tasks")
+    return ids
 
 
 def suite_task_ids(suite: str, split: str | None = None) -> list[str]:

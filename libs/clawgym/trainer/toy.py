@@ -20,10 +20,11 @@ import zlib
 import numpy as np
 
 from clawgym.inference.interface import Engine, SamplingParams
+from clawgym.orchestrator.interface import Batch
+from clawgym.records import Call, RolloutSpec
 from clawgym.store.interface import TrajectoryStore
-from clawgym.store.records import Call, RolloutSpec
 from clawgym.trainer.loop_thread import LoopThread
-from clawgym.trainer.source import BatchLedger, RolloutBatch
+from clawgym.trainer.source import BatchLedger
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +74,14 @@ class ToyRolloutSource(BatchLedger):
         }
         self._follow_up = tokenizer.encode(FOLLOW_UP, add_special_tokens=False)
         self._seed = seed
-        self.requested: list[RolloutBatch] = []  # every batch asked for, in order (tests read it)
+        self.requested: list[Batch] = []  # every batch asked for, in order (tests read it)
 
     # --- RolloutSource ---
 
     def task_ids(self) -> list[str]:
         return list(self._prompts)
 
-    def request(self, batch: RolloutBatch) -> None:
+    def request(self, batch: Batch) -> None:
         self._started(batch)
         self.requested.append(batch)
         self.runner.submit(self._run_batch(batch))
@@ -90,7 +91,7 @@ class ToyRolloutSource(BatchLedger):
 
     # --- rollouts ---
 
-    async def _run_batch(self, batch: RolloutBatch) -> None:
+    async def _run_batch(self, batch: Batch) -> None:
         try:
             await asyncio.gather(*(self._run_group(batch, i) for i in range(batch.n_groups)))
         except asyncio.CancelledError:  # the runner is closing: the batch is abandoned, not failed
@@ -101,8 +102,8 @@ class ToyRolloutSource(BatchLedger):
         finally:
             self._ended(batch.batch_id)
 
-    async def _run_group(self, batch: RolloutBatch, index: int) -> None:
-        request = batch.requests[index]
+    async def _run_group(self, batch: Batch, index: int) -> None:
+        request = batch.rollouts[index]
         group_id = f"{batch.batch_id}-{index}"
         specs = [
             RolloutSpec(group_id, request.task_id, request.harness, batch.policy_version)
@@ -130,7 +131,7 @@ class ToyRolloutSource(BatchLedger):
                 stop_token_ids=(self._end,),
                 seed=seed + seq,
             )
-            async for chunk in self.engine.generate(prompt, params, f"{rollout_id}-{seq}"):
+            async for chunk in self.engine.generate(prompt, params, f"{rollout_id}:{seq}"):
                 ids += chunk.token_ids
                 logprobs += chunk.logprobs
                 versions += chunk.policy_versions

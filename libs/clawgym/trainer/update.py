@@ -173,23 +173,11 @@ def update(
     return _stable_names(combined) | {"grad_norm": grad_norm}
 
 
-_NAMES = {  # clawgym.rl.losses diagnostics → the stable step keys (metrics.STEP_KEYS)
-    "losses/loss": "loss",
-    "losses/policy_loss": "policy_loss",
-    "losses/value_loss": "value_loss",
-    "losses/approx_kl": "approx_kl",
-    "losses/clipfrac": "clipfrac",
-    "losses/entropy": "entropy",
-    "losses/explained_variance": "explained_variance",
-    "losses/kl_ref": "kl_ref",
-    "mismatch/abs_logprob_diff": "logprob_mismatch",
-    "mismatch/kl_engine_train": "kl_engine_train",
-    "tis/mean": "tis_mean",
-    "tis/truncated_frac": "tis_truncated_frac",
-    "ratio/max": "ratio_max",
-    "ratio/min": "ratio_min",
-}
+# Per-micro-batch bookkeeping of `combine_diagnostics`, not step diagnostics; the step's policy lag is
+# computed from the batch (loop.py).
+_NOT_STEP_KEYS = ("weight", "rows", "ratio_mean", "policy_lag")
 
 
 def _stable_names(d: dict[str, float]) -> dict[str, float]:
-    return {_NAMES[k]: float(v) for k, v in d.items() if k in _NAMES}
+    """The step's diagnostics under the names they keep everywhere (metrics.STEP_KEYS, Prometheus)."""
+    return {k: float(v) for k, v in d.items() if k not in _NOT_STEP_KEYS}

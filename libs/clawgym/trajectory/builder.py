@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from clawgym.errors import InvalidArgument
-from clawgym.store.records import Call, Group, RolloutWithCalls
+from clawgym.records import Call, Group, RolloutWithCalls
 from clawgym.trajectory.radix import RadixTree, RolloutInfo
 
 

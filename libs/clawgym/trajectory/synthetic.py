@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clawgym.store.records import Call, Group, Rollout, RolloutWithCalls
+from clawgym.records import Call, Group, Rollout, RolloutWithCalls
 
 
 @dataclass(frozen=True)

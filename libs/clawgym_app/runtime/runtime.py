@@ -18,24 +18,19 @@ the same code. Not here: what a command does with the parts (quickstart, train, 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from clawgym.assemble import build_trainer, open_engine, open_rollouts, open_store, open_tokenizer
 from clawgym.config import ClawgymConfig
-from clawgym.errors import InvalidArgument
 from clawgym.evaluation.runner import EvalResult, EvalSpec, evaluate
 from clawgym.inference.interface import Engine
 from clawgym.orchestrator.interface import RolloutService, RolloutStatus
-from clawgym.store.bus import make_bus
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.loop import Trainer
 from clawgym.trainer.loop_thread import LoopThread
 from clawgym_app.runtime.catalog import HarnessSettings, SettingsCatalog
 from clawgym_app.runtime.server import ServerThread
-from clawgym_app.runtime.source import ServiceSource
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +44,8 @@ def embedded_config(cfg: ClawgymConfig) -> ClawgymConfig:
     """`cfg` with what one process implies: the engine and the proxy serve the trainer's model."""
     if not is_embedded(cfg) or not cfg.trainer.model:
         return cfg
-    model = cfg.trainer.model
-    return cfg.model_copy(
-        update={
-            "inference": cfg.inference.model_copy(update={"model": model, "grpc_url": ""}),
-            "proxy": cfg.proxy.model_copy(update={"model": model, "inference_url": ""}),
-        }
-    )
+    inference = cfg.inference.model_copy(update={"model": cfg.trainer.model, "grpc_url": ""})
+    return cfg.model_copy(update={"inference": inference})
 
 
 class Runtime:
@@ -95,69 +85,41 @@ class Runtime:
         return rt
 
     def _open(self, engine: Engine | None) -> None:
-        from clawgym.inference.factory import connect_engine
-        from clawgym.policies import load_tokenizer
-        from clawgym.store import open_store
-
         cfg = self.cfg
-        model = cfg.trainer.model or cfg.proxy.model
-        self.tokenizer = load_tokenizer(model, cache_dir=Path(cfg.trainer.cache_dir).expanduser())
-        self.store = open_store(cfg.store)
+        self.tokenizer = open_tokenizer(cfg, cfg.trainer.model or cfg.inference.model)
+        self.store = open_store(cfg)
         self._closers.append(getattr(self.store, "close", lambda: None))
-        self.bus = getattr(self.store, "bus", None) or make_bus(cfg.store.bus_url)
-        self.engine = engine if engine is not None else connect_engine(cfg.inference)
+        self.engine = engine if engine is not None else open_engine(cfg)
         if engine is None:
             self._closers.append(self._close_engine)
         if self.embedded:
             self.proxy_url = self._start_proxy()
-            self.rollouts = self.loop.run(self._start_orchestrator())
+            catalog = SettingsCatalog(
+                self.harness_settings,
+                suites_dir=cfg.orchestrator.suites_dir or None,
+                harness_cache_dir=cfg.orchestrator.harness_cache_dir or None,
+                harness_timeout_s=cfg.orchestrator.harness_timeout_s,
+            )
+            cfg = cfg.model_copy(
+                update={"orchestrator": cfg.orchestrator.model_copy(update={"proxy_url": self.proxy_url})}
+            )
+            self.rollouts = self.loop.run(open_rollouts(cfg, self.store, catalog=catalog, own_owner=True))
         else:
-            from clawgym.orchestrator.grpc_client import OrchestratorClient
-
             self.proxy_url = cfg.trainer.proxy_url or cfg.orchestrator.proxy_url
-            self.rollouts = self.loop.run(_make_client(OrchestratorClient, cfg.orchestrator.grpc_url))
+            self.rollouts = self.loop.run(open_rollouts(cfg))
         self._closers.append(lambda: self.loop.run(self.rollouts.close(), timeout_s=60))
 
     def _start_proxy(self) -> str:
         from clawgym.policies import policy_spec
         from clawgym_services.proxy.server import create_app
 
-        p = self.cfg.proxy
-        app = create_app(
-            p, self.engine, self.store, self.tokenizer, supports_tools=policy_spec(p.model).supports_tools
-        )
+        supports_tools = policy_spec(self.cfg.inference.model).supports_tools
+        app = create_app(self.cfg.proxy, self.engine, self.store, self.tokenizer, supports_tools=supports_tools)
         server = ServerThread(app, host="127.0.0.1", port=0)
         url = server.start()
         self._closers.append(server.stop)
         log.info("embedded proxy on %s", url)
         return url
-
-    async def _start_orchestrator(self) -> RolloutService:
-        from clawgym.harnesses.base import DEFAULT_CACHE_DIR
-        from clawgym.orchestrator.runner import Orchestrator
-        from clawgym.sandbox import make_sandbox_backend
-        from clawgym.tasks.provision import PROVISION_DIR
-
-        o = self.cfg.orchestrator.model_copy(update={"proxy_url": self.proxy_url})
-        cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
-        sandbox_cfg = self.cfg.sandbox
-        if not sandbox_cfg.owner:
-            # An owner of its own: a backend's reap at start deletes every sandbox of its owner that
-            # it does not hold, so processes sharing the default owner (the host name) would delete
-            # each other's live sandboxes.
-            sandbox_cfg = sandbox_cfg.model_copy(
-                update={"owner": f"{socket.gethostname()}-clawgym-{os.getpid()}"}
-            )
-        sandbox = o.sandbox_config(sandbox_cfg, ro_paths=[cache, str(PROVISION_DIR)])
-        catalog = SettingsCatalog(
-            self.harness_settings,
-            suites_dir=o.suites_dir or None,
-            harness_cache_dir=o.harness_cache_dir or None,
-            harness_timeout_s=o.harness_timeout_s,
-        )
-        orchestrator = Orchestrator(o, self.store, make_sandbox_backend(sandbox), catalog=catalog)
-        await orchestrator.start()
-        return orchestrator
 
     def _close_engine(self) -> None:
         close = getattr(self.engine, "aclose", None) or getattr(self.engine, "close", None)
@@ -170,19 +132,14 @@ class Runtime:
 
     def trainer(self, on_status: Callable[[RolloutStatus], None] | None = None) -> Trainer:
         """A trainer for `cfg.trainer` whose rollouts this runtime's rollout service runs (train split)."""
-        from clawgym.trainer.config import check_trainer_config
-
-        check_trainer_config(self.cfg.trainer)
-        tasks = list(self.cfg.trainer.tasks) or train_task_ids(self.cfg.trainer.suite)
-        source = ServiceSource(self.rollouts, self.loop, tasks, proxy_url=self.proxy_url, on_status=on_status)
-        return Trainer(
-            self.cfg.trainer,
+        return build_trainer(
+            self.cfg,
             store=self.store,
-            bus=self.bus,
-            source=source,
-            tokenizer=self.tokenizer,
+            rollouts=self.rollouts,
             engines=[self.engine],
             runner=self.loop,
+            proxy_url=self.proxy_url,
+            on_status=on_status,
         )
 
     def evaluate(
@@ -229,20 +186,3 @@ class Runtime:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-async def _make_client(cls, target: str):
-    """A gRPC client made on the runtime's loop (an aio channel belongs to the loop that made it)."""
-    return cls(target)
-
-
-def train_task_ids(suite: str) -> list[str]:
-    """The suite's train split, or every task when it has no split named train."""
-    from clawgym.trainer.source import suite_task_ids
-
-    ids = suite_task_ids(suite, split="train")
-    if not ids:
-        ids = suite_task_ids(suite)
-    if not ids:
-        raise InvalidArgument(f"trainer.suite: {suite!r} holds no tasks")
-    return ids

@@ -1,16 +1,17 @@
 """`ServiceStack`: the services mode on one machine — store, inference, proxy and orchestrator, each a
 `clawgym serve X` process on a loopback port, talking gRPC, on PostgreSQL + Redis.
 
-Owns starting the processes, waiting until each answers, and the config that points a trainer at
-them (`Runtime` then opens gRPC clients). The stack is what docker-compose runs, without Docker:
-`clawgym train -c run.yaml --spawn-services` and the service-mode tests use it. Each process gets
-the run config's sections through `CLAWGYM_<SECTION>` variables (JSON), so every service sees the
-same settings a compose file would give it; its output goes to `<folder>/<service>.log`.
+Owns starting the processes, waiting until each answers (the standard gRPC health service; the
+proxy's /healthz), and the config that points a trainer at them (`Runtime` then opens gRPC
+clients). The stack is what docker-compose runs, without Docker: `clawgym train -c run.yaml
+--spawn-services` and the service-mode tests use it. Every process reads the same run config,
+written to `<folder>/stack.yaml`, plus its own listen flags (`-c stack.yaml --host … --port …`);
+CLAWGYM_* variables of this process are not passed on, so the file is the one source. A service's
+output goes to `<folder>/<service>.log`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -22,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import yaml
 
 from clawgym.config import ClawgymConfig
 from clawgym.errors import InvalidArgument, Unavailable
+from clawgym.rpc import check_health
 from clawgym.store.bus import split_prefix
 
 CLAWGYM = Path(sys.executable).with_name("clawgym")
@@ -79,12 +82,7 @@ class ServiceStack:
                     update={"grpc_url": f"127.0.0.1:{p['inference']}", "model": model}
                 ),
                 "proxy": c.proxy.model_copy(
-                    update={
-                        "model": model,
-                        "inference_url": f"127.0.0.1:{p['inference']}",
-                        "redis_url": redis,
-                        "redis_prefix": f"{namespace}{c.proxy.redis_prefix}",
-                    }
+                    update={"redis_url": redis, "redis_prefix": f"{namespace}{c.proxy.redis_prefix}"}
                 ),
                 "orchestrator": c.orchestrator.model_copy(
                     update={"grpc_url": f"127.0.0.1:{p['orchestrator']}", "proxy_url": proxy_url}
@@ -93,44 +91,24 @@ class ServiceStack:
             }
         )
 
-    def _env(self, cfg: ClawgymConfig) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWGYM_")}
-        for section in ("store", "inference", "proxy", "sandbox", "orchestrator"):
-            env[f"CLAWGYM_{section.upper()}"] = json.dumps(getattr(cfg, section).model_dump(mode="json"))
-        return env
-
-    def _argv(self, name: str, cfg: ClawgymConfig) -> list[str]:
-        port = str(self.ports[name])
-        local = ["--host", "127.0.0.1", "--port", port]
-        if name == "store":
-            return [*local, "--metrics-port", "0", "--url", cfg.store.url, "--bus", cfg.store.bus_url]
-        if name == "inference":
-            return [
-                *local,
-                "--metrics-port",
-                "0",
-                "--model",
-                cfg.inference.model,
-                "--dtype",
-                cfg.inference.dtype,
-            ]
-        if name == "proxy":
-            return [*local, "--model", cfg.proxy.model, "--inference", cfg.proxy.inference_url,
-                    "--redis", cfg.proxy.redis_url, "--max-new-tokens", str(cfg.proxy.max_new_tokens),
-                    *(["--temperature", str(cfg.proxy.temperature)] if cfg.proxy.temperature is not None else [])]  # fmt: skip
-        return [*local, "--metrics-port", "0", "--proxy-url", cfg.orchestrator.proxy_url]
+    def _argv(self, name: str, config_file: Path) -> list[str]:
+        listen = ["--host", "127.0.0.1", "--port", str(self.ports[name])]
+        metrics = [] if name == "proxy" else ["--metrics-port", "0"]  # the proxy serves /metrics itself
+        return ["-c", str(config_file), *listen, *metrics]
 
     def start(self, timeout_s: float = 300.0) -> ClawgymConfig:
         """Starts every service in dependency order, each answering before the next starts."""
         cfg = self.config()
         self.folder.mkdir(parents=True, exist_ok=True)
-        env = self._env(cfg)
+        config_file = self.folder / "stack.yaml"
+        config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWGYM_")}
         try:
             for name in ORDER:
                 log = self.folder / f"{name}.log"
                 with log.open("wb") as out:
                     process = subprocess.Popen(
-                        [str(CLAWGYM), "serve", name, *self._argv(name, cfg)],
+                        [str(CLAWGYM), "serve", name, *self._argv(name, config_file)],
                         env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     )  # fmt: skip
                 service = ServiceProcess(name, self.ports[name], process, log)
@@ -174,16 +152,14 @@ class ServiceStack:
 
 
 def _answers(service: ServiceProcess) -> bool:
-    """The proxy answers GET /healthz; a gRPC service accepts a channel."""
+    """The proxy answers GET /healthz; a gRPC service's standard health service says SERVING."""
     if service.name == "proxy":
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{service.port}/healthz", timeout=2) as r:
                 return r.status == 200
         except OSError:
             return False
-    with grpc.insecure_channel(f"127.0.0.1:{service.port}") as channel:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=1)
-            return True
-        except grpc.FutureTimeoutError:
-            return False
+    try:
+        return check_health(f"127.0.0.1:{service.port}", timeout_s=1) == "SERVING"
+    except grpc.RpcError:  # not listening yet
+        return False

@@ -7,25 +7,29 @@ a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.ya
 
 Defaults are tuned for about 15 minutes on 2 CPU cores (see bench/quickstart.py for the measured
 figures); `--minutes` is a budget: training stops between steps when another step plus the final
-evaluation would not fit.
+evaluation would not fit. `QuickstartOptions` holds every knob and is the one source of the
+command line's defaults; it imports nothing heavy, so `clawgym --help` needs no torch.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+import typer
 from rich.console import Console
 from rich.table import Table
 
-from clawgym.config import ClawgymConfig
-from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
-from clawgym_app.runtime import HarnessSettings, Runtime
-from clawgym_app.training_run import RunOutcome, TrainingRun
+from clawgym.errors import ClawgymError
+
+if TYPE_CHECKING:
+    from clawgym.config import ClawgymConfig
+    from clawgym_app.runtime import HarnessSettings
+    from clawgym_app.training_run import RunOutcome
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,14 @@ class QuickstartOptions:
 
     def config(self, run_dir: Path) -> ClawgymConfig:
         """The whole `ClawgymConfig` of the quickstart run (embedded mode)."""
+        from clawgym.config import ClawgymConfig
+        from clawgym.report.run_folder import CHECKPOINTS_DIR, store_url
+
         train_ids, eval_ids = self.task_ids()
         return ClawgymConfig(
-            store={"url": f"sqlite:///{run_dir / 'clawgym.db'}", "bus_url": "memory://", "grpc_url": ""},
+            store={"url": store_url(run_dir), "bus_url": "memory://", "grpc_url": ""},
             inference={"model": self.model, "engine": "torch", "dtype": "float32", "grpc_url": ""},
-            proxy={
-                "model": self.model,
-                "max_new_tokens": self.max_new_tokens,
-                "temperature": self.temperature,
-            },
+            proxy={"max_new_tokens": self.max_new_tokens, "temperature": self.temperature},
             sandbox={"backend": "local"},
             orchestrator={
                 "grpc_url": "",
@@ -91,7 +94,7 @@ class QuickstartOptions:
                 "seed": self.seed,
                 "mode": "sync",
                 "max_policy_lag": 1,
-                "checkpoint_uri": str(run_dir / "checkpoints"),
+                "checkpoint_uri": str(run_dir / CHECKPOINTS_DIR),
                 "keep_checkpoints": 1,
                 "save_optimizer_state": False,  # a quickstart never resumes: ~2.5 s a step saved
                 "rollout_timeout_s": 900.0,
@@ -101,43 +104,86 @@ class QuickstartOptions:
         )
 
     def task_ids(self) -> tuple[list[str], list[str]]:
-        """(train, held-out) task ids: the suite's train and test splits, at most `max_level` (tasks
-        carrying a `level`), the held-out ones cut to `eval_tasks` spread over families."""
-        from clawgym.evaluation.select import spread
-        from clawgym.tasks.loader import load_tasks
-        from clawgym.tasks.suites import resolve_suite
+        """(train, held-out) task ids: the suite's train and test splits up to `max_level`, the
+        held-out ones cut to `eval_tasks` spread over families."""
+        from clawgym.evaluation.select import train_and_held_out
 
-        tasks = [t for t in load_tasks(resolve_suite(self.suite)) if not t.unsupported]
-        if self.max_level:
-            tasks = [t for t in tasks if int(t.metadata.get("level", 0) or 0) <= self.max_level]
-        train = [t.id for t in tasks if t.split == "train"] or [t.id for t in tasks]
-        held_out = [t for t in tasks if t.split == "test"] or tasks
-        return train, [t.id for t in spread(held_out, self.eval_tasks)]
+        return train_and_held_out(self.suite, self.max_level, self.eval_tasks)
 
     def harness_settings(self) -> dict[str, HarnessSettings]:
+        from clawgym_app.runtime import HarnessSettings
+
         return {"reference": HarnessSettings(max_turns=self.max_turns, max_tokens=self.max_new_tokens)}
 
 
-def new_run_dir(root: str | Path = "runs") -> Path:
-    """runs/<YYYYmmdd-HHMMSS>/ (a suffix if that exists already)."""
-    base = Path(root) / time.strftime("%Y%m%d-%H%M%S")
-    path, n = base, 1
-    while path.exists():
-        path, n = base.with_name(f"{base.name}-{n}"), n + 1
-    path.mkdir(parents=True)
-    return path
+Q = QuickstartOptions()  # the defaults --help shows
+
+
+def command(
+    model: str = typer.Option(Q.model, help="policy: smollm2-135m, tiny-qwen3 or a local HF folder"),
+    steps: int = typer.Option(Q.steps, help="GRPO steps (optimizer steps = policy versions)"),
+    eval_tasks: int = typer.Option(
+        Q.eval_tasks, help="held-out tasks evaluated before and after, spread over families (0 = all)"
+    ),
+    eval_samples: int = typer.Option(Q.eval_samples, help="rollouts per held-out task (n of Pass@1)"),
+    group_size: int = typer.Option(Q.group_size, "--group-size", "-G", help="G: samples per task group"),
+    groups_per_step: int = typer.Option(Q.groups_per_step, help="task groups per step"),
+    lr: float = typer.Option(Q.lr, help="AdamW learning rate"),
+    temperature: float = typer.Option(Q.temperature, help="sampling temperature of every model call"),
+    max_new_tokens: int = typer.Option(Q.max_new_tokens, help="generated tokens per model call, at most"),
+    max_turns: int = typer.Option(Q.max_turns, help="reference harness: model calls per rollout, at most"),
+    concurrency: int = typer.Option(Q.concurrency, help="rollouts running at once"),
+    threads: int = typer.Option(
+        Q.threads, help="torch threads; 0 = auto (1 when other processes keep the cores busy)"
+    ),
+    minutes: float = typer.Option(Q.minutes, help="time budget: training stops early to fit it"),
+    suite: str = typer.Option(Q.suite, help="task suite (train split to train, test split to evaluate)"),
+    max_level: int = typer.Option(
+        Q.max_level, help="only task families up to this level (the mini suite's 1-3); 0 = every task"
+    ),
+    seed: int = typer.Option(Q.seed, help="seed of task sampling"),
+    run_dir: str = typer.Option(Q.run_dir, help="run folder (default runs/<timestamp>)"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print one final JSON object (progress goes to stderr)"
+    ),
+) -> None:
+    """Train the bundled small policy through the reference harness on the bundled suite; Pass@1 before/after."""
+    opts = QuickstartOptions(
+        model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks, eval_samples=eval_samples,
+        group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
+        max_new_tokens=max_new_tokens, max_turns=max_turns, concurrency=concurrency, threads=threads, minutes=minutes,
+        seed=seed, run_dir=run_dir,
+    )  # fmt: skip
+    console = Console(stderr=True) if as_json else Console()
+    try:
+        outcome = run_quickstart(opts, console)
+    except ClawgymError as e:
+        console.print(f"[red]clawgym quickstart:[/red] {e}")
+        raise typer.Exit(2) from e
+    if as_json:
+        print(json_line(outcome), file=sys.stdout, flush=True)
+    else:
+        console.print(summary_table(outcome))
+
+
+# --- the run ---
 
 
 def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
     """The whole quickstart; progress on `console`; returns the outcome (summary, report path)."""
+    from clawgym.report.run_folder import LOG_FILE, new_run_dir, write_config, write_summary
+    from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
+    from clawgym_app.runtime import Runtime
+    from clawgym_app.training_run import TrainingRun
+
     started = time.monotonic()
     run_dir = Path(opts.run_dir) if opts.run_dir else new_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
-    log_to_file(run_dir / "run.log")
+    log_to_file(run_dir / LOG_FILE)
     quiet_libraries()
     threads = set_threads(opts.threads)
     cfg = opts.config(run_dir)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    write_config(run_dir, cfg)
     levels = f", levels <= {opts.max_level}" if opts.max_level else ""
     train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
     console.print(
@@ -161,8 +207,11 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
         outcome = run.run()
     outcome.summary["minutes"] = round((time.monotonic() - started) / 60, 2)
     outcome.summary["run_dir"] = str(run_dir)
-    (run_dir / "summary.json").write_text(json.dumps(outcome.summary, indent=2) + "\n")
+    write_summary(run_dir, outcome.summary)
     return outcome
+
+
+# --- printing ---
 
 
 def summary_table(outcome: RunOutcome) -> Table:

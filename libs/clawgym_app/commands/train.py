@@ -27,8 +27,8 @@ def command(
 ) -> None:
     """Train a policy with GRPO or PPO through the config's harness mix; evaluate; write the report."""
     from clawgym.config import load_config
+    from clawgym.report.run_folder import LOG_FILE, new_run_dir
     from clawgym_app.logs import log_to_file, quiet_libraries
-    from clawgym_app.quickstart import new_run_dir
     from clawgym_app.runtime import Runtime, is_embedded
     from clawgym_app.runtime.services import ServiceStack
     from clawgym_app.training_run import TrainingRun
@@ -40,7 +40,7 @@ def command(
             cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"steps": steps})})
         folder = Path(run_dir) if run_dir else new_run_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        log_to_file(folder / "run.log")
+        log_to_file(folder / LOG_FILE)
         quiet_libraries()
         stack = None
         if spawn_services:

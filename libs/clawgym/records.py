@@ -1,4 +1,4 @@
-"""The store's plain records: what the in-process store and the gRPC client both return.
+"""The data model's plain records: what the store (in-process or gRPC client) returns and the trees read.
 
 One vocabulary from proto to SQL to Python: run, rollout, call, group, checkpoint. Token arrays
 are numpy arrays here (int32 ids, float32 logprobs), packed bytes in SQL and on the wire.

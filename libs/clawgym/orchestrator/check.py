@@ -1,5 +1,6 @@
 """Validates task suites: per task, the oracle (reference solution) passes and nop fails.
 
+Each run goes through the orchestrator's one rollout pipeline (`attempt.run_task`), without a store.
 A task without a solution is checked with nop only. A task the local backend cannot run
 (`Task.unsupported`, a package that cannot be provisioned) and a sandbox that breaks are counted
 as errors with their reason, never as a pass or a fail of the task.
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 from clawgym.errors import ClawgymError
 from clawgym.harnesses.pseudo import Nop, Oracle
-from clawgym.harnesses.rollout import RolloutOutcome, run_task
+from clawgym.orchestrator.attempt import AttemptResult, run_task
+from clawgym.orchestrator.failures import InfraFailure
 from clawgym.sandbox.interface import SandboxBackend
 from clawgym.tasks.model import Task
 from clawgym.tasks.provision import Provisioner
@@ -24,8 +26,8 @@ class TaskCheck:
     """One task's check. `oracle` is None for a task without a solution (or after an error)."""
 
     task_id: str
-    oracle: RolloutOutcome | None = None
-    nop: RolloutOutcome | None = None
+    oracle: AttemptResult | None = None
+    nop: AttemptResult | None = None
     error: str | None = None
 
     @property
@@ -78,7 +80,7 @@ async def check_task(task: Task, backend: SandboxBackend, provisioner: Provision
         provisioned = await asyncio.to_thread(provisioner.for_task, task)
         oracle = await run_task(Oracle(), task, backend, env=provisioned.env) if task.has_solution else None
         nop = await run_task(Nop(), task, backend, env=provisioned.env)
-    except ClawgymError as e:
+    except (ClawgymError, InfraFailure) as e:
         return TaskCheck(task.id, error=f"{type(e).__name__}: {e}")
     return TaskCheck(task.id, oracle=oracle, nop=nop)
 
@@ -101,3 +103,19 @@ async def check_tasks(
         return result
 
     return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+async def check_locally(
+    tasks: Sequence[Task], concurrency: int = 4, on_done: Callable[[TaskCheck], None] | None = None
+) -> list[TaskCheck]:
+    """`check_tasks` in local sandboxes that see the provisioned packages (read-only)."""
+    from clawgym.sandbox import SandboxConfig, make_sandbox_backend
+    from clawgym.tasks.provision import PROVISION_DIR
+
+    cfg = SandboxConfig()
+    cfg.local.ro_paths = [*cfg.local.ro_paths, str(PROVISION_DIR)]
+    backend = make_sandbox_backend(cfg)
+    try:
+        return await check_tasks(tasks, backend, Provisioner(), concurrency=concurrency, on_done=on_done)
+    finally:
+        await backend.close()

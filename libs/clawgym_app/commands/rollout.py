@@ -1,29 +1,83 @@
-"""Runs one rollout and shows it: calls with their tokens, the context each call added, the tree.
+"""`clawgym rollout --harness H --task DIR [--model SPEC]`: one task through one harness, shown whole.
 
-Owns what `clawgym rollout` prints; the run itself is one orchestrator batch on a `Runtime`.
+Runs the task once through the embedded runtime (or the services a `-c` config names; one
+orchestrator batch), then prints the rollout's outcome, every captured call (tokens in and out,
+the context the harness added since the previous call, the policy's reply as decoded from its
+exact output ids) and the prefix tree with shared and generated token counts
+(`clawgym.trajectory.render`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from clawgym.config import ClawgymConfig
-from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus, collect
-from clawgym.store.records import Call
-from clawgym.trajectory import render_tree, tree_from_calls
-from clawgym_app.logs import quiet_libraries
-from clawgym_app.runtime import Runtime
+from clawgym.errors import ClawgymError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from clawgym.config import ClawgymConfig
+    from clawgym.orchestrator.interface import RolloutStatus
+    from clawgym.records import Call
+
+
+def command(
+    harness: str = typer.Option(
+        ..., "--harness", "-H", help="harness name (reference, mini-swe-agent, oracle, …)"
+    ),
+    task: str = typer.Option(..., "--task", "-t", help="a task folder, or a task id of --suite"),
+    suite: str = typer.Option("mini", help="the suite a task id belongs to (ignored for a folder)"),
+    model: str = typer.Option("", help="policy model spec (default trainer.model, else smollm2-135m)"),
+    config: Path = typer.Option(None, "--config", "-c", help="run config YAML; default: embedded defaults"),
+    max_new_tokens: int = typer.Option(0, help="cap generated tokens per call (0 = the config's)"),
+    temperature: float = typer.Option(None, help="force this sampling temperature (default: the request's)"),
+    preview: int = typer.Option(600, help="characters of each call's text shown"),
+    as_json: bool = typer.Option(False, "--json", help="print the rollout and its calls as one JSON object"),
+) -> None:
+    """Run one task through one harness; print the captured calls and the prefix tree."""
+    from clawgym.config import load_config
+    from clawgym.policies.specs import SMOLLM2_135M
+
+    console = Console(stderr=True) if as_json else Console()
+    try:
+        cfg = load_config(config)
+        proxy = cfg.proxy.model_copy(
+            update={
+                **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}),
+                **({"temperature": temperature} if temperature is not None else {}),
+            }
+        )
+        model = model or cfg.trainer.model or SMOLLM2_135M
+        cfg = cfg.model_copy(
+            update={"proxy": proxy, "trainer": cfg.trainer.model_copy(update={"model": model})}
+        )
+        shown = run_one(cfg, harness, task, suite, console)
+    except ClawgymError as e:
+        console.print(f"[red]clawgym rollout:[/red] {e}")
+        raise typer.Exit(2) from e
+    if as_json:
+        print(json.dumps(shown.as_json()))
+    else:
+        show(shown, console, preview)
+        if shown.status.state != "finished":
+            console.print(Panel(shown.status.error or shown.status.state, title="rollout did not finish"))
+
+
+# --- the run ---
 
 
 @dataclass
 class ShownRollout:
+    """A rollout's final status, its captured calls and the tokenizer to decode them."""
+
     status: RolloutStatus
     calls: list[Call]
     tokenizer: Any
@@ -57,17 +111,13 @@ class ShownRollout:
         }
 
 
-def resolve_task(task: str, suite: str) -> tuple[str, str]:
-    """(suite, task id): a task folder is a suite of one task; otherwise `task` is an id of `suite`."""
-    from clawgym.tasks.loader import load_task
-
-    path = Path(task)
-    if path.is_dir():
-        return str(path.resolve()), load_task(path).id
-    return suite, task
-
-
 def run_one(cfg: ClawgymConfig, harness: str, task: str, suite: str, console: Console) -> ShownRollout:
+    """Runs `task` (a folder, or an id of `suite`) once through `harness` in a run of its own."""
+    from clawgym.orchestrator.interface import Batch, RolloutRequest, collect
+    from clawgym.tasks.suites import resolve_task
+    from clawgym_app.logs import quiet_libraries
+    from clawgym_app.runtime import Runtime
+
     quiet_libraries()
     suite, task_id = resolve_task(task, suite)
     with console.status(f"starting the runtime ({cfg.trainer.model})"):
@@ -82,8 +132,13 @@ def run_one(cfg: ClawgymConfig, harness: str, task: str, suite: str, console: Co
         return ShownRollout(final, calls, runtime.tokenizer, run.id)
 
 
+# --- printing ---
+
+
 def _new_context(prev: Call | None, call: Call) -> np.ndarray:
     """The prompt tokens of `call` that do not continue the previous call's prompt + output."""
+    import numpy as np
+
     if prev is None:
         return call.prompt_ids
     before = np.concatenate([prev.prompt_ids, prev.output_ids])
@@ -96,6 +151,8 @@ def _new_context(prev: Call | None, call: Call) -> np.ndarray:
 
 def show(shown: ShownRollout, console: Console, preview: int = 600) -> None:
     """Prints the outcome, each call, and the rollout's prefix tree."""
+    from clawgym.trajectory import render_tree, tree_from_calls
+
     s, tok = shown.status, shown.tokenizer
     reward = "—" if s.reward is None else f"{s.reward:g}"
     console.print(f"[bold]{s.task_id}[/bold] through [bold]{s.harness}[/bold]: {s.state}, reward {reward}, "

@@ -12,7 +12,9 @@ from rich.table import Table
 
 from clawgym.errors import ClawgymError
 
-app = typer.Typer(help="Task suites: list, import, check (oracle passes, nop fails).", no_args_is_help=True)
+tasks_app = typer.Typer(
+    help="Task suites: list, import, check (oracle passes, nop fails).", no_args_is_help=True
+)
 console = Console()
 
 
@@ -21,7 +23,7 @@ def _fail(e: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-@app.command("list")
+@tasks_app.command("list")
 def list_cmd(
     suite: str = typer.Argument("", help="a suite name or folder; empty: list the suites"),
     split: str = typer.Option("", help="only this split (train/test)"),
@@ -57,7 +59,7 @@ def list_cmd(
     console.print(table)
 
 
-@app.command("import")
+@tasks_app.command("import")
 def import_cmd(
     fmt: str = typer.Argument(..., metavar="FORMAT", help="clawgym, terminal-bench (tb) or harbor (tb2)"),
     src: Path = typer.Argument(..., help="a task folder, or a folder of task folders"),
@@ -79,7 +81,7 @@ def import_cmd(
     )
 
 
-@app.command("check")
+@tasks_app.command("check")
 def check_cmd(
     suite: str = typer.Argument(..., help="a suite name or folder"),
     split: str = typer.Option("", help="only this split (train/test)"),
@@ -89,10 +91,8 @@ def check_cmd(
     as_json: bool = typer.Option(False, "--json", help="a JSON line per task, then the summary object"),
 ) -> None:
     """Per task: the oracle passes (if it has a solution) and nop fails, in local sandboxes."""
-    from clawgym.sandbox import SandboxConfig, make_sandbox_backend
-    from clawgym.tasks.check import check_tasks, summarize
+    from clawgym.orchestrator.check import check_locally, summarize
     from clawgym.tasks.loader import load_tasks
-    from clawgym.tasks.provision import PROVISION_DIR, Provisioner
     from clawgym.tasks.suites import resolve_suite
 
     try:
@@ -100,8 +100,6 @@ def check_cmd(
     except ClawgymError as e:
         raise _fail(e) from e
     tasks = tasks[:limit] if limit else tasks
-    cfg = SandboxConfig()
-    cfg.local.ro_paths = [*cfg.local.ro_paths, str(PROVISION_DIR)]  # provisioned packages, read-only
 
     def show(check) -> None:
         if as_json:
@@ -112,14 +110,7 @@ def check_cmd(
             if not check.ok and not check.error:
                 console.print(check.as_json()["detail"], markup=False)
 
-    async def run():
-        backend = make_sandbox_backend(cfg)
-        try:
-            return await check_tasks(tasks, backend, Provisioner(), concurrency=concurrency, on_done=show)
-        finally:
-            await backend.close()
-
-    checks = asyncio.run(run())
+    checks = asyncio.run(check_locally(tasks, concurrency=concurrency, on_done=show))
     summary = summarize(checks)
     if as_json:
         print(json.dumps(summary))

@@ -1,7 +1,8 @@
 """`clawgym session new`: an ad-hoc rollout for capturing a session by hand (ARCHITECTURE.md §3).
 
 Registers one rollout in a run of its own and prints its API key alone on the last line, so a
-person (or a script: `KEY=$(clawgym session new --store URL | tail -1)`) can point their own
+person (or a script: `KEY=$(clawgym session new --store URL | tail -1)`; the store may also come
+from CLAWGYM_STORE__URL / CLAWGYM_STORE__GRPC_URL) can point their own
 harness at `clawgym serve proxy` and inspect the captured calls afterwards.
 """
 
@@ -12,21 +13,13 @@ import typer
 session_app = typer.Typer(help="Ad-hoc capture sessions: a rollout token to use as a harness's API key.")
 
 
-def _open_store(url: str):
-    """The store a URL names: `grpc://host:port` for the store service, else an SQLAlchemy URL."""
-    if url.startswith("grpc://"):
-        from clawgym.store.grpc_client import StoreClient
-
-        return StoreClient(url.removeprefix("grpc://"))
-    from clawgym.store.sql import SqlStore
-
-    return SqlStore(url)
-
-
 @session_app.command("new")
 def new(
     store: str = typer.Option(
-        ..., "--store", help="store URL: sqlite:///capture.db, postgresql+psycopg://…, grpc://host:port"
+        "", "--store", help="store SQLAlchemy URL: sqlite:///capture.db, postgresql+psycopg://… (store.url)"
+    ),
+    store_service: str = typer.Option(
+        "", "--store-service", help="the store service's HOST:PORT instead (store.grpc_url)"
     ),
     harness: str = typer.Option(
         "manual", "--harness", help="harness name recorded with the rollout (e.g. claude-code)"
@@ -35,9 +28,14 @@ def new(
     name: str = typer.Option("manual-capture", "--name", help="name of the run the rollout belongs to"),
 ) -> None:
     """Register a rollout and print its API key (alone, on the last line)."""
-    from clawgym.store.records import RolloutSpec
+    from clawgym.assemble import open_store
+    from clawgym.config import load_config
+    from clawgym.records import RolloutSpec
 
-    s = _open_store(store)
+    flags = {"url": store} if store else {}
+    if store_service:
+        flags["grpc_url"] = store_service
+    s = open_store(load_config(flags={"store": flags}))
     try:
         run = s.create_run(name, {"kind": "manual-capture", "harness": harness})
         spec = RolloutSpec(group_id=f"manual-{uuid.uuid4().hex[:12]}", task_id=task, harness=harness)

@@ -1,0 +1,237 @@
+"""The composition root: every part of clawgym built from one `ClawgymConfig`, one way.
+
+Owns the choice between an in-process part and a client of its service, for each part:
+
+    open_store(cfg)        SqlStore on `store.url`, or the store service at `store.grpc_url`
+    open_bus(cfg, store)   the store's own bus, or the one `store.bus_url` names
+    open_engine(cfg)       the in-process engine (`inference.engine`), or the inference service at
+                           `inference.grpc_url`: one replica, or several (comma-separated) behind
+                           a `ReplicatedEngine` that keeps a rollout on one replica
+    open_tokenizer(cfg)    the served policy's tokenizer (the proxy renders with it)
+    open_rollouts(cfg)     the in-process `Orchestrator` (sandboxes of `sandbox`), or the
+                           orchestrator service at `orchestrator.grpc_url`
+    build_trainer(cfg)     a `Trainer` whose rollouts come from `open_rollouts` (or the toy source)
+
+Every service's `__main__`, the embedded runtime, `clawgym session new`, the benches and the tests
+build parts through these functions and nothing else. Heavy imports (torch, transformers,
+kubernetes) happen inside the function that needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clawgym.config import ClawgymConfig
+from clawgym.errors import FailedPrecondition
+from clawgym.store.config import StoreConfig
+
+if TYPE_CHECKING:
+    from clawgym.inference.interface import Engine
+    from clawgym.orchestrator.catalog import Catalog
+    from clawgym.orchestrator.interface import RolloutService, RolloutStatus
+    from clawgym.orchestrator.runner import Orchestrator
+    from clawgym.store.bus import EventBus
+    from clawgym.store.interface import TrajectoryStore
+    from clawgym.store.sql import SqlStore
+    from clawgym.trainer.distributed import World
+    from clawgym.trainer.loop import Trainer
+    from clawgym.trainer.loop_thread import LoopThread
+    from clawgym.trainer.source import RolloutSource
+
+
+def open_store(cfg: ClawgymConfig) -> TrajectoryStore:
+    """The store service's client when `store.grpc_url` is set, else an in-process `SqlStore`."""
+    s = cfg.store
+    if s.grpc_url:
+        from clawgym.store.grpc_client import StoreClient
+
+        return StoreClient(s.grpc_url, max_message_mb=s.grpc_max_message_mb)
+    return open_sql_store(s)
+
+
+def open_sql_store(s: StoreConfig) -> SqlStore:
+    """The in-process store on `store.url` with the bus of `store.bus_url` (what the store service serves)."""
+    from clawgym.store.bus import make_bus
+    from clawgym.store.sql import SqlStore
+
+    return SqlStore(s.url, make_bus(s.bus_url), max_call_bytes=s.max_call_mb * 2**20, pool_size=s.pool_size)
+
+
+def open_bus(cfg: ClawgymConfig, store: TrajectoryStore | None = None) -> EventBus:
+    """The event bus: the in-process store's own (one connection), else the one `store.bus_url` names."""
+    from clawgym.store.bus import make_bus
+
+    bus = getattr(store, "bus", None)
+    return bus if bus is not None else make_bus(cfg.store.bus_url)
+
+
+def open_engine(cfg: ClawgymConfig) -> Engine:
+    """The inference service's client (one replica or several), else the in-process engine.
+
+    Loading an in-process engine loads the model (seconds)."""
+    i = cfg.inference
+    targets = i.grpc_targets
+    if len(targets) > 1:
+        from clawgym.inference.replicas import ReplicatedEngine
+
+        return ReplicatedEngine.from_targets(targets, max_message_mb=i.grpc_max_message_mb)
+    if targets:
+        from clawgym.inference.grpc_client import GrpcEngine
+
+        return GrpcEngine(targets[0], max_message_mb=i.grpc_max_message_mb)
+    from clawgym.inference.factory import create_engine
+
+    return create_engine(i)
+
+
+def open_tokenizer(cfg: ClawgymConfig, model: str = "") -> Any:
+    """The tokenizer of `model` (default: the served policy, `inference.model`)."""
+    from clawgym.policies import load_tokenizer
+
+    return load_tokenizer(model or cfg.inference.model, cache_dir=Path(cfg.inference.cache_dir).expanduser())
+
+
+def build_orchestrator(
+    cfg: ClawgymConfig,
+    store: TrajectoryStore,
+    *,
+    catalog: Catalog | None = None,
+    own_owner: bool = False,
+) -> Orchestrator:
+    """The in-process orchestrator on the sandbox backend `cfg` names (not started).
+
+    `own_owner`: sandboxes get an owner of this process's own (embedded runs): a backend's reap at
+    start deletes every sandbox of its owner that it does not hold, so processes sharing the default
+    owner (the host name) would delete each other's live sandboxes."""
+    from clawgym.harnesses.base import DEFAULT_CACHE_DIR
+    from clawgym.orchestrator.runner import Orchestrator
+    from clawgym.sandbox import make_sandbox_backend
+    from clawgym.tasks.provision import PROVISION_DIR
+
+    o = cfg.orchestrator
+    sandbox = cfg.sandbox
+    if own_owner and not sandbox.owner:
+        sandbox = sandbox.model_copy(update={"owner": f"{socket.gethostname()}-clawgym-{os.getpid()}"})
+    cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
+    backend = make_sandbox_backend(o.sandbox_config(sandbox, ro_paths=[cache, str(PROVISION_DIR)]))
+    return Orchestrator(o, store, backend, catalog=catalog)
+
+
+async def open_rollouts(
+    cfg: ClawgymConfig,
+    store: TrajectoryStore | None = None,
+    *,
+    catalog: Catalog | None = None,
+    own_owner: bool = False,
+) -> RolloutService:
+    """The orchestrator service's client when `orchestrator.grpc_url` is set, else an in-process
+    `Orchestrator` (on `store`, or the one `open_store` gives), started. Call it on the event loop
+    that will use it (a gRPC aio channel and the orchestrator's semaphores belong to that loop)."""
+    if cfg.orchestrator.grpc_url:
+        from clawgym.orchestrator.grpc_client import OrchestratorClient
+
+        return OrchestratorClient(cfg.orchestrator.grpc_url)
+    orchestrator = build_orchestrator(
+        cfg, store if store is not None else open_store(cfg), catalog=catalog, own_owner=own_owner
+    )
+    await orchestrator.start()
+    return orchestrator
+
+
+def build_trainer(
+    cfg: ClawgymConfig,
+    *,
+    world: World | None = None,
+    store: TrajectoryStore | None = None,
+    rollouts: RolloutService | None = None,
+    engines: list[Engine] | None = None,
+    runner: LoopThread | None = None,
+    proxy_url: str = "",
+    on_status: Callable[[RolloutStatus], None] | None = None,
+) -> Trainer:
+    """A `Trainer` for `cfg.trainer`. Parts not given are opened from `cfg` and closed with the trainer
+    (`store`, `runner`, the orchestrator client); given ones stay the caller's. Rollouts come from `rollouts` (or
+    `open_rollouts(cfg)`), or from the toy source with `trainer.rollout_source: toy`. The engines the
+    trainer publishes checkpoints to: `engines`, else the inference service if one is named. Under
+    torchrun only rank 0 opens the store, bus, source and engines."""
+    from clawgym.trainer.config import check_trainer_config
+    from clawgym.trainer.distributed import World
+    from clawgym.trainer.loop import Trainer
+    from clawgym.trainer.loop_thread import LoopThread
+
+    t = cfg.trainer
+    check_trainer_config(t)
+    world = world or World()
+    tokenizer = open_tokenizer(cfg, t.model)
+    if not world.is_main:
+        return Trainer(t, store=None, bus=None, source=None, tokenizer=tokenizer, world=world)
+    owns_runner = runner is None
+    runner = runner or LoopThread()
+    if store is None:
+        store = open_store(cfg)
+    engines = list(engines) if engines is not None else []
+    if not engines and cfg.inference.grpc_url:
+        engines = [open_engine(cfg)]
+    source: RolloutSource
+    if t.rollout_source == "toy":
+        source, engines = _toy_source(cfg, store, tokenizer, runner, engines)
+    else:
+        source = _rollout_service_source(cfg, store, runner, rollouts, proxy_url, on_status)
+    return Trainer(
+        t,
+        store=store,
+        bus=open_bus(cfg, store),
+        source=source,
+        tokenizer=tokenizer,
+        engines=engines,
+        runner=runner,
+        world=world,
+        close_runner=owns_runner,
+    )
+
+
+def _rollout_service_source(
+    cfg: ClawgymConfig,
+    store: TrajectoryStore,
+    runner: LoopThread,
+    rollouts: RolloutService | None,
+    proxy_url: str,
+    on_status: Callable[[RolloutStatus], None] | None,
+) -> RolloutSource:
+    from clawgym.trainer.source import RolloutServiceSource, train_task_ids
+
+    t = cfg.trainer
+    tasks = list(t.tasks) or train_task_ids(t.suite)
+    owned = rollouts is None
+    if rollouts is None:
+        if not cfg.orchestrator.grpc_url:
+            raise FailedPrecondition(
+                "orchestrator.grpc_url: empty; the trainer needs the orchestrator service for rollouts "
+                "(or trainer.rollout_source: toy, or an embedded run: clawgym train)"
+            )
+        rollouts = runner.run(open_rollouts(cfg, store))
+    return RolloutServiceSource(
+        rollouts,
+        runner,
+        tasks,
+        proxy_url=proxy_url or t.proxy_url,
+        on_status=on_status,
+        close_service=owned,
+    )
+
+
+def _toy_source(cfg: ClawgymConfig, store: TrajectoryStore, tokenizer: Any, runner: LoopThread, engines: list):
+    """The toy rollout source on the configured engine, or on an in-process torch engine of the policy."""
+    from clawgym.trainer.toy import ToyRolloutSource
+
+    if not engines:
+        from clawgym.inference.factory import create_engine
+
+        t = cfg.trainer
+        engines = [create_engine(cfg.inference.model_copy(update={"model": t.model, "dtype": t.dtype,
+                                                                    "cache_dir": t.cache_dir}))]  # fmt: skip
+    return ToyRolloutSource(store, engines[0], tokenizer, runner, seed=cfg.trainer.seed), engines

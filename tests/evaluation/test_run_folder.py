@@ -1,0 +1,43 @@
+"""A run folder's files and a checkpoint folder's names: what commands and the trainer write and read back."""
+
+import json
+
+import pytest
+import yaml
+
+from clawgym.config import ClawgymConfig
+from clawgym.errors import NotFound
+from clawgym.report.run_folder import new_run_dir, store_url, write_config, write_summary
+from clawgym.store.sql import SqlStore
+from clawgym.trainer.checkpoint import find_checkpoint, recorded_run_id, resolve_run, version_of, version_uri
+
+
+def test_a_new_run_folder_never_reuses_an_existing_one(tmp_path):
+    first, second = new_run_dir(tmp_path), new_run_dir(tmp_path)
+    assert first != second and first.is_dir() and second.is_dir(), "two runs in one second get two folders"
+
+
+def test_config_and_summary_read_back_as_written(tmp_path):
+    cfg = ClawgymConfig(store={"url": store_url(tmp_path)})
+    saved = ClawgymConfig(**yaml.safe_load(write_config(tmp_path, cfg).read_text()))
+    assert saved.store.url == f"sqlite:///{tmp_path / 'clawgym.db'}", "config.yaml reproduces the config"
+    path = write_summary(tmp_path, {"pass1_before": 0.1, "ci95_before": [0.0, 0.3]})
+    assert json.loads(path.read_text()) == {"pass1_before": 0.1, "ci95_before": [0.0, 0.3]}
+    assert path.read_text().endswith("}\n"), "one trailing newline"
+
+
+def test_a_version_folder_name_gives_its_version_and_anything_else_none():
+    cfg = ClawgymConfig().trainer
+    assert version_of(version_uri(cfg, 5)) == 5, "the trainer's own v000005"
+    assert version_of("s3://bucket/run/v12/") == 12, "a hand-named folder, trailing slash and all"
+    assert version_of("/ckpt/final") is None and version_of("v") is None, "no version in the name"
+
+
+def test_the_run_marker_is_read_back_and_registered_versions_are_found(tmp_path):
+    store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+    cfg = ClawgymConfig(trainer={"model": "tiny-qwen3", "checkpoint_uri": str(tmp_path / "ckpt")}).trainer
+    assert recorded_run_id(cfg) == "", "no run.json yet"
+    run_id = resolve_run(store, cfg)
+    assert recorded_run_id(cfg) == run_id, "resolve_run records the new run in run.json"
+    with pytest.raises(NotFound, match="no checkpoint v3"):
+        find_checkpoint(store, run_id, 3)
