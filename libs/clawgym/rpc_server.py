@@ -8,7 +8,9 @@ does (its servicer, its counting, its own lifecycle) stays in the service; `claw
 clients share.
 """
 
+import asyncio
 import logging
+import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
@@ -196,3 +198,15 @@ class AioGrpcServer(_Server):
             await self.health.ashutting_down()
             await self._server.stop(grace)
         self._close_metrics()
+
+
+async def serve_until_signal(server: Any, on_started: Callable[[int], None]) -> None:
+    """Starts an asyncio service (`start()` → port), calls `on_started(port)`, serves until SIGTERM or
+    SIGINT, then `stop()`s it: the run loop of `clawgym serve inference|orchestrator`."""
+    port = await server.start()
+    on_started(port)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()

@@ -2,10 +2,9 @@
 
 import asyncio
 import logging
-import signal
 
 from clawgym.flags import service_config
-from clawgym.inference.config import InferenceConfig
+from clawgym.rpc_server import serve_until_signal
 from clawgym_services.inference.server import create_server
 
 log = logging.getLogger("clawgym.inference")
@@ -14,20 +13,11 @@ log = logging.getLogger("clawgym.inference")
 def main(argv: list[str] | None = None) -> int:
     cfg = service_config("inference", argv, description="A policy engine over gRPC.").inference
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(_serve(cfg))
-    return 0
-
-
-async def _serve(cfg: InferenceConfig) -> None:
     server = create_server(cfg)
-    port = await server.start()
-    log.info("%s engine, model %s, on %s:%d (metrics :%d)", cfg.engine, cfg.model, cfg.host, port,
-             server.metrics_port)  # fmt: skip
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop()
+    asyncio.run(serve_until_signal(server, lambda port: log.info(
+        "%s engine, model %s, on %s:%d (metrics :%d)", cfg.engine, cfg.model, cfg.host, port, server.metrics_port
+    )))  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":

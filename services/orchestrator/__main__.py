@@ -2,10 +2,9 @@
 
 import asyncio
 import logging
-import signal
 
-from clawgym.config import ClawgymConfig
 from clawgym.flags import service_config
+from clawgym.rpc_server import serve_until_signal
 from clawgym_services.orchestrator.server import create_server
 
 log = logging.getLogger("clawgym.orchestrator")
@@ -20,17 +19,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _serve(cfg: ClawgymConfig) -> None:
-    server = create_server(cfg)
-    port = await server.start()
-    backend = server.orchestrator.backend
-    log.info("orchestrator on :%d, metrics :%d, %s sandboxes of owner %s", port, server.metrics_port,
-             backend.name, backend.owner)  # fmt: skip
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop()
+async def _serve(cfg) -> None:
+    server = create_server(cfg)  # on the loop that serves it: the orchestrator's semaphores belong to it
+
+    def started(port: int) -> None:
+        backend = server.orchestrator.backend
+        log.info("orchestrator on :%d, metrics :%d, %s sandboxes of owner %s", port, server.metrics_port,
+                 backend.name, backend.owner)  # fmt: skip
+
+    await serve_until_signal(server, started)
 
 
 if __name__ == "__main__":

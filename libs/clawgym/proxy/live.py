@@ -4,7 +4,7 @@ Owns what proxy replicas must agree on while rollouts run (ARCHITECTURE.md §4):
 compose/cluster (`RedisLiveState`), in process for embedded mode (`MemoryLiveState`), same
 interface. Seq numbers come from one atomic counter per rollout (Redis INCR / a lock), seeded
 once from the store, so concurrent calls of one rollout (sub-agents) and calls landing on
-different replicas never collide. It does not decide what to cache; `capture.gateway` does.
+different replicas never collide. It does not decide what to cache; `proxy.gateway` does.
 """
 
 import asyncio

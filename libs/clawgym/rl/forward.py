@@ -95,7 +95,7 @@ def logprobs_and_entropy(
     """log π(target | context slot) and the entropy there.  hidden: (T, H); context, targets: (C,)
 
     π is softmax(logits / T) with each row's `temperature` T (C,): the distribution the
-    engine sampled that token from and reported the logprob of (engine/interface.py), so the
+    engine sampled that token from and reported the logprob of (inference/interface.py), so the
     trainer optimises and compares that same policy, call by call.
 
     The LM head runs once per distinct (context slot, temperature), not on all T slots (a

@@ -1,6 +1,6 @@
 """The RL loop: rollouts → groups → trees → update → checkpoint → publish, step after step.
 
-Owns the order of a step and its commit (ARCHITECTURE.md §1, 7). Reading `Trainer.step` top to
+Owns the order of a step and its commit (ARCHITECTURE.md §1, §6). Reading `Trainer.step` top to
 bottom is reading what happens:
 
 1. collect   (rank 0) top up rollout requests, wait until `groups_per_step` groups are owed, take them

@@ -6,7 +6,7 @@ Owns the deployment modes of ARCHITECTURE.md §8 from the app's side:
   (in-memory by default), the torch engine, the proxy app served by uvicorn on a loopback port in
   a thread, the in-process `Orchestrator` with local sandboxes, and the trainer loop. Same
   interfaces as the services, in-process implementations.
-- services (compose, cluster, or `service_mode.ServiceStack` on loopback): the store, engine and
+- services (compose, cluster, or `runtime.services.ServiceStack` on loopback): the store, engine and
   orchestrator are gRPC clients (`StoreClient`, `GrpcEngine`, `OrchestratorClient`); the proxy is
   the one the harnesses reach at `trainer.proxy_url`; this process runs the trainer loop (and
   evaluations) against them.
