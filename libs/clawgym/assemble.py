@@ -7,6 +7,7 @@ Owns the choice between an in-process part and a client of its service, for each
     open_engine(cfg)       the in-process engine (`inference.engine`), or the inference service at
                            `inference.grpc_url`: one replica, or several (comma-separated) behind
                            a `ReplicatedEngine` that keeps a rollout on one replica
+    open_local_engine(i)   the in-process engine alone (what the inference service serves)
     open_tokenizer(cfg)    the served policy's tokenizer (the proxy renders with it)
     open_rollouts(cfg)     the in-process `Orchestrator` (sandboxes of `sandbox`), or the
                            orchestrator service at `orchestrator.grpc_url`
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from clawgym.config import ClawgymConfig
 from clawgym.errors import FailedPrecondition
+from clawgym.inference.config import InferenceConfig
 from clawgym.store.config import StoreConfig
 
 if TYPE_CHECKING:
@@ -83,6 +85,11 @@ def open_engine(cfg: ClawgymConfig) -> Engine:
         from clawgym.inference.grpc_client import GrpcEngine
 
         return GrpcEngine(targets[0], max_message_mb=i.grpc_max_message_mb)
+    return open_local_engine(i)
+
+
+def open_local_engine(i: InferenceConfig) -> Engine:
+    """The in-process engine `inference.engine` names (what the inference service serves); loads the model."""
     from clawgym.inference.factory import create_engine
 
     return create_engine(i)
@@ -229,9 +236,7 @@ def _toy_source(cfg: ClawgymConfig, store: TrajectoryStore, tokenizer: Any, runn
     from clawgym.trainer.toy import ToyRolloutSource
 
     if not engines:
-        from clawgym.inference.factory import create_engine
-
         t = cfg.trainer
-        engines = [create_engine(cfg.inference.model_copy(update={"model": t.model, "dtype": t.dtype,
+        engines = [open_local_engine(cfg.inference.model_copy(update={"model": t.model, "dtype": t.dtype,
                                                                     "cache_dir": t.cache_dir}))]  # fmt: skip
     return ToyRolloutSource(store, engines[0], tokenizer, runner, seed=cfg.trainer.seed), engines

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from clawgym.assemble import open_local_engine
 from clawgym.generated.v1 import inference_pb2 as pb
 from clawgym.generated.v1 import inference_pb2_grpc
 from clawgym.inference import convert
 from clawgym.inference.config import InferenceConfig
-from clawgym.inference.factory import create_engine
 from clawgym.inference.interface import Engine
 from clawgym.rpc_server import AioGrpcServer, abort_async
 from clawgym_services.inference.metrics import InferenceMetrics
@@ -103,7 +103,7 @@ class InferenceServer:
     async def start(self) -> int:
         """Builds the engine if none was given (in a thread), binds host:port (0 = any free port), serves."""
         if self.engine is None:
-            self.engine = await asyncio.to_thread(create_engine, self.cfg)
+            self.engine = await asyncio.to_thread(open_local_engine, self.cfg)
         servicer = InferenceServicer(self.engine, self.metrics)
         self._rpc.add(inference_pb2_grpc.add_InferenceServicer_to_server, servicer)
         await self._rpc.start()  # SERVING: the engine is built
