@@ -19,8 +19,10 @@ how to start it (CI starts both; see README). Point them elsewhere with
 `CLAWGYM_TEST_REDIS_URL`.
 """
 
+import asyncio
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -149,3 +151,34 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- an inference service on loopback ---
+
+
+class InferenceServerThread:
+    """The real inference gRPC server around `engine`, on 127.0.0.1:<free port>, in its own thread/loop
+    (the engine stays the caller's: stopping the server does not close it)."""
+
+    def __init__(self, engine) -> None:
+        from clawgym.inference.config import InferenceConfig
+        from clawgym_services.inference.server import create_server
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        cfg = InferenceConfig(model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0)
+        self.server = create_server(cfg, engine=engine)
+        self.port = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(grace=1, close_engine=False), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def serve_inference() -> type[InferenceServerThread]:
+    """`serve_inference(engine)` → a started `InferenceServerThread` (`.port`, `.close()`)."""
+    return InferenceServerThread

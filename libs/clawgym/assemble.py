@@ -95,11 +95,11 @@ def open_local_engine(i: InferenceConfig) -> Engine:
     return create_engine(i)
 
 
-def open_tokenizer(cfg: ClawgymConfig, model: str = "") -> Any:
-    """The tokenizer of `model` (default: the served policy, `inference.model`)."""
+def open_tokenizer(cfg: ClawgymConfig) -> Any:
+    """The served policy's tokenizer (`inference.model`): the proxy renders prompts with it."""
     from clawgym.policies import load_tokenizer
 
-    return load_tokenizer(model or cfg.inference.model, cache_dir=Path(cfg.inference.cache_dir).expanduser())
+    return load_tokenizer(cfg.inference.model, cache_dir=Path(cfg.inference.cache_dir).expanduser())
 
 
 def build_orchestrator(
@@ -157,6 +157,7 @@ def build_trainer(
     rollouts: RolloutService | None = None,
     engines: list[Engine] | None = None,
     runner: LoopThread | None = None,
+    tokenizer: Any = None,
     proxy_url: str = "",
     on_status: Callable[[RolloutStatus], None] | None = None,
 ) -> Trainer:
@@ -173,7 +174,10 @@ def build_trainer(
     t = cfg.trainer
     check_trainer_config(t)
     world = world or World()
-    tokenizer = open_tokenizer(cfg, t.model)
+    if tokenizer is None:
+        from clawgym.policies import load_tokenizer
+
+        tokenizer = load_tokenizer(t.model, cache_dir=Path(t.cache_dir).expanduser())
     if not world.is_main:
         return Trainer(t, store=None, bus=None, source=None, tokenizer=tokenizer, world=world)
     owns_runner = runner is None

@@ -7,19 +7,16 @@ through `GrpcEngine`. The test body cannot tell which one it has.
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import AsyncIterator
 
 import pytest
 import torch
 
-from clawgym.inference.config import InferenceConfig
 from clawgym.inference.grpc_client import GrpcEngine
 from clawgym.inference.interface import Engine, SamplingParams
 from clawgym.inference.torch_engine import TorchEngine
 from clawgym.policies import load_model, load_tokenizer
 from clawgym.policies.tiny_qwen3 import init_weights
-from clawgym_services.inference.server import create_server
 
 TRANSPORTS = ["in-process", "grpc"]
 
@@ -93,31 +90,13 @@ async def _collect(engine: Engine, prompt: list[int], params: SamplingParams, re
     return ids, logprobs, versions, finish, chunks
 
 
-class ServerThread:
-    """The real inference gRPC server around `engine`, on 127.0.0.1:<free port>, in its own thread/loop."""
-
-    def __init__(self, engine: TorchEngine) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        cfg = InferenceConfig(model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0)
-        self.server = create_server(cfg, engine=engine)
-        self.port = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(grace=1, close_engine=False), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @contextlib.asynccontextmanager
-async def _served(engine: TorchEngine, transport: str) -> AsyncIterator[Engine]:
+async def _served(engine: TorchEngine, transport: str, server_thread) -> AsyncIterator[Engine]:
     """`engine` itself, or a GrpcEngine talking to it through the real server."""
     if transport == "in-process":
         yield engine
         return
-    server = await asyncio.to_thread(ServerThread, engine)
+    server = await asyncio.to_thread(server_thread, engine)
     client = GrpcEngine(f"127.0.0.1:{server.port}")
     try:
         yield client
@@ -132,9 +111,9 @@ def transport(request) -> str:
 
 
 @pytest.fixture
-def serve(transport):
+def serve(transport, serve_inference):
     """`serve(engine)`: an async context giving `engine` itself, or a GrpcEngine to it via the real server."""
-    return lambda engine: _served(engine, transport)
+    return lambda engine: _served(engine, transport, serve_inference)
 
 
 @pytest.fixture(scope="session")

@@ -5,38 +5,16 @@ gRPC service on a loopback port (the trainer holds a `GrpcEngine`). The comparis
 tokens the engine sampled, against the trainer's own packed forward of its updated policy.
 """
 
-import asyncio
-import threading
 
 import numpy as np
 import pytest
 import torch
 
-from clawgym.inference.config import InferenceConfig
 from clawgym.inference.grpc_client import GrpcEngine
 from clawgym.inference.interface import SamplingParams
 from clawgym.policies import load_model
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
-from clawgym_services.inference.server import create_server
-
-
-class InferenceThread:
-    """The real inference gRPC server around `engine`, on a free loopback port, in its own loop."""
-
-    def __init__(self, engine) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        cfg = InferenceConfig(model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0)
-        self.server = create_server(cfg, engine=engine)
-        self.port = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(grace=1, close_engine=False), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 def trainer_logprobs(lm, prompt: list[int], output: list[int]) -> np.ndarray:
@@ -50,12 +28,12 @@ def trainer_logprobs(lm, prompt: list[int], output: list[int]) -> np.ndarray:
 
 @pytest.mark.parametrize("transport", ["in-process", "grpc"])
 def test_a_published_checkpoint_is_served_with_the_trainers_logprobs(
-    transport, sqlite_url, trainer_cfg, make_trainer, engine, runner, tiny_tok
+    transport, sqlite_url, trainer_cfg, make_trainer, engine, runner, tiny_tok, serve_inference
 ):
     """One step → the engine reports version 1, and the logprobs it returns for the tokens it samples
     equal the updated trainer policy's (CPU float tolerance), and differ from version 0's."""
     store = SqlStore(sqlite_url, MemoryBus())
-    server = InferenceThread(engine) if transport == "grpc" else None
+    server = serve_inference(engine) if transport == "grpc" else None
     served = GrpcEngine(f"127.0.0.1:{server.port}") if server is not None else engine
     try:
         trainer = make_trainer(trainer_cfg(steps=1, algorithm={"lr": 3e-3}), store, engines=[served])

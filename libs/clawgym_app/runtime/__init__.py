@@ -2,13 +2,13 @@
 
 from clawgym.trainer.source import train_task_ids
 from clawgym_app.runtime.catalog import HarnessSettings, SettingsCatalog
-from clawgym_app.runtime.runtime import Runtime, embedded_config, is_embedded
+from clawgym_app.runtime.runtime import Runtime, is_embedded, run_config
 
 __all__ = [
     "HarnessSettings",
     "Runtime",
     "SettingsCatalog",
-    "embedded_config",
     "is_embedded",
+    "run_config",
     "train_task_ids",
 ]

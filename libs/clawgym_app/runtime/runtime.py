@@ -40,12 +40,13 @@ def is_embedded(cfg: ClawgymConfig) -> bool:
     return not cfg.orchestrator.grpc_url
 
 
-def embedded_config(cfg: ClawgymConfig) -> ClawgymConfig:
-    """`cfg` with what one process implies: the engine and the proxy serve the trainer's model."""
-    if not is_embedded(cfg) or not cfg.trainer.model:
+def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
+    """`cfg` as a run sees it: the served policy is the trained one (`trainer.model`, when named), and
+    in one process (embedded) the engine is in-process."""
+    if not cfg.trainer.model:
         return cfg
-    inference = cfg.inference.model_copy(update={"model": cfg.trainer.model, "grpc_url": ""})
-    return cfg.model_copy(update={"inference": inference})
+    update = {"model": cfg.trainer.model, **({"grpc_url": ""} if is_embedded(cfg) else {})}
+    return cfg.model_copy(update={"inference": cfg.inference.model_copy(update=update)})
 
 
 class Runtime:
@@ -54,7 +55,7 @@ class Runtime:
     def __init__(
         self, cfg: ClawgymConfig, harness_settings: dict[str, HarnessSettings] | None = None
     ) -> None:
-        self.cfg = embedded_config(cfg)
+        self.cfg = run_config(cfg)
         self.harness_settings = dict(harness_settings or {})
         self.embedded = is_embedded(self.cfg)
         self.loop = LoopThread("clawgym-runtime")
@@ -86,7 +87,7 @@ class Runtime:
 
     def _open(self, engine: Engine | None) -> None:
         cfg = self.cfg
-        self.tokenizer = open_tokenizer(cfg, cfg.trainer.model or cfg.inference.model)
+        self.tokenizer = open_tokenizer(cfg)  # the served policy's, which is the trained one
         self.store = open_store(cfg)
         self._closers.append(getattr(self.store, "close", lambda: None))
         self.engine = engine if engine is not None else open_engine(cfg)
@@ -138,6 +139,7 @@ class Runtime:
             rollouts=self.rollouts,
             engines=[self.engine],
             runner=self.loop,
+            tokenizer=self.tokenizer,
             proxy_url=self.proxy_url,
             on_status=on_status,
         )
