@@ -39,8 +39,9 @@ import time
 
 import torch
 
-from clawgym.rl import LossConfig, grpo_terms, merge_terms, pack, tree_loss
+from clawgym.rl import grpo_terms, merge_terms, pack, tree_loss
 from clawgym.rl.per_path import pack_paths, path_loss
+from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trajectory import tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
@@ -54,7 +55,7 @@ TRAIN_SHAPES = {
                                output_tokens=6, header_tokens=3, subagent_system_tokens=32, p_compaction=0.03,
                                p_subagent=0.03),
 }  # fmt: skip
-LOSS = LossConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
+LOSS = AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
 
 
 def insertion(reps: int) -> dict:

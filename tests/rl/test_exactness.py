@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
-from clawgym.rl import LossConfig, ValueHead, gae_terms, grpo_terms, merge_terms, pack, tree_loss, value_terms
+from clawgym.rl import ValueHead, gae_terms, grpo_terms, merge_terms, pack, tree_loss, value_terms
 from clawgym.rl.forward import packed_forward, values_by_position
 from clawgym.rl.per_path import pack_paths, path_forward, path_loss, path_rows
+from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trajectory import FlatTree, tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
@@ -131,9 +132,9 @@ def split_budget(flat: FlatTree, fraction: float) -> int:
     return max(deepest, int(deepest + fraction * (flat.n_positions - deepest)))
 
 
-LOSS_CFG = LossConfig(
+LOSS_CFG = AlgorithmConfig(
     clip_low=0.2, clip_high=0.28, tis_cap=1.5, entropy_coef=0.01, kl_coef=0.05, value_coef=0.5
-)
+).loss_config()
 
 
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
@@ -185,8 +186,8 @@ def test_calls_at_different_temperatures_packed_tree_equals_sum_over_paths(algo)
     flat = random_tree(seed=5, group_size=4, temperatures=(0.6, None, 1.3))
     seen = {round(float(t), 3) if not math.isnan(t) else "unknown" for t in flat.gen_temperature}
     assert seen == {0.6, 1.3, "unknown"}, f"test setup: the tree must mix temperatures, got {seen}"
-    cfg = LossConfig(clip_low=0.2, clip_high=0.28, tis_cap=1.5, entropy_coef=0.01, kl_coef=0.05,
-                     value_coef=0.5, temperature=0.8)  # fmt: skip
+    cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=1.5, entropy_coef=0.01, kl_coef=0.05,
+                          value_coef=0.5, temperature=0.8).loss_config()  # fmt: skip
     head = None
     if algo == "grpo":
         terms = grpo_terms(flat)
@@ -240,7 +241,7 @@ def test_random_trees_packed_equal_per_path_in_float64(
         head = ValueHead(model.config.hidden_size, dtype=dtype)
         values = values_by_position(model, head, pack(flat, budget, dtype=dtype), flat.n_positions)
         terms = gae_terms(flat, values, gamma=1.0, lam=0.95, aggregation=aggregation)
-    cfg = LossConfig(tis_cap=2.0, entropy_coef=0.02, value_clip=None if seed % 3 == 0 else 0.1)
+    cfg = AlgorithmConfig(tis_cap=2.0, entropy_coef=0.02, value_clip=None if seed % 3 == 0 else 0.1).loss_config()
     linear = per_path_total(model, flat, terms, cfg, head, old_from_engine=old_from_engine)
     packed = packed_total(model, flat, terms, budget, cfg, head, old_from_engine=old_from_engine)
     loss, _, g = packed

@@ -11,8 +11,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen3Config
 
-from clawgym.rl import LossConfig, grpo_terms, merge_terms, pack, tree_loss
+from clawgym.rl import grpo_terms, merge_terms, pack, tree_loss
 from clawgym.rl.per_path import path_loss, path_rows
+from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trajectory import tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
@@ -37,7 +38,7 @@ def test_flex_attention_block_mask_packs_exactly_on_gpu():
                        p_compaction=0.2, p_subagent=0.2)  # fmt: skip
     flat = tree_from_groups(synthetic_groups(shape, seed=0)).flatten()
     terms = grpo_terms(flat)
-    cfg_loss = LossConfig(tis_cap=2.0)
+    cfg_loss = AlgorithmConfig(tis_cap=2.0).loss_config()
     total = 0.0
     for pk in pack(flat, int(flat.depth().max()) + 64, merge_terms(terms)):
         loss, _ = tree_loss(flex, pk, cfg_loss, old_logprob=pk.rows.engine_logprob.cuda())

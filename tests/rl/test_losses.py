@@ -7,8 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clawgym.rl import LossConfig, LossRows, combine_diagnostics, rows_loss
+from clawgym.rl import LossRows, combine_diagnostics, rows_loss
 from clawgym.rl.losses import kl_k3, ppo_clip_objective, truncated_is_weight, value_loss
+from clawgym.trainer.config import AlgorithmConfig
 
 
 def cleanrl_pg_loss(
@@ -102,7 +103,7 @@ def test_diagnostics_report_clipping_ratio_tis_and_mismatch_by_value():
         adv_neg=[0.0, 0.0, -1.0, -1.0],
         engine_logprob=torch.full((4,), math.log(0.5)),
     )
-    cfg = LossConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
+    cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
     loss, d = rows_loss(logprob, torch.ones(4), None, r, cfg, old_logprob=old, policy_version=3)
     tis = 0.5  # π_old / π_engine = 0.25 / 0.5
     want = -tis * (min(1.5, 1.28) + 1.0 - max(0.5, 0.8) - max(1.1, 1.1))

@@ -37,25 +37,27 @@ from clawgym.rl.forward import packed_forward
 from clawgym.rl.packing import LossRows, PackedSequence
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LossConfig:
-    """Coefficients of the tree loss (aggregation is chosen when building terms, see terms.py)."""
+    """Coefficients of the tree loss (aggregation is chosen when building terms, see terms.py).
 
-    clip_low: float = 0.2
+    No defaults here: `clawgym.trainer.config.AlgorithmConfig` owns them (`.loss_config()`)."""
+
+    clip_low: float
     """ε_low: the ratio is clipped below at 1 - ε_low"""
-    clip_high: float = 0.28
+    clip_high: float
     """ε_high: the ratio is clipped above at 1 + ε_high (DAPO's clip-higher; 0.2 gives plain PPO)"""
-    tis_cap: float | None = 2.0
+    tis_cap: float | None
     """C: truncated importance sampling cap against the engine's logprobs (None: no correction)"""
-    kl_coef: float = 0.0
+    kl_coef: float
     """β_kl: weight of the k3 KL estimate to the reference policy (needs a reference model)"""
-    entropy_coef: float = 0.0
+    entropy_coef: float
     """c_H: entropy bonus"""
-    value_coef: float = 0.5
+    value_coef: float
     """c_v: weight of the value loss (PPO with a value head)"""
-    value_clip: float | None = 0.2
+    value_clip: float | None
     """ε_v: clip the value change around V_old (None: plain squared error)"""
-    temperature: float = 1.0
+    temperature: float
     """T: the rollouts' sampling temperature; π is softmax(logits / T), as the engine sampled it"""
 
 

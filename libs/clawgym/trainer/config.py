@@ -10,12 +10,15 @@ harness, the harness drawn from `harnesses` by weight. Version v of the policy i
 v optimizer steps; the checkpoint of step v is version v.
 """
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from clawgym.errors import InvalidArgument
 from clawgym.section import Section
+
+if TYPE_CHECKING:
+    from clawgym.rl.losses import LossConfig
 
 
 class HarnessWeight(Section):
@@ -82,6 +85,14 @@ class AlgorithmConfig(Section):
     leave_one_out: bool = Field(False, description="GRPO: baseline = mean of the other samples (RLOO)")
     gamma: float = Field(1.0, ge=0, le=1, description="PPO: discount over generated tokens")
     lam: float = Field(0.95, ge=0, le=1, description="PPO: GAE λ")
+
+    def loss_config(self) -> "LossConfig":
+        """The loss coefficients for `clawgym.rl.losses` (imported here: it needs torch, this module not)."""
+        from clawgym.rl.losses import LossConfig
+
+        fields = ("clip_low", "clip_high", "tis_cap", "kl_coef", "entropy_coef", "value_coef", "value_clip",
+                  "temperature")  # fmt: skip
+        return LossConfig(**{f: getattr(self, f) for f in fields})
 
 
 class LoraSettings(Section):

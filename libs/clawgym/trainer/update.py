@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from clawgym.rl import LossConfig, combine_diagnostics, gae_terms, grpo_terms, merge_terms, pack, rows_loss
+from clawgym.rl import combine_diagnostics, gae_terms, grpo_terms, merge_terms, pack, rows_loss
 from clawgym.rl.packing import PackedSequence
 from clawgym.rl.terms import PathTerms, value_terms
 from clawgym.trainer.batch import GroupTree
@@ -48,19 +48,6 @@ class Normaliser:
         if aggregation == "sequence":
             return tree.n_generating_rollouts / max(self.rollouts, 1)
         return 1.0
-
-
-def loss_config(algo: AlgorithmConfig) -> LossConfig:
-    return LossConfig(
-        clip_low=algo.clip_low,
-        clip_high=algo.clip_high,
-        tis_cap=algo.tis_cap,
-        kl_coef=algo.kl_coef,
-        entropy_coef=algo.entropy_coef,
-        value_coef=algo.value_coef,
-        temperature=algo.temperature,
-        value_clip=algo.value_clip,
-    )
 
 
 # --- 1-2. advantages on trees, packed into micro-batches ---
@@ -136,7 +123,7 @@ def update(
     reference: PolicyModule | None = None,
 ) -> dict[str, float]:
     """`algo.epochs` optimizer steps on this rank's packs; the batch's diagnostics (same on every rank)."""
-    cfg = loss_config(algo)
+    cfg = algo.loss_config()
     n_steps = world.max_int(len(packs))
     old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 else None
     ref = _rows_logprobs(reference, packs, world) if reference is not None and algo.kl_coef > 0 else None
