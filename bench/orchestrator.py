@@ -26,12 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from clawgym.assemble import build_orchestrator
+from clawgym.assemble import build_orchestrator, open_sql_store
 from clawgym.config import ClawgymConfig
 from clawgym.harnesses.pseudo import Nop
 from clawgym.orchestrator.attempt import run_task
 from clawgym.orchestrator.interface import Batch, RolloutRequest
 from clawgym.sandbox import make_sandbox_backend
+from clawgym.store.config import StoreConfig
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.suites import resolve_suite
@@ -78,7 +79,7 @@ async def main() -> None:
     task = next(t for t in load_tasks(resolve_suite("mini"), split="train"))
     root = tempfile.mkdtemp(prefix="clawgym-bench-orch-")
     os.chmod(root, 0o711)
-    store = SqlStore(f"sqlite:///{Path(root) / 'store.db'}")
+    store = open_sql_store(StoreConfig(url=f"sqlite:///{Path(root) / 'store.db'}"))
 
     await bare(task, root, 3)  # warm-up: page cache, bwrap probe
     base = await bare(task, root, args.n)

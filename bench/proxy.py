@@ -29,12 +29,14 @@ import uuid
 import httpx
 import numpy as np
 
+from clawgym.assemble import open_sql_store
 from clawgym.inference.interface import SamplingParams
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
 from clawgym.protocols.conversation import Conversation, Message, Tool, ToolCall
 from clawgym.rendering.splice import GeneratedTurn, PromptBuilder, turn_key
 from clawgym.rendering.template import ChatTemplate
+from clawgym.store.config import StoreConfig
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS = "redis://127.0.0.1:6379/0"
@@ -85,14 +87,15 @@ def make_engine(tok, out_calls: int, delay: float) -> ScriptedEngine:
 def serve(a) -> None:
     import uvicorn
 
+    from clawgym.assemble import open_sql_store
     from clawgym.proxy.config import ProxyConfig
-    from clawgym.store.sql import SqlStore
+    from clawgym.store.config import StoreConfig
     from clawgym_services.proxy.server import create_app
 
     tok = load_tokenizer("tiny-qwen3")
     engine = make_engine(tok, 64, a.token_delay)
     cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix)
-    app = create_app(cfg, engine, SqlStore(a.store), tok, supports_tools=True)
+    app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
 
 
@@ -148,7 +151,6 @@ async def rollout_direct(engine, prompt_len, calls, lat):
 
 def latency_run(a, tok, system, tools, concurrency: int) -> dict:
     from clawgym.records import RolloutSpec
-    from clawgym.store.sql import SqlStore
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     store_url, redis_url = f"sqlite:////tmp/{schema}.db", ""
@@ -160,7 +162,7 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
         with admin.begin() as c:
             c.execute(text(f'CREATE SCHEMA "{schema}"'))
         store_url, redis_url = f"{PG_ADMIN}?options=-csearch_path%3D{schema}", REDIS
-    store = SqlStore(store_url)
+    store = open_sql_store(StoreConfig(url=store_url))
     run = store.create_run("bench")
     regs = store.register_rollouts(
         run.id, [RolloutSpec(group_id="g", task_id="t", harness="claude-code")] * concurrency

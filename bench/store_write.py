@@ -23,9 +23,9 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
 from clawgym import arrays
+from clawgym.assemble import open_sql_store
 from clawgym.records import Call, RolloutSpec
-from clawgym.store.bus_memory import MemoryBus
-from clawgym.store.sql import SqlStore
+from clawgym.store.config import StoreConfig
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -73,7 +73,7 @@ def call_bytes(call: Call) -> int:
 def bench_backend(
     url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int
 ) -> dict[str, float]:
-    store = SqlStore(url, MemoryBus(), pool_size=writers)
+    store = open_sql_store(StoreConfig(url=url, pool_size=writers))  # bus: memory://
     try:
         run = store.create_run("bench")
         specs = [RolloutSpec("bench-group", f"task{w}", "reference") for w in range(writers)]

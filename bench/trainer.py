@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
+from clawgym.assemble import open_sql_store
 from clawgym.inference.torch_engine import TorchEngine
 from clawgym.policies import load_model, load_tokenizer
-from clawgym.store.bus_memory import MemoryBus
-from clawgym.store.sql import SqlStore
+from clawgym.store.config import StoreConfig
 from clawgym.trainer.config import TrainerConfig
 from clawgym.trainer.loop import Trainer
 from clawgym.trainer.loop_thread import LoopThread
@@ -30,7 +30,7 @@ from clawgym.trainer.toy import ToyRolloutSource
 
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, float]:
     tmp = tempfile.mkdtemp(prefix=f"bench-trainer-{mode}-")
-    store = SqlStore(f"sqlite:///{tmp}/store.db", MemoryBus())
+    store = open_sql_store(StoreConfig(url=f"sqlite:///{tmp}/store.db"))  # bus: memory://
     tokenizer = load_tokenizer("tiny-qwen3")
     runner = LoopThread()
     engine = TorchEngine(load_model("tiny-qwen3"), name="tiny-qwen3")
