@@ -83,6 +83,20 @@ class Health:
 # --- servers ------------------------------------------------------------------------------------
 
 
+class HoldsServer:
+    """A service shell holding its gRPC server in `_rpc`: its bound ports, as the server reports them."""
+
+    _rpc: "_Server"
+
+    @property
+    def port(self) -> int:
+        return self._rpc.port
+
+    @property
+    def metrics_port(self) -> int:
+        return self._rpc.metrics_port
+
+
 class _Server:
     """What both flavours share: the settings, the servicers to add, binding, and /metrics.
 

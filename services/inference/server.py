@@ -19,7 +19,7 @@ from clawgym.generated.v1 import inference_pb2_grpc
 from clawgym.inference import convert
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.interface import Engine
-from clawgym.rpc_server import AioGrpcServer, abort_async
+from clawgym.rpc_server import AioGrpcServer, HoldsServer, abort_async
 from clawgym_services.inference.metrics import InferenceMetrics
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         return convert.status_to_proto(status)
 
 
-class InferenceServer:
+class InferenceServer(HoldsServer):
     """A started-on-demand gRPC server (and /metrics endpoint) around one engine."""
 
     def __init__(self, cfg: InferenceConfig, engine: Engine | None = None) -> None:
@@ -91,14 +91,6 @@ class InferenceServer:
             max_message_mb=cfg.grpc_max_message_mb,
         )
         self._refresher: asyncio.Task | None = None
-
-    @property
-    def port(self) -> int:
-        return self._rpc.port
-
-    @property
-    def metrics_port(self) -> int:
-        return self._rpc.metrics_port
 
     async def start(self) -> int:
         """Builds the engine if none was given (in a thread), binds host:port (0 = any free port), serves."""

