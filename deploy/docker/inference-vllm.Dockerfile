@@ -12,11 +12,11 @@ ARG VLLM_VERSION=v0.33.0
 FROM vllm/vllm-openai:${VLLM_VERSION}
 
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md deploy/docker/requirements.py /src/
 COPY libs /src/libs
 COPY services /src/services
 # Dependencies from pyproject.toml except torch (vLLM's pinned build stays).
-RUN python3 -c "import tomllib; deps = tomllib.load(open('/src/pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.replace(' ', '').startswith('torch')))" > /tmp/requirements.txt \
+RUN python3 /src/requirements.py /src/pyproject.toml --without torch > /tmp/requirements.txt \
  && python3 -m pip install -r /tmp/requirements.txt \
  && python3 -m pip install --no-deps /src \
  && rm -rf /tmp/requirements.txt /src

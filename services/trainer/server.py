@@ -1,8 +1,10 @@
-"""The trainer service: `create_server(cfg)` runs the RL loop in a thread, reports it over gRPC, exports /metrics.
+"""The trainer service: `create_server(cfg)` runs a run in a thread, reports it over gRPC, exports /metrics.
 
 A thin shell around `clawgym.trainer`: the loop is `Trainer.run`, the status is `Trainer.status`,
-the metrics are `Trainer.metrics.registry`. Under torchrun only rank 0 listens (gRPC and HTTP);
-every rank runs the loop.
+the metrics are `Trainer.metrics.registry`. Around the loop it runs the config's evaluations
+(`evaluation.at_start` / `at_end`: Pass@k of held-out tasks through the orchestrator, recorded in the
+store beside the run's steps), as `clawgym train` does in one process. Under torchrun only rank 0
+listens (gRPC and HTTP) and evaluates; every rank runs the loop.
 """
 
 import json
@@ -13,11 +15,14 @@ import grpc
 
 from clawgym.assemble import build_trainer
 from clawgym.config import ClawgymConfig
+from clawgym.evaluation.runner import evaluate
+from clawgym.evaluation.select import eval_spec
 from clawgym.generated.v1 import trainer_pb2 as pb
 from clawgym.generated.v1 import trainer_pb2_grpc
 from clawgym.rpc_server import GrpcServer
 from clawgym.trainer.distributed import init_world
 from clawgym.trainer.loop import Trainer
+from clawgym.trainer.source import RolloutServiceSource
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,7 @@ class TrainerServer:
 
     def __init__(self, cfg: ClawgymConfig, trainer: Trainer) -> None:
         self.cfg = cfg.trainer
+        self.evaluation = cfg.evaluation
         self.trainer = trainer
         self.port = 0
         self.metrics_port = 0
@@ -71,13 +77,43 @@ class TrainerServer:
 
     def _run(self) -> None:
         try:
+            if self.trainer.policy is None:
+                self.trainer.start()
+            e = self.evaluation
+            if e.at_start and self.trainer.version == 0:  # a resumed run was evaluated before it started
+                self._evaluate("before")
             self.trainer.run(stop=self._stop)
+            if e.at_end and self.trainer.version >= self.cfg.steps and not self._stop.is_set():
+                self._evaluate("after")
         except BaseException as e:
             log.exception("the trainer loop failed")
             self.error = e
         finally:  # the run ended (finished, stopped or failed): Status still answers, health says so
             if self._rpc is not None:
                 self._rpc.serving(False)
+
+    def _evaluate(self, label: str) -> None:
+        """Pass@k of the served policy on held-out tasks, through the orchestrator the loop uses;
+        recorded in the store on the run (its report and `clawgym status` show it)."""
+        source, t = self.trainer.source, self.trainer
+        if not isinstance(source, RolloutServiceSource):  # the toy source has no harness to evaluate through
+            return
+        spec = eval_spec(self.evaluation, self.cfg.suite, [h.name for h in self.cfg.harnesses])
+        result = source.runner.run(
+            evaluate(
+                source.service,
+                t.store,
+                spec,
+                version=t.version,
+                record_run_id=t.run_id,
+                proxy_url=source.proxy_url,
+            )
+        )
+        for harness, h in result.harnesses.items():
+            m = h.metrics(spec.suite, t.version)
+            t.status.metrics[f"eval_{label}_pass@1/{harness}"] = m.get("pass@1")
+            log.info("evaluation %s (policy v%d, %s, %s): %s", label, t.version, harness, spec.suite,
+                     json.dumps(m, default=float))  # fmt: skip
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Waits for the loop to end (run finished, failed or stopped); True if it has."""

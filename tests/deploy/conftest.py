@@ -10,8 +10,10 @@
 """
 
 import importlib.util
+import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -100,3 +102,39 @@ def render(helm_bin: str) -> Callable[..., list[dict]]:
         return [d for d in yaml.safe_load_all(done.stdout) if d]
 
     return run
+
+
+# --- Docker (../shared/docker-local) ---
+
+
+def torch_wheels() -> str:
+    """A folder holding the CPU torch wheel to build images with (CLAWGYM_TORCH_WHEELS, else pip's
+    find-links where it holds one); '' = take torch from the PyTorch CPU index."""
+    folder = os.environ.get("CLAWGYM_TORCH_WHEELS", "")
+    if folder:
+        return folder
+    links = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+                           capture_output=True, text=True).stdout.split()  # fmt: skip
+    return next((d for d in links if any(Path(d).glob("torch-*.whl"))), "")
+
+
+def docker_answers() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_images() -> dict:
+    """Every image the compose tests use, built once per session (`deploy/images.py build --standins`:
+    the layer cache makes a rebuild with unchanged sources take seconds); its report per image."""
+    if not docker_answers():
+        pytest.skip("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
+    argv = [sys.executable, str(REPO / "deploy" / "images.py"), "build", "--standins", "--quiet"]
+    wheels = torch_wheels()
+    if wheels:
+        argv += ["--torch-wheels", wheels]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, f"building the images failed:\n{(done.stdout + done.stderr)[-4000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -69,13 +69,26 @@ def test_every_built_image_has_a_build_context_and_dockerfile_that_exist(files: 
         assert dockerfile.is_file(), f"service {name}: {dockerfile.relative_to(REPO)} does not exist"
 
 
+def image_healthcheck(build: dict) -> str:
+    """The HEALTHCHECK of the Dockerfile stage a compose service builds ('' if none)."""
+    lines = (REPO / build.get("context", ".") / build["dockerfile"]).read_text().splitlines()
+    stage, found = "", {}
+    for i, line in enumerate(lines):
+        if line.startswith("FROM "):
+            stage = line.split()[-1] if " AS " in line else ""
+        elif line.startswith("HEALTHCHECK"):
+            found[stage] = " ".join(part.strip(" \\") for part in lines[i : i + 2])
+    return found.get(build.get("target", ""), "")
+
+
 def test_long_running_services_have_health_checks_and_restart_policies(compose: dict):
-    """Everything but one-shot jobs restarts by itself and says when it is healthy."""
+    """Everything restarts by itself after a crash and says when it is healthy (in compose or in its image)."""
     for name, svc in compose["services"].items():
         assert svc.get("restart") in ("unless-stopped", "always", "on-failure"), (
             f"{name} has no restart policy"
         )
-        assert svc.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+        check = svc.get("healthcheck", {}).get("test") or ("build" in svc and image_healthcheck(svc["build"]))
+        assert check, f"{name} has no healthcheck"
 
 
 def test_clawgym_services_wait_for_what_they_depend_on(compose: dict):
@@ -103,8 +116,8 @@ def test_prometheus_scrapes_every_clawgym_service_that_serves_metrics(compose: d
         host, port = target.split(":")
         if host == "127.0.0.1":
             continue
-        env = compose["services"][host].get("environment", {})
-        ports = {v for k, v in env.items() if k.endswith(("__METRICS_PORT", "PROXY__PORT"))}
+        command = compose["services"][host].get("command", [])
+        ports = {command[i + 1] for i, arg in enumerate(command[:-1]) if arg in ("--metrics-port", "--port")}
         assert port in ports, (
             f"Prometheus scrapes {target}, but {host} is configured with {ports or 'no'} metrics port"
         )

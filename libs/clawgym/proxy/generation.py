@@ -42,6 +42,9 @@ from clawgym.rendering.toolcalls import OutputParser
 from clawgym.store.interface import TrajectoryStore
 
 log = logging.getLogger(__name__)
+# One INFO line per call the store acknowledged, before the harness sees the call's end: what a
+# crash test checks against the database. Silence it with this logger's level.
+acks = logging.getLogger("clawgym.proxy.acks")
 
 
 @dataclass
@@ -301,6 +304,7 @@ class CallRun:
             temperature=s.sampling.temperature,  # what the engine sampled at (forced or the harness's)
         )
         await self._pools.store(self._store.record_call, call)
+        acks.info("recorded %s#%d %s", s.rollout.id, self.seq, completion.finish_reason)
         if completion.finish_reason != "abort":
             # kept before the harness sees the end, so its next request can splice these ids
             segment = s.prompt.ids[s.prompt.segment_start :]
