@@ -5,12 +5,12 @@ set -eu
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pwfile=$(mktemp)
   printf '%s\n' "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD is required}" > "$pwfile"
-  initdb -D "$PGDATA" -U "${POSTGRES_USER:-postgres}" --pwfile="$pwfile" --auth-local=trust --auth-host=scram-sha-256 >/dev/null
+  initdb -D "$PGDATA" --encoding=UTF8 --locale=C.UTF-8 -U "${POSTGRES_USER:-postgres}" --pwfile="$pwfile" --auth-local=trust --auth-host=scram-sha-256 >/dev/null
   rm -f "$pwfile"
   echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
   pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
   db=${POSTGRES_DB:-${POSTGRES_USER:-postgres}}
-  if [ "$db" != "${POSTGRES_USER:-postgres}" ]; then createdb -U "${POSTGRES_USER:-postgres}" "$db"; fi
+  if [ "$db" != postgres ]; then createdb -U "${POSTGRES_USER:-postgres}" "$db"; fi
   pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
 fi
 exec postgres -D "$PGDATA" -c listen_addresses='*' "$@"

@@ -186,7 +186,9 @@ PROXY = Dashboard(
             "reqps",
             (
                 q(
-                    'sum by (status, protocol) (rate(clawgym_proxy_requests_total{status!~"2.."}[5m]))',
+                    # `or … * 0`: a flat 0 while requests flow without errors, instead of "No data"
+                    'sum by (status, protocol) (rate(clawgym_proxy_requests_total{status!~"2.."}[5m]))'
+                    " or sum(rate(clawgym_proxy_requests_total[5m])) * 0",
                     "{{status}} {{protocol}}",
                 ),
             ),
@@ -197,7 +199,8 @@ PROXY = Dashboard(
             (
                 q("sum(rate(clawgym_store_calls_recorded_total[1m]))", "calls recorded"),
                 q(
-                    'sum by (method, code) (rate(clawgym_store_requests_total{code!="OK"}[5m]))',
+                    'sum by (method, code) (rate(clawgym_store_requests_total{code!="OK"}[5m]))'
+                    " or sum(rate(clawgym_store_requests_total[5m])) * 0",
                     "{{method}} {{code}}",
                 ),
             ),

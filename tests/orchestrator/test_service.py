@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
 import os
+import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -219,6 +221,47 @@ def test_an_unreachable_proxy_is_retried_with_fresh_rollouts_and_never_rewarded(
         ("failed", None, None)
     ] * 3, "all three registrations are in the group, failed and never rewarded"
     assert "unreachable" in group.rollouts[0].rollout.error, group.rollouts[0].rollout.error
+
+
+class _HealthyButMute(http.server.BaseHTTPRequestHandler):
+    """A proxy that is up (GET /healthz answers 200) but answers every model call with 503: the proxy
+    in the seconds it restarts behind a load balancer, or with its store down."""
+
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        self.send_response(503)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"type": "error", "error": {"type": "overloaded_error", "message": "down"}}')
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_harness_that_never_reached_the_model_is_an_infra_failure_not_a_zero_reward(make_orchestrator):
+    """The harness ran and the verifier would score the untouched task 0, but no call was recorded:
+    the policy never acted, so the rollout fails as `proxy` and is retried, never rewarded."""
+    mute = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HealthyButMute)
+    threading.Thread(target=mute.serve_forever, daemon=True).start()
+    try:
+        served = make_orchestrator(proxy_url=f"http://127.0.0.1:{mute.server_address[1]}", max_attempts=2)
+        run = served.store.create_run("proxy-mute")
+        batch = Batch(run.id, [RolloutRequest(mini_tasks(1)[0], "reference")])
+        statuses = asyncio.run(statuses_of(served.client(), batch))
+    finally:
+        mute.shutdown()
+    ended = [s for s in statuses if s.ended]
+    assert [(s.state, s.failure, s.retrying) for s in ended] == [
+        ("failed", "proxy", True),
+        ("failed", "proxy", False),
+    ], [(s.state, s.failure, s.error) for s in ended]
+    assert any(s.state == "running" for s in statuses), "the harness did run in its sandbox"
+    group = served.store.get_group(ended[0].group_id)
+    assert all(r.rollout.reward is None for r in group.rollouts), "no registration is rewarded"
+    assert "without a model call" in group.rollouts[0].rollout.error
 
 
 def test_a_sandbox_that_cannot_be_created_is_retried_and_only_the_fresh_rollout_is_rewarded(

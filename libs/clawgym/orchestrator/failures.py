@@ -15,7 +15,9 @@ from clawgym.tasks.provision import Unsupported
 
 SANDBOX = "sandbox"  # the sandbox could not be created or broke (pod never started, bwrap failed, …)
 HARNESS_START = "harness_start"  # the harness's command could not be executed (exit 126/127)
-PROXY = "proxy"  # the proxy did not answer GET /healthz before a model-calling harness started
+# the proxy did not answer GET /healthz before a model-calling harness started, or the harness
+# ended without one call recorded (it never reached the policy, so its reward means nothing)
+PROXY = "proxy"
 INSTALL = "install"  # the harness CLI is not installed and could not be installed
 UNSUPPORTED = "unsupported"  # the task or its sandbox spec cannot run on this backend
 INTERNAL = "internal"  # a bug: an unexpected exception (logged with its traceback)

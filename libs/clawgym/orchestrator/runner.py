@@ -269,6 +269,7 @@ class Orchestrator:
 
                 try:
                     result = await self.runner.run(plan, running, verifying)
+                    await self._check_reached_model(slot)
                 except InfraFailure:
                     raise
                 except ClawgymError as e:  # e.g. the store refused start_rollout
@@ -285,6 +286,15 @@ class Orchestrator:
         finally:
             if waiting:
                 self.metrics.waiting.dec()
+
+    async def _check_reached_model(self, slot: _Slot) -> None:
+        """A model-calling harness that ended without one call recorded never reached the policy
+        (the proxy was down, restarting or unreachable): its reward says nothing about the policy."""
+        if slot.adapter.protocol == "none":
+            return
+        calls = await self._store(self.store.list_calls, slot.rollout_id)
+        if not calls:
+            raise InfraFailure(failures.PROXY, f"{slot.adapter.name} ended without a model call recorded")
 
     def _labels(self, state: _BatchState, slot: _Slot) -> dict[str, str]:
         return {

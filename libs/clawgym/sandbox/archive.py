@@ -2,7 +2,8 @@
 
 Packing never follows symlinks (a link is stored as a link), and unpacking uses tarfile's `data`
 filter, so an archive a sandbox produced cannot write outside the destination or create device
-files, whatever its member names say.
+files, whatever its member names say. Pythons before 3.11.4 (Debian 12's 3.11.2) have no filters:
+there the same rules are checked member by member before anything is written.
 """
 
 import io
@@ -42,7 +43,37 @@ def extract_tar(data: bytes, dest: Path) -> list[str]:
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
             names = tf.getnames()
-            tf.extractall(dest, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tf.extractall(dest, filter="data")
+            else:
+                members = [_checked(m, dest) for m in tf.getmembers()]
+                tf.extractall(dest, members=members)
     except (tarfile.TarError, OSError) as e:
         raise InvalidArgument(f"cannot unpack the archive into {dest}: {e}") from e
     return names
+
+
+def _checked(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo:
+    """The `data` filter's rules, for Pythons without it: names made relative; only files, folders
+    and links that stay inside `dest`; no device or fifo; no setuid/setgid/sticky bits; owner left
+    to the extractor."""
+    root = os.path.realpath(dest)
+
+    def inside(path: str) -> bool:
+        return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+    member.name = member.name.lstrip("/")  # as the filter does: an absolute name lands inside
+    if not inside(os.path.join(root, member.name)):
+        raise tarfile.TarError(f"member {member.name!r} would land outside the destination")
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise tarfile.TarError(f"member {member.name!r} is a special file")
+    if member.issym():
+        target = os.path.join(root, os.path.dirname(member.name), member.linkname)
+        if os.path.isabs(member.linkname) or not inside(target):
+            raise tarfile.TarError(f"link {member.name!r} points outside the destination")
+    if member.islnk() and (os.path.isabs(member.linkname) or not inside(os.path.join(root, member.linkname))):
+        raise tarfile.TarError(f"hard link {member.name!r} points outside the destination")
+    member.mode &= 0o777 if member.isdir() else 0o755 if member.mode & 0o100 else 0o644
+    member.uid = member.gid = os.getuid()
+    member.uname = member.gname = ""
+    return member
