@@ -11,6 +11,7 @@ compose restarts them and the run finishes. Needs a Docker engine (../shared/doc
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -102,3 +103,30 @@ def test_down_leaves_nothing_running(compose_run: ComposeRun):
     volumes = subprocess.run(["docker", "volume", "ls", "-q", "--filter", "label=com.docker.compose.project=clawgym-test"],
                              capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
     assert volumes == []
+
+
+def test_the_cluster_orchestrator_image_starts_healthy_as_its_user(docker_images: dict):
+    """The one service image compose does not run (its sandboxes are pods): started alone with local
+    sandboxes, it answers its health check as uid 10001; without a cluster it says so and exits."""
+    tag = docker_images["orchestrator"]["tag"]
+    name = "clawgym-test-orchestrator-image"
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    try:
+        subprocess.run(["docker", "run", "-d", "--name", name, "-e", "CLAWGYM_ORCHESTRATOR__SANDBOX_BACKEND=local", tag],
+                       check=True, capture_output=True)  # fmt: skip
+        state = ""
+        for _ in range(60):
+            state = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}} {{.State.Health.Status}}", name],
+                                   capture_output=True, text=True).stdout.strip()  # fmt: skip
+            if state == "running healthy":
+                break
+            time.sleep(2)
+        assert state == "running healthy", state
+        uid = subprocess.run(
+            ["docker", "exec", name, "id", "-u"], capture_output=True, text=True
+        ).stdout.strip()
+        assert uid == "10001"
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    done = subprocess.run(["docker", "run", "--rm", tag], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "kubeconfig" in done.stderr + done.stdout, "without a cluster it says why"
