@@ -1,11 +1,12 @@
 """The docker-compose deployment measured: image builds, `up`, a training run with crashes, and its
 rollout throughput against the embedded mode on the same task batch.
 
-    .venv/bin/python bench/compose.py                 # cold + cached builds, the run, the comparison
-    .venv/bin/python bench/compose.py --skip-cold     # builds from the layer cache only
+    .venv/bin/python bench/compose.py                 # builds from the cache, the run, the comparison
+    .venv/bin/python bench/compose.py --cold          # each image first built with --no-cache (~40 min
+                                                      # on 2 cores: every image rebuilds its venvs)
 
-1. Builds every image with deploy/images.py (stand-ins where no registry answers): cold (--no-cache)
-   and again from the cache, seconds and size per image.
+1. Builds every image with deploy/images.py (stand-ins where no registry answers): with --cold first
+   with --no-cache, then from the cache; seconds and size per image.
 2. `docker compose up --wait` (the seconds until every service is healthy), then the training run of
    tests/deploy/compose_run.yaml, crashing the proxy and the store on the way; what the run left
    (steps, checkpoint versions the inference container served, calls, acknowledged calls lost)
@@ -104,7 +105,7 @@ def compare(stack: ComposeStack, tasks: int, samples: int, latest: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-cold", action="store_true", help="no --no-cache build")
+    parser.add_argument("--cold", action="store_true", help="also build each image with --no-cache first")
     parser.add_argument(
         "--torch-wheels", default="/opt/wheels", help="folder with the CPU torch wheel ('' = index)"
     )
@@ -114,7 +115,7 @@ def main() -> None:
     wheels = args.torch_wheels if args.torch_wheels and Path(args.torch_wheels).is_dir() else ""
 
     figures: dict = {}
-    if not args.skip_cold:
+    if args.cold:
         figures["build_cold"] = build(cold=True, wheels=wheels)
     figures["build_cached"] = build(cold=False, wheels=wheels)
     stack = ComposeStack("clawgym-bench", RUN_CONFIG, local=True)

@@ -12,7 +12,8 @@ dependency venvs and the project layer are shared by every service built from de
 and passes them as the base-image build arguments. `--torch-wheels DIR` serves DIR on a loopback port
 for the build (with the host's network) and takes torch from there instead of the PyTorch index.
 The builds use the classic builder (DOCKER_BUILDKIT=0), which every engine has; the files stay valid
-for BuildKit. The last line printed is one JSON object: per image, seconds and bytes.
+for BuildKit. Afterwards the dangling images the rebuilds replaced are pruned. The last line printed
+is one JSON object: per image, seconds and bytes.
 
 Standard library only: it runs before the project is installed.
 """
@@ -73,7 +74,7 @@ def project_images(tag: str) -> list[Image]:
     images.append(
         Image("sandbox-python", f"clawgym/sandbox-python:{tag}", SANDBOX_PYTHON, context="deploy/docker")
     )
-    # one Node harness image per harness; built here only on request (each CLI is 150-650 MB)
+    # one Node harness image per harness (each CLI is 150-650 MB); `--only sandbox-<harness>`
     for harness in ("claude-code", "openclaw", "codex", "opencode", "qwen-code"):
         images.append(
             Image(
@@ -247,8 +248,17 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"images.py: {image.tag} in {built.seconds:.0f} s, {built.size / 1e6:.0f} MB", file=sys.stderr
             )
+    prune_dangling()
     print(json.dumps(builder.report()))
     return 0
+
+
+def prune_dangling() -> None:
+    """Drop the untagged images that rebuilds replaced: each holds GBs of old venv layers, and a
+    machine that rebuilds all day fills its disk with them. Tagged images and their cache stay."""
+    done = subprocess.run(["docker", "image", "prune", "-f"], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"images.py: docker image prune failed: {done.stderr.strip()}", file=sys.stderr)
 
 
 @contextmanager

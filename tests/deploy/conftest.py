@@ -125,6 +125,13 @@ def docker_answers() -> bool:
         return False
 
 
+# the default set (services + Python sandbox) and one Node harness sandbox (each is 150-650 MB)
+TESTED_IMAGES = (
+    *("store", "orchestrator", "orchestrator-local", "inference", "proxy", "trainer"),
+    *("sandbox-python", "sandbox-codex"),
+)
+
+
 @pytest.fixture(scope="session")
 def docker_images() -> dict:
     """Every image the compose tests use, built once per session (`deploy/images.py build --standins`:
@@ -132,6 +139,7 @@ def docker_images() -> dict:
     if not docker_answers():
         pytest.skip("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
     argv = [sys.executable, str(REPO / "deploy" / "images.py"), "build", "--standins", "--quiet"]
+    argv += ["--only", *TESTED_IMAGES]
     wheels = torch_wheels()
     if wheels:
         argv += ["--torch-wheels", wheels]

@@ -19,7 +19,8 @@ import pytest
 
 from deploy.compose_stack import ComposeStack, RunFacts
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# the first test builds the images (cold: ~20 min on 2 cores) and the run takes minutes
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 SERVICES = ("store", "inference", "proxy", "orchestrator", "trainer")
 
@@ -130,3 +131,20 @@ def test_the_cluster_orchestrator_image_starts_healthy_as_its_user(docker_images
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     done = subprocess.run(["docker", "run", "--rm", tag], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "kubeconfig" in done.stderr + done.stdout, "without a cluster it says why"
+
+
+@pytest.mark.parametrize(
+    ("image", "argv", "uid"),
+    [("sandbox-python", ["mini", "--help"], "1000"), ("sandbox-codex", ["codex", "--version"], "1000")],
+)
+def test_sandbox_images_run_their_harness_as_the_sandbox_user(
+    docker_images: dict, image: str, argv: list, uid: str
+):
+    """The images sandbox pods run: the harness CLI answers, as the unprivileged sandbox user."""
+    tag = docker_images[image]["tag"]
+    done = subprocess.run(["docker", "run", "--rm", tag, *argv], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    who = subprocess.run(
+        ["docker", "run", "--rm", tag, "id", "-u"], capture_output=True, text=True, timeout=120
+    )
+    assert who.stdout.strip() == uid
