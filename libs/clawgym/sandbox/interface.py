@@ -165,6 +165,17 @@ class Sandbox(Protocol):
         """An uncompressed tar of a file or directory, its members named relative to `path`'s parent."""
         ...
 
+    async def reset_dir(self, path: str) -> None:
+        """Kills whatever the sandbox still runs, then empties the writable directory `path` (the
+        workspace, HOME, /tmp or a mount; not a path below one) from outside, whatever its processes
+        did to it (modes, links). Writable directories nested in it keep their contents.
+        SandboxFailed if it cannot be emptied."""
+        ...
+
+    async def seal_dir(self, path: str) -> None:
+        """Makes the writable directory `path` read-only to every later exec (put its files in first)."""
+        ...
+
     async def destroy(self) -> None:
         """Kills everything still running and deletes the sandbox. Idempotent."""
         ...
@@ -236,6 +247,17 @@ def locate(spec: SandboxSpec, path: str, strict: bool = False) -> tuple[str, lis
         raise InvalidArgument(f"{path} is outside the sandbox's writable directories ({writable})")
     rest = norm[len(best[1]) :].strip("/")
     return best[0], [p for p in rest.split("/") if p]
+
+
+def writable_dir(spec: SandboxSpec, path: str) -> tuple[str, list[str]]:
+    """(storage dir name, sandbox paths of the writable dirs nested in it) of a writable directory
+    itself (what `reset_dir` and `seal_dir` take); InvalidArgument for any other path."""
+    norm = sandbox_path(path)
+    names = {dest: name for name, dest in storage_layout(spec)}
+    if norm not in names:
+        raise InvalidArgument(f"{path} is not one of the sandbox's writable directories")
+    nested = [dest for dest in names if dest.startswith(norm.rstrip("/") + "/")]
+    return names[norm], nested
 
 
 def check_labels(labels: Mapping[str, str]) -> None:

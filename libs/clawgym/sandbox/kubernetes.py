@@ -16,7 +16,8 @@ its deadline, then starts a replacement; a cold pod is made only when none is re
 
 Differences from `local` a caller may notice: processes started by one exec survive until the
 pod goes (there is no per-exec PID namespace), a timeout kills every process in the container
-(see `k8s_exec`), and `get_*` follows symlinks inside the pod's own filesystem.
+(see `k8s_exec`), `get_*` follows symlinks inside the pod's own filesystem, and `reset_dir` and
+`seal_dir` run inside the pod as its one user (kill every process, then empty; clear write bits).
 """
 
 import asyncio
@@ -49,6 +50,7 @@ from clawgym.sandbox.interface import (
     label_value,
     locate,
     sandbox_path,
+    writable_dir,
 )
 from clawgym.sandbox.k8s_exec import PodExec, wrap
 from clawgym.sandbox.k8s_pods import (
@@ -69,6 +71,25 @@ FILE_OP_TIMEOUT_S = 300.0
 _PUT = 'mkdir -p -- "$1" && tar -x -o -f - -C "$1"'
 _GET_FILE = 'if [ ! -e "$1" ]; then exit 2; fi; if [ ! -f "$1" ]; then exit 3; fi; exec cat -- "$1"'
 _GET_TAR = 'if [ ! -e "$1" ] && [ ! -L "$1" ]; then exit 2; fi; exec tar -c -f - -C "$2" "$3"'
+# $1: a writable dir, then the writable dirs nested in it (their own mounts: kept whole, and their
+# parents only emptied around them). Links are removed, never followed.
+_RESET = r"""dir=$1; shift
+nl='
+'
+keep="$nl$(printf '%s\n' "$@")$nl"
+empty() {
+  for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    [ -e "$e" ] || [ -L "$e" ] || continue
+    case "$keep" in
+      *"$nl$e$nl"*) continue ;;
+      *"$nl$e/"*) if [ -d "$e" ] && [ ! -L "$e" ]; then empty "$e" || return 1; continue; fi ;;
+    esac
+    [ -L "$e" ] || chmod -R u+rwX -- "$e" 2>/dev/null
+    rm -rf -- "$e" || return 1
+  done
+}
+chmod u+rwx -- "$dir" 2>/dev/null; empty "$dir"
+"""
 
 
 def _load_configuration(k: KubernetesSandboxConfig) -> client.Configuration:
@@ -400,6 +421,26 @@ class KubernetesSandbox:
         if result.truncated:
             raise InvalidArgument(f"{path}: larger than max_get_bytes={limit}")
         return result.stdout
+
+    async def reset_dir(self, path: str) -> None:
+        _, nested = writable_dir(self.spec, path)
+        # processes outlive their exec here: one left running could refill the directory
+        await self.backend.call(self.backend.execs.kill_all, self.id)
+        result = await self._file_op(_RESET, sandbox_path(path), *nested)
+        if result.timed_out or result.exit_code != 0:
+            raise SandboxFailed(
+                f"cannot empty {path} in pod {self.id}: {result.stderr.decode(errors='replace').strip()}"
+            )
+
+    async def seal_dir(self, path: str) -> None:
+        # The pod has one uid, so this only clears write bits that uid could set again: the
+        # verifier's check of what /tests holds (`tasks.verify`) is what fails closed here.
+        writable_dir(self.spec, path)
+        result = await self._file_op('chmod -R a-w -- "$1"', sandbox_path(path))
+        if result.timed_out or result.exit_code != 0:
+            raise SandboxFailed(
+                f"cannot seal {path} in pod {self.id}: {result.stderr.decode(errors='replace').strip()}"
+            )
 
     async def destroy(self) -> None:
         if self._destroyed:

@@ -15,6 +15,11 @@ Isolation is described in `local_bwrap`. With `isolation="none"` (or "auto" wher
 cannot run) commands run as plain process groups with the same rlimits and uid, see host paths,
 cannot use task mounts, and a descendant that calls setsid survives the timeout: tests and
 development only, and the backend logs a warning.
+
+The verifier's clean context: `reset_dir` renames a writable directory's storage away on the host
+and makes a new empty one (nothing the sandbox did inside can keep it); `seal_dir` binds one
+read-only in every later exec and, run as root, gives its files to root. Without bubblewrap a
+sealed directory is not read-only.
 """
 
 import asyncio
@@ -45,6 +50,7 @@ from clawgym.sandbox.interface import (
     locate,
     sandbox_path,
     storage_layout,
+    writable_dir,
 )
 from clawgym.sandbox.local_bwrap import (
     SANDBOX_USER,
@@ -184,6 +190,7 @@ class LocalSandbox:
         self.layout = storage_layout(spec)
         self.dirs = {name: storage / "fs" / name for name, _ in self.layout}
         self.deadline = time.monotonic() + spec.timeout_s
+        self.sealed: set[str] = set()  # storage dir names bound read-only (`seal_dir`)
         self._running: set[asyncio.Task] = set()
         self._destroyed = False
 
@@ -337,6 +344,38 @@ class LocalSandbox:
             raise InvalidArgument(f"{path}: the archive is larger than max_get_bytes={limit}") from e
         return buf.getvalue()
 
+    # --- resetting and sealing (the verifier's clean context) ---
+
+    async def reset_dir(self, path: str) -> None:
+        await asyncio.to_thread(self._reset_dir, path)
+
+    def _reset_dir(self, path: str) -> None:
+        name, _ = writable_dir(self.spec, path)
+        self._kill_processes()
+        # Renamed away on the host, the old tree is gone from the sandbox whatever its modes or
+        # links say; the new one is empty (nested mount points are made again by the next exec).
+        current = self.dirs[name]
+        old = current.with_name(f".{name}.old-{secrets.token_hex(4)}")
+        os.rename(current, old)
+        current.mkdir(mode=0o700)
+        self._own(current)
+        self.sealed.discard(name)
+        shutil.rmtree(old, ignore_errors=True)  # what a non-root backend cannot delete goes at destroy
+
+    async def seal_dir(self, path: str) -> None:
+        await asyncio.to_thread(self._seal_dir, path)
+
+    def _seal_dir(self, path: str) -> None:
+        name, _ = writable_dir(self.spec, path)
+        self.sealed.add(name)  # bound read-only from now on
+        top = self.dirs[name]
+        os.chmod(top, 0o755)
+        if self.uid is not None:  # and no longer the sandbox uid's to chmod
+            os.chown(top, 0, 0)
+            for dirpath, dirnames, filenames in os.walk(top):
+                for entry in dirnames + filenames:
+                    os.chown(os.path.join(dirpath, entry), 0, 0, follow_symlinks=False)
+
     # --- running ---
 
     async def exec(
@@ -397,7 +436,7 @@ class LocalSandbox:
             self._running.discard(task)
 
     def _bwrap(self, argv: list[str], cwd: str) -> list[str]:
-        binds = [Bind(self.dirs[name], dest, True) for name, dest in self.layout]
+        binds = [Bind(self.dirs[name], dest, name not in self.sealed) for name, dest in self.layout]
         binds += [Bind(p, str(p), False) for p in self.backend.ro_paths if p.exists()]
         self._make_mount_points(binds)
         identity = (self.storage / "passwd", self.storage / "group") if self.uid is not None else None
