@@ -24,7 +24,7 @@ from clawgym.sandbox.local import LocalBackend
 from clawgym.tasks.loader import load_task
 from clawgym.tasks.model import Task
 from clawgym.tasks.provision import PROVISION_DIR, Provisioner
-from clawgym.tasks.verify import Verdict, verify
+from clawgym.tasks.verify import Verdict, verifier_env, verify
 
 DATA = Path(__file__).parent / "data"
 TB = DATA / "terminal-bench" / "csv-total"  # pytest verifier, workdir /app
@@ -152,6 +152,22 @@ def test_a_sitecustomize_on_a_writable_pythonpath_dir_is_not_imported(tmp_path):
     script = f"mkdir -p /workspace/lib\ncat > /workspace/lib/sitecustomize.py <<'EOF'\n{REWARD_AT_EXIT}\nEOF"
     task = with_env(load_task(CLAW_PY), PYTHONPATH="/workspace/lib")
     assert_defeated(attempt(Scripted(script), task, tmp_path))
+
+
+def test_the_verifier_env_keeps_no_writable_folder_of_the_task_but_the_orchestrators_own():
+    """The task's PATH/PYTHONPATH (its image's ENV) lose writable, relative and empty entries; the
+    orchestrator's provisioned folders stay, even under HOME (read-only binds there)."""
+    task = with_env(
+        load_task(TB), PATH=":/app/bin:bin:/tests:/usr/bin", PYTHONPATH="/app/lib:/tmp/x:/opt/lib"
+    )
+    spec = SandboxSpec(workdir=task.workdir, mounts=task.sandbox_mounts(), home="/root")
+    env = verifier_env(task, spec)
+    assert env["PATH"] == "/tests:/usr/bin" and env["PYTHONPATH"] == "/opt/lib", env
+    provisioned = {"PYTHONPATH": f"{PROVISION_DIR}/pip-0"}
+    assert verifier_env(task, spec, provisioned)["PYTHONPATH"] == provisioned["PYTHONPATH"]
+    assert "PATH" not in verifier_env(with_env(task, PATH="/app/bin:/root/bin"), spec), (
+        "nothing left: the backend's default (the system's) applies"
+    )
 
 
 # --- tricks in HOME ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """One attempt of one rollout: harness ready, proxy up, sandbox, workspace, harness, verifier.
 
-The one rollout pipeline: task files → harness config files → harness exec → tests copied in →
+The one rollout pipeline: task files → harness config files → harness exec → the verifier's clean
+context (HOME, /tmp and /tests emptied from outside, tests copied in and sealed: `tasks.verify`) →
 verifier, with state callbacks (running, verifying), failure classification at each stage,
 metrics, and a sandbox that is destroyed whatever happens, cancellation included. It knows nothing
 of the store, retries or limits (the runner's). `run_task` runs one attempt outside a batch

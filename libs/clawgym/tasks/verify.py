@@ -36,8 +36,8 @@ from clawgym.errors import NotFound
 from clawgym.sandbox.interface import ExecResult, Sandbox, SandboxSpec, storage_layout
 from clawgym.tasks.model import LOGS_DIR, TESTS_DIR, Task, TaskFile
 
-# The verifier's own Pythons: isolated (-I), then `_BOOT` adds back only what the orchestrator chose,
-# the PYTHONPATH it set (see `verifier_env`) and, for a script, the script's own sealed folder.
+# The verifier's own Pythons: isolated (-I), then `_BOOT` adds back only what was chosen for them,
+# the PYTHONPATH of `verifier_env` and, for a script, the script's own sealed folder.
 # Run as `PYTHON -m module args...` or `PYTHON script args...`.
 _BOOT = """import os, runpy, sys
 sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -49,7 +49,7 @@ else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
     runpy.run_path(sys.argv[0], run_name="__main__")
 """
-PYTHON: tuple[str, ...] = ("python3", "-I", "-c", _BOOT)
+PYTHON: tuple[str, ...] = ("python3", "-I", "-B", "-c", _BOOT)  # -B, as -I ignores PYTHON* variables
 # The sandbox's pytest for Terminal-Bench style tests: the system python3 with pytest on PYTHONPATH
 # (`provision.Provisioner` installs it on the host, cached; a pod's image must ship pytest).
 DEFAULT_PYTEST: tuple[str, ...] = (*PYTHON, "-m", "pytest")
@@ -156,23 +156,29 @@ def _trusted_path(value: str, writable: Sequence[str]) -> str:
 
 
 def verifier_env(task: Task, spec: SandboxSpec, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The verifier's environment: the task's, the orchestrator's `env` and the verifier's own,
-    with PATH and PYTHONPATH cut down to folders the sandbox cannot write (sealed /tests may stay)."""
-    full = {
-        **task.env,
+    """The verifier's environment: the task's, the orchestrator's `env` and the verifier's own. The
+    task's PATH and PYTHONPATH (its image's ENV) lose every folder the sandbox can write, sealed
+    /tests aside; the orchestrator's (provisioned packages, read-only even where they sit under
+    HOME) are its own choice and stay as given."""
+    writable = [path for _, path in storage_layout(spec) if path != TESTS_DIR]
+
+    def trusted(values: Mapping[str, str]) -> dict[str, str]:
+        out = dict(values)
+        for key in ("PATH", "PYTHONPATH"):
+            if key in out:
+                out[key] = _trusted_path(out[key], writable)
+                if not out[key]:
+                    del out[key]  # the orchestrator's or the backend's default (the system's) applies
+        return out
+
+    return {
+        **trusted(task.env),
         **(env or {}),
-        **task.verifier.env,
+        **trusted(task.verifier.env),
         "WORKSPACE": task.workdir,
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",  # for the Pythons a shell verifier starts itself
     }
-    writable = [path for _, path in storage_layout(spec) if path != TESTS_DIR]
-    for key in ("PATH", "PYTHONPATH"):
-        if key in full:
-            full[key] = _trusted_path(full[key], writable)
-            if not full[key]:
-                del full[key]  # the backend's default PATH (the system's) then applies
-    return full
 
 
 async def prepare_verifier(task: Task, sandbox: Sandbox) -> str | None:
