@@ -277,7 +277,7 @@ def _tree_of_files(files: Sequence[TaskFile]) -> dict[str, str]:
     top = posixpath.dirname(TESTS_DIR)
     tree: dict[str, str] = {posixpath.relpath(TESTS_DIR, top): "dir"}
     for item in files:
-        if not item.target.startswith(TESTS_DIR):
+        if not (item.target == TESTS_DIR or item.target.startswith(f"{TESTS_DIR}/")):
             continue
         base = posixpath.relpath(item.target, top)
         paths = [item.source, *sorted(item.source.rglob("*"))] if item.source.is_dir() else [item.source]
