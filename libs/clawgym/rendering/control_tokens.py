@@ -32,11 +32,9 @@ class ControlTokens:
     """Escapes harness strings before rendering and tokenizes the rendered text."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        added = {a.content: i for i, a in tokenizer.added_tokens_decoder.items() if a.content}
-        self.ids = added
-        self.literals = [START, *sorted(added, key=len, reverse=True)]  # longest first: alternation order
-        index = {text: i for i, text in enumerate(self.literals)}
-        self._index = index
+        self.ids = {a.content: i for i, a in tokenizer.added_tokens_decoder.items() if a.content}
+        self.literals = [START, *sorted(self.ids, key=len, reverse=True)]  # longest first: alternation order
+        self._index = {text: i for i, text in enumerate(self.literals)}
         self._escapable = re.compile("|".join(re.escape(t) for t in self.literals))
         structure = "|".join(re.escape(t) for t in self.literals[1:])
         self._pieces = re.compile(f"{START}(\\d+){END}" + (f"|{structure}" if structure else ""))
