@@ -5,6 +5,7 @@ import logging
 import uvicorn
 
 from clawgym.flags import service_config
+from clawgym_services.proxy.connection import uvicorn_config
 from clawgym_services.proxy.server import create_app_from_config
 
 
@@ -16,8 +17,9 @@ def main(argv: list[str] | None = None) -> int:
         clients_of=("inference", "store"),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app_from_config(cfg), host=cfg.proxy.host, port=cfg.proxy.port, log_level="info")
-    return 0
+    server = uvicorn.Server(uvicorn_config(create_app_from_config(cfg), cfg.proxy, log_level="info"))
+    server.run()  # handles SIGINT/SIGTERM itself
+    return 0 if server.started else 3  # 3: uvicorn's STARTUP_FAILURE (the port was taken, …)
 
 
 if __name__ == "__main__":

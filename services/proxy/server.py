@@ -1,8 +1,9 @@
 """The proxy service: `create_app(cfg, engine, store, tokenizer)` → a FastAPI app.
 
-A thin shell around `clawgym.proxy.gateway.Gateway`: each route reads the raw body (so
-malformed bodies are the protocol's 400, never FastAPI's 422), calls one gateway method and
-turns its `JsonReply` / `StreamReply` into a response. Routes exist with and without the `/v1`
+A thin shell around `clawgym.proxy.gateway.Gateway`: each route hands the gateway the raw body
+as it arrives (the gateway checks the API key and the size before reading it; malformed bodies
+are the protocol's 400, never FastAPI's 422), calls one gateway method and turns its
+`JsonReply` / `StreamReply` into a response. How it is served (read deadline): `connection`. Routes exist with and without the `/v1`
 prefix because harnesses differ in how they join base URL and path (HARNESSES.md).
 """
 
@@ -12,9 +13,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.requests import ClientDisconnect
 from transformers import PreTrainedTokenizerBase
 
 from clawgym.config import ClawgymConfig
+from clawgym.errors import InvalidArgument
 from clawgym.inference.interface import Engine
 from clawgym.protocols.anthropic_messages import AnthropicMessages
 from clawgym.protocols.openai_chat import OpenAIChat
@@ -25,6 +28,15 @@ from clawgym.proxy.gateway import Gateway, JsonReply, StreamReply
 from clawgym.proxy.live import LiveState, make_live_state
 from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.store.interface import TrajectoryStore
+
+
+async def body_of(request: Request) -> AsyncIterator[bytes]:
+    """The request body as it arrives; read only as far as the gateway asks."""
+    try:
+        async for chunk in request.stream():
+            yield chunk
+    except ClientDisconnect:  # the client left (or was cut off) mid-body: a 400 nobody reads
+        raise InvalidArgument("the client disconnected before sending the whole body") from None
 
 
 def to_response(reply: JsonReply | StreamReply) -> Response:
@@ -69,8 +81,8 @@ def create_app(
 
     def model_call(protocol: WireProtocol):
         async def handler(request: Request) -> Response:
-            body = await request.body()
-            return to_response(await gateway.handle(protocol, body, request.headers, request.is_disconnected))
+            reply = await gateway.handle(protocol, body_of(request), request.headers, request.is_disconnected)
+            return to_response(reply)
 
         return handler
 
@@ -80,7 +92,7 @@ def create_app(
         app.add_api_route(f"{prefix}/responses", model_call(responses), methods=["POST"])
 
         async def count_tokens(request: Request) -> Response:
-            return to_response(await gateway.count_tokens(anthropic, await request.body(), request.headers))
+            return to_response(await gateway.count_tokens(anthropic, body_of(request), request.headers))
 
         async def models() -> dict:
             return await gateway.models()

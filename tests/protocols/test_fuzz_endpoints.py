@@ -1,14 +1,20 @@
-"""Fuzzed request bodies for every model endpoint: never a 500, nothing recorded for a refusal.
+"""Fuzzed request bodies for every model endpoint: never a 5xx nor a hang, nothing recorded for a refusal.
 
 Bodies are valid requests with one field replaced by an arbitrary JSON value, wholly arbitrary
-JSON, or bytes that are not JSON. The app is the real one (scripted engine, real tokenizer,
-real SQLite store), called in process.
+JSON, or bytes that are not JSON; the text in them is hostile (lone UTF-16 surrogates, control-
+token strings, the renderer's escape characters, NULs, long names). The app is the real one
+(scripted engine, real tokenizer, real SQLite store) served by uvicorn as `clawgym serve proxy`
+serves it, over loopback HTTP.
 """
 
 import json
+import threading
+import time
+from datetime import timedelta
 
+import httpx
 import pytest
-from fastapi.testclient import TestClient
+import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,21 +23,25 @@ from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
+from clawgym_services.proxy.connection import uvicorn_config
 from clawgym_services.proxy.server import create_app
 
+HOSTILE = ["\ud800", "\udfff", "\ud83d\ude00", "<|im_start|>system\n", "<|im_end|>", "<think>", "<tool_call>",
+           "\ue000", "\ue0001\ue001", "\x00", "n" * 5000]  # fmt: skip
+text = st.lists(st.sampled_from(HOSTILE) | st.text(max_size=6), max_size=4).map("".join)
 leaf = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12)
+    | text
     | st.sampled_from(
         ["user", "assistant", "system", "tool", "text", "tool_use", "function", "message", "image"]
     )
 )
 json_value = st.recursive(
     leaf,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
     max_leaves=16,
 )
 
@@ -83,8 +93,13 @@ def bodies(endpoint: str):
         st.sampled_from(FIELDS[endpoint]),
         json_value,
     )
+    hostile_text = st.builds(  # a string field of a valid request holding hostile text
+        lambda f, v: json.dumps(replace(BASES[endpoint], f, v)).encode(),
+        st.sampled_from([f for f in FIELDS[endpoint] if f.endswith(("content", "system", "instructions"))]),
+        text,
+    )
     arbitrary = st.builds(lambda v: json.dumps(v).encode(), json_value)
-    return mutated | arbitrary | st.binary(max_size=40)
+    return mutated | hostile_text | arbitrary | st.binary(max_size=40)
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +111,21 @@ def client(tmp_path_factory):
     engine = ScriptedEngine.from_texts(
         tok, ['ok <tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'], max_context=4096
     )
-    app = create_app(ProxyConfig(), engine, store, tok)
-    with TestClient(app) as c:
-        c.headers.update({"x-api-key": reg.token})
+    cfg = ProxyConfig()
+    app = create_app(cfg, engine, store, tok)
+    server = uvicorn.Server(uvicorn_config(app, cfg, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the proxy did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    # a request that takes over 30 s has hung (a scripted answer takes milliseconds)
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"x-api-key": reg.token}, timeout=30) as c:
         yield c, store, reg.rollout_id
+    server.should_exit = True
+    thread.join(timeout=30)
     store.close()
 
 
@@ -107,7 +133,12 @@ def client(tmp_path_factory):
 def test_fuzzed_bodies_never_cause_a_server_error_nor_a_record(client, endpoint):
     c, store, rollout_id = client
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    # 75 examples × 4 endpoints; the deadline (generous for a loaded 2-core machine) catches a hang
+    @settings(
+        max_examples=75,
+        deadline=timedelta(seconds=15),
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(body=bodies(endpoint))
     def check(body: bytes):
         before = len(store.list_calls(rollout_id))

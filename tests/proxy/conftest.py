@@ -21,6 +21,7 @@ from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.live import make_live_state
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
+from clawgym_services.proxy.connection import uvicorn_config
 from clawgym_services.proxy.server import create_app
 
 WRITE_FILE_TOOL = {
@@ -37,10 +38,12 @@ FINAL_TEXT = "I wrote hello.txt — done ✓"
 
 
 class ServerThread:
-    """uvicorn serving an app on 127.0.0.1 (port 0 → a free one) in a background thread."""
+    """uvicorn serving an app on 127.0.0.1 (port 0 → a free one) in a background thread, configured
+    as `clawgym serve proxy` serves it (`cfg`'s read deadline)."""
 
-    def __init__(self, app) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    def __init__(self, app, cfg: ProxyConfig | None = None) -> None:
+        config = uvicorn_config(app, cfg or ProxyConfig(), host="127.0.0.1", port=0, log_level="warning")
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> "ServerThread":
@@ -121,7 +124,7 @@ def proxy_factory(tokenizer, tmp_path) -> Iterator:
             redis_url, config.redis_prefix, config.turn_cache_ttl_s, config.memory_max_rollouts
         )
         app = create_app(config, engine, store, tokenizer, live=live)
-        server = ServerThread(app).__enter__()
+        server = ServerThread(app, config).__enter__()
         stack.append(lambda: server.__exit__(None, None, None))
         run = store.create_run("proxy-test")
         specs = [

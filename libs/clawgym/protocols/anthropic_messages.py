@@ -372,6 +372,8 @@ ERROR_TYPES: list[tuple[type[Exception], str]] = [
 
 def error_body(error: Exception) -> dict[str, Any]:
     kind = next((name for cls, name in ERROR_TYPES if isinstance(error, cls)), "api_error")
+    if isinstance(error, ClawgymError) and error.http_status == 413:  # Anthropic's own type for it
+        kind = "request_too_large"
     if isinstance(error, ClawgymError) and kind == "api_error" and error.http_status < 500:
         kind = "invalid_request_error"
     return {"type": "error", "error": {"type": kind, "message": str(error)}}

@@ -20,6 +20,15 @@ from clawgym.protocols.conversation import Completion, Conversation, GenerationO
 
 log = logging.getLogger("clawgym.protocols")
 
+MAX_SHOWN_CHARS = 64  # a request's own strings (field names, tool types) quoted in logs and errors
+MAX_NAMED_FIELDS = 8  # ignored fields named per request; the rest are counted
+MAX_LOGGED_KEYS = 10_000  # distinct messages a LogOnce remembers (and logs) per app
+
+
+def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` cut to `limit` characters (with how much was cut), for logs and error messages."""
+    return text if len(text) <= limit else f"{text[:limit]}…(+{len(text) - limit} chars)"
+
 
 class WireModel(BaseModel):
     """Base of wire models: tolerant of fields we do not know (real clients send many)."""
@@ -67,33 +76,43 @@ def validate(model: type[BaseModel], body: Any) -> Any:
         return model.model_validate(body)
     except ValidationError as e:
         details = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in e.errors()[:5]
+            f"{clip('.'.join(str(p) for p in err['loc'])) or 'body'}: {clip(err['msg'], 200)}"
+            for err in e.errors(include_input=False)[:5]
         )
         raise InvalidArgument(f"malformed request: {details}") from None
     except (RecursionError, ValueError, TypeError) as e:
-        raise InvalidArgument(f"malformed request: {e}") from None
+        raise InvalidArgument(f"malformed request: {clip(str(e), 200)}") from None
 
 
 class LogOnce:
-    """Logs each distinct message once per app (ignored fields, dropped hosted tools)."""
+    """Logs each distinct message once per app (ignored fields, dropped hosted tools).
+
+    Keys and messages hold request strings, so callers `clip` those; this bounds what is kept
+    (at most MAX_LOGGED_KEYS keys of bounded length) whatever a caller passes."""
 
     def __init__(self, logger: logging.Logger = log) -> None:
         self._seen: set[str] = set()
         self._log = logger
 
     def __call__(self, key: str, message: str) -> None:
-        if key not in self._seen and len(self._seen) < 10_000:
+        key = clip(key, 4 * MAX_SHOWN_CHARS)
+        if key not in self._seen and len(self._seen) < MAX_LOGGED_KEYS:
             self._seen.add(key)
-            self._log.info(message)
+            self._log.info(clip(message, 8 * MAX_SHOWN_CHARS))
 
 
 def ignored_fields(model: BaseModel, log_once: LogOnce, protocol: str, known_ignored: frozenset[str]) -> None:
-    """Logs (once each) request fields that are not in the wire model and not known to be ignorable."""
-    for name in model.model_extra or {}:
-        if name not in known_ignored:
-            log_once(
-                f"{protocol}:{name}", f"{protocol}: field {name!r} is present in the request but ignored"
-            )
+    """Logs (once each) request fields that are not in the wire model and not known to be ignorable:
+    the first MAX_NAMED_FIELDS by name (clipped), then how many more there were."""
+    unknown = [name for name in model.model_extra or {} if name not in known_ignored]
+    for name in unknown[:MAX_NAMED_FIELDS]:
+        shown = clip(name)
+        log_once(f"{protocol}:{shown}", f"{protocol}: field {shown!r} is present in the request but ignored")
+    if len(unknown) > MAX_NAMED_FIELDS:
+        log_once(
+            f"{protocol}:+{len(unknown)}",
+            f"{protocol}: {len(unknown) - MAX_NAMED_FIELDS} more unknown fields in one request are ignored",
+        )
 
 
 def new_id(prefix: str) -> Callable[[], str]:

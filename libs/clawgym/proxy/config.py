@@ -77,7 +77,18 @@ class ProxyConfig(Section):
     retry_after_s: int = Field(
         2, ge=0, description="Retry-After seconds sent with 503 while the engine is down"
     )
-    max_body_bytes: int = Field(64 * 1024 * 1024, gt=0, description="largest request body accepted")
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024,
+        gt=0,
+        description="largest request body accepted: a larger Content-Length is refused (413) before "
+        "the body is read, a chunked body as soon as it grows past it",
+    )
+    read_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="seconds a client has to send a whole request (headers and body) from its first "
+        "byte, and a new connection to start one; slower clients are disconnected (slowloris)",
+    )
     recorded_headers: list[str] = Field(
         default_factory=lambda: list(DEFAULT_RECORDED_HEADERS),
         description="request headers recorded with each call (lowercase); credentials are never recorded",

@@ -6,13 +6,19 @@ clamp the generation budget to what fits, start the engine, and hand back either
 SSE stream; typed errors become the protocol's error shape with the right HTTP status. It is
 framework-free: the HTTP shell (`clawgym_services.proxy`) turns `JsonReply` / `StreamReply`
 into responses. Nothing is recorded for a request refused here.
+
+The edge's order is the cheap checks first: the API key before the body is read (an unknown
+caller costs no upload), the declared `Content-Length` against `proxy.max_body_bytes` before
+reading, the running size while reading (chunked bodies declare none), then JSON and text
+validity (lone UTF-16 surrogates are refused here, not found by the tokenizer or the store).
 """
 
 import asyncio
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,15 +60,54 @@ class StreamReply:
 
 
 Disconnected = Callable[[], Awaitable[bool]]
+Body = bytes | AsyncIterable[bytes]  # the whole body, or its chunks as they arrive (read only if needed)
+
+# A JSON `\ud800`-`\udfff` escape or the UTF-8 bytes of a surrogate (json.loads decodes bytes with
+# surrogatepass): only bodies with one are checked for lone surrogates, paired ones being valid.
+MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
-def parse_body(body: bytes, limit: int) -> Any:
-    if len(body) > limit:
-        raise InvalidArgument(f"request body is {len(body)} bytes; the limit is {limit}")
+class PayloadTooLarge(InvalidArgument):
+    """The request body is over `proxy.max_body_bytes` (HTTP 413)."""
+
+    http_status = 413
+
+
+async def read_body(body: Body, headers: Mapping[str, str], limit: int) -> bytes | bytearray:
+    """The request body, refused before reading when its declared length is over `limit` and
+    as soon as what arrived is: never more than `limit` bytes are held."""
+    declared = headers.get("content-length", "").strip()
+    if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
+        raise PayloadTooLarge(f"request body is {declared[:24]} bytes; the limit is {limit}")
+    if isinstance(body, bytes):
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body is {len(body)} bytes; the limit is {limit}")
+        return body
+    data = bytearray()
+    async for chunk in body:
+        data += chunk
+        if len(data) > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+    return data
+
+
+def parse_body(body: bytes | bytearray) -> Any:
+    """The JSON value of a body; InvalidArgument if it is not JSON or holds text that is not
+    Unicode (a lone UTF-16 surrogate, which no tokenizer, store or reply can encode)."""
     try:
-        return json.loads(body)
+        value = json.loads(body)
     except (ValueError, RecursionError) as e:
         raise InvalidArgument(f"request body is not JSON: {e}") from None
+    if MAYBE_SURROGATE.search(body):
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise InvalidArgument(
+                "request body holds text that is not Unicode: a lone UTF-16 surrogate (\\ud800-\\udfff)"
+            ) from None
+        except RecursionError as e:
+            raise InvalidArgument(f"request body is not JSON: {e}") from None
+    return value
 
 
 class Gateway:
@@ -113,7 +158,7 @@ class Gateway:
     async def handle(
         self,
         protocol: WireProtocol,
-        body: bytes,
+        body: Body,
         headers: Mapping[str, str],
         disconnected: Disconnected | None = None,
     ) -> JsonReply | StreamReply:
@@ -123,7 +168,7 @@ class Gateway:
         try:
             rollout = await self.resolver.resolve(api_key(headers))
             harness = rollout.harness or "unknown"
-            request = parse_body(body, self.cfg.max_body_bytes)
+            request = parse_body(await read_body(body, headers, self.cfg.max_body_bytes))
             wire = protocol.parse(request)
             run = await self._start(protocol, wire, request, headers, rollout, started)
         except ClawgymError as e:
@@ -235,15 +280,19 @@ class Gateway:
     # --- the other endpoints ---
 
     async def count_tokens(
-        self, protocol: AnthropicMessages, body: bytes, headers: Mapping[str, str]
+        self, protocol: AnthropicMessages, body: Body, headers: Mapping[str, str]
     ) -> JsonReply:
         """`/v1/messages/count_tokens`: the prompt length of a request rendered from scratch."""
         try:
             await self.resolver.resolve(api_key(headers))
-            conv = protocol.parse_count_tokens(parse_body(body, self.cfg.max_body_bytes))
+            request = parse_body(await read_body(body, headers, self.cfg.max_body_bytes))
+            conv = protocol.parse_count_tokens(request)
             return JsonReply(200, {"input_tokens": await self.pools.render(self.builder.count_tokens, conv)})
         except ClawgymError as e:
             return self._error(protocol, e, "unknown")
+        except Exception as e:  # a bug: still answered in the protocol's shape, with the traceback logged
+            log.exception("count_tokens request failed")
+            return self._error(protocol, ClawgymError(f"internal error: {type(e).__name__}"), "unknown")
 
     async def models(self) -> dict[str, Any]:
         """`/v1/models` in a shape both the OpenAI and the Anthropic SDKs parse."""

@@ -6,7 +6,9 @@ conversations (does it render `tools=`? assistant `tool_calls`? what closes an a
 never by branching on a model name. A template without tool support gets the tools described in
 its system prompt in the Hermes/Qwen `<tool_call>` convention, its assistants' tool calls written
 out as text and tool results as `<tool_response>` user turns, so the same output parser applies.
-It does not splice generated ids; `clawgym.rendering.splice` does.
+Every string from the harness is escaped before the template sees it and the rendered text is
+encoded by `ControlTokens`, so control-token strings written in content stay ordinary tokens
+(`clawgym.rendering.control_tokens`). It does not splice generated ids; `clawgym.rendering.splice` does.
 """
 
 import json
@@ -18,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from clawgym.errors import InvalidArgument
 from clawgym.protocols.conversation import Message, Tool
+from clawgym.rendering.control_tokens import ControlTokens
 
 MARK = "CLAWGYMSPLICEMARK7f3a"  # placeholder text located in rendered probes
 _PROBE_TOOL = Tool(
@@ -74,46 +77,54 @@ class ChatTemplate:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, supports_tools: bool | None = None) -> None:
         self.tokenizer = tokenizer
+        self.control = ControlTokens(tokenizer)
         self.info = self._probe(supports_tools)
 
     # --- canonical messages → template dicts ---
 
     def template_messages(self, messages: Sequence[Message], tools: Sequence[Tool]) -> list[dict[str, Any]]:
-        """The message dicts for `apply_chat_template`, tools folded in as text where the template can't."""
+        """The message dicts for `apply_chat_template`, tools folded in as text where the template can't.
+
+        Harness strings (content, thinking, tool names, ids, arguments, schemas) are escaped here;
+        the tags this method adds itself (`<tool_call>`, `<tool_response>`) are structure."""
         renders_calls = self.info.renders_tool_calls
+        esc = self.control.escape
         out: list[dict[str, Any]] = []
         for m in messages:
+            content = esc(m.content)
             if m.role == "assistant":
-                d: dict[str, Any] = {"role": "assistant", "content": m.content}
+                d: dict[str, Any] = {"role": "assistant", "content": content}
                 if m.thinking:
-                    d["reasoning_content"] = m.thinking
+                    d["reasoning_content"] = esc(m.thinking)
                 if m.tool_calls and renders_calls:
                     d["tool_calls"] = [
                         {
                             "type": "function",
-                            "id": c.id,
-                            "function": {"name": c.name, "arguments": c.arguments_value()},
+                            "id": esc(c.id),
+                            "function": {"name": esc(c.name), "arguments": esc(c.arguments_value())},
                         }
                         for c in m.tool_calls
                     ]
                 elif m.tool_calls:
-                    calls = "\n".join(tool_call_text(c.name, c.arguments_value()) for c in m.tool_calls)
-                    d["content"] = f"{m.content}\n{calls}" if m.content else calls
+                    calls = "\n".join(
+                        tool_call_text(esc(c.name), esc(c.arguments_value())) for c in m.tool_calls
+                    )
+                    d["content"] = f"{content}\n{calls}" if content else calls
                 out.append(d)
             elif m.role == "tool" and not renders_calls:
-                block = f"<tool_response>\n{m.content}\n</tool_response>"
+                block = f"<tool_response>\n{content}\n</tool_response>"
                 if out and out[-1].get("_tool_group"):
                     out[-1]["content"] += "\n" + block
                 else:
                     out.append({"role": "user", "content": block, "_tool_group": True})
             elif m.role == "tool":
-                out.append({"role": "tool", "content": m.content, "tool_call_id": m.tool_call_id})
+                out.append({"role": "tool", "content": content, "tool_call_id": esc(m.tool_call_id)})
             else:
-                out.append({"role": m.role, "content": m.content})
+                out.append({"role": m.role, "content": content})
         for d in out:
             d.pop("_tool_group", None)
         if tools and not self.info.renders_tools:
-            described = tools_system_text(tools)
+            described = tools_system_text(self._escaped_tools(tools))
             if out and out[0]["role"] == "system":
                 out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{described}"}
             else:
@@ -129,8 +140,16 @@ class ChatTemplate:
         dicts = self.template_messages(messages, tools)
         return self._apply(dicts, tools, add_generation_prompt)
 
+    def _escaped_tools(self, tools: Sequence[Tool]) -> list[Tool]:
+        esc = self.control.escape
+        return [Tool(esc(t.name), esc(t.description), esc(t.parameters), t.namespace) for t in tools]
+
     def _apply(self, dicts: list[dict[str, Any]], tools: Sequence[Tool], add_generation_prompt: bool) -> str:
-        passed = [tool_schema(t) for t in tools] if tools and self.info.renders_tools else None
+        passed = (
+            [tool_schema(t) for t in self._escaped_tools(tools)]
+            if tools and self.info.renders_tools
+            else None
+        )
         try:
             text = self.tokenizer.apply_chat_template(
                 dicts, tools=passed, add_generation_prompt=add_generation_prompt, tokenize=False
@@ -142,8 +161,9 @@ class ChatTemplate:
         return text
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of rendered text; the template already placed any BOS, so none is added."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        """Token ids of text `render` made: control tokens only where the template put them; the
+        template already placed any BOS, so none is added."""
+        return self.control.encode(text)
 
     # --- probing ---
 
