@@ -5,7 +5,7 @@ import logging
 import uvicorn
 
 from clawgym.flags import service_config
-from clawgym_services.proxy.connection import uvicorn_config
+from clawgym.proxy.serving import uvicorn_config
 from clawgym_services.proxy.server import create_app_from_config
 
 

@@ -3,7 +3,7 @@
 A thin shell around `clawgym.proxy.gateway.Gateway`: each route hands the gateway the raw body
 as it arrives (the gateway checks the API key and the size before reading it; malformed bodies
 are the protocol's 400, never FastAPI's 422), calls one gateway method and turns its
-`JsonReply` / `StreamReply` into a response. How it is served (read deadline): `connection`. Routes exist with and without the `/v1`
+`JsonReply` / `StreamReply` into a response. How it is served (read deadline): `clawgym.proxy.serving`. Routes exist with and without the `/v1`
 prefix because harnesses differ in how they join base URL and path (HARNESSES.md).
 """
 

@@ -19,14 +19,11 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import re
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from clawgym.assemble import build_orchestrator
 from clawgym.config import ClawgymConfig
@@ -34,6 +31,7 @@ from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.runner import Orchestrator
 from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
+from clawgym.proxy.serving import ServerThread
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.model import Task
@@ -56,27 +54,6 @@ def _sandbox_conftest():
 
 k8s_cluster = _sandbox_conftest().k8s_cluster  # the local Kubernetes cluster, shared by lease
 
-
-class ServerThread:
-    """uvicorn serving an app on 127.0.0.1 (port 0 → a free one) in a background thread."""
-
-    def __init__(self, app) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("proxy server did not start")
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 class RequestLog:

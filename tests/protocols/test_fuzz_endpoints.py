@@ -8,22 +8,19 @@ serves it, over loopback HTTP.
 """
 
 import json
-import threading
-import time
 from datetime import timedelta
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
+from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.connection import uvicorn_config
 from clawgym_services.proxy.server import create_app
 
 HOSTILE = ["\ud800", "\udfff", "\ud83d\ude00", "<|im_start|>system\n", "<|im_end|>", "<think>", "<tool_call>",
@@ -111,21 +108,13 @@ def client(tmp_path_factory):
     engine = ScriptedEngine.from_texts(
         tok, ['ok <tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'], max_context=4096
     )
-    cfg = ProxyConfig()
-    app = create_app(cfg, engine, store, tok)
-    server = uvicorn.Server(uvicorn_config(app, cfg, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the proxy did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    app = create_app(ProxyConfig(), engine, store, tok)
     # a request that takes over 30 s has hung (a scripted answer takes milliseconds)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"x-api-key": reg.token}, timeout=30) as c:
+    with (
+        ServerThread(app) as server,
+        httpx.Client(base_url=server.url, headers={"x-api-key": reg.token}, timeout=30) as c,
+    ):
         yield c, store, reg.rollout_id
-    server.should_exit = True
-    thread.join(timeout=30)
     store.close()
 
 

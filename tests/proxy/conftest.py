@@ -6,22 +6,19 @@ SqlStore (SQLite by default, PostgreSQL when asked) and in-process or Redis live
 registers rollouts and hands back their API keys. Everything is torn down after the test.
 """
 
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
-import uvicorn
 
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.live import make_live_state
+from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.connection import uvicorn_config
 from clawgym_services.proxy.server import create_app
 
 WRITE_FILE_TOOL = {
@@ -36,30 +33,6 @@ WRITE_FILE_TOOL = {
 TOOL_CALL_TEXT = '<tool_call>\n{"name": "write_file", "arguments": {"path": "hello.txt", "content": "héllo wörld"}}\n</tool_call>'
 FINAL_TEXT = "I wrote hello.txt — done ✓"
 
-
-class ServerThread:
-    """uvicorn serving an app on 127.0.0.1 (port 0 → a free one) in a background thread, configured
-    as `clawgym serve proxy` serves it (`cfg`'s read deadline)."""
-
-    def __init__(self, app, cfg: ProxyConfig | None = None) -> None:
-        config = uvicorn_config(app, cfg or ProxyConfig(), host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "ServerThread":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("proxy server did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 @dataclass

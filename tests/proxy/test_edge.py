@@ -1,7 +1,7 @@
 """The proxy's HTTP edge under attack: huge bodies, slow clients (issue #16, items 6).
 
 Each test reproduces an attack against the real app served by uvicorn as `clawgym serve proxy`
-serves it (`connection.uvicorn_config`: the read deadline) on a loopback port, and asserts it
+serves it (`clawgym.proxy.serving.uvicorn_config`: the read deadline) on a loopback port, and asserts it
 now fails: the key and `Content-Length` are checked before the body is read, the body is capped
 while it is read, a client that sends its request too slowly is disconnected. Nothing is
 recorded for a refused request.

@@ -26,11 +26,11 @@ from clawgym.config import ClawgymConfig
 from clawgym.evaluation.runner import EvalResult, EvalSpec, evaluate
 from clawgym.inference.interface import Engine
 from clawgym.orchestrator.interface import RolloutService, RolloutStatus
+from clawgym.proxy.serving import ServerThread
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.loop import Trainer
 from clawgym.trainer.loop_thread import LoopThread
 from clawgym_app.runtime.catalog import HarnessSettings, SettingsCatalog
-from clawgym_app.runtime.server import ServerThread
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class Runtime:
 
         supports_tools = policy_spec(self.cfg.inference.model).supports_tools
         app = create_app(self.cfg.proxy, self.engine, self.store, self.tokenizer, supports_tools=supports_tools)
-        server = ServerThread(app, host="127.0.0.1", port=0)
+        server = ServerThread(app, self.cfg.proxy)
         url = server.start()
         self._closers.append(server.stop)
         log.info("embedded proxy on %s", url)

@@ -1,4 +1,6 @@
-"""uvicorn's HTTP/1.1 protocol with a read deadline, and the uvicorn config the proxy is served with.
+"""How the proxy app is served: uvicorn's HTTP/1.1 protocol with a read deadline, the uvicorn config
+(`clawgym serve proxy`), and `ServerThread` (the same config on a loopback port in a daemon thread:
+the embedded runtime and the tests).
 
 uvicorn (h11) times out only idle keep-alive connections between requests (`timeout_keep_alive`)
 and bounds a request head's size (`h11_max_incomplete_event_size`), but a client that sends its
@@ -11,12 +13,16 @@ a long generation streams as long as it needs.
 """
 
 import asyncio
+import threading
+import time
+from types import TracebackType
 from typing import Any
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from clawgym.errors import Unavailable
 from clawgym.proxy.config import ProxyConfig
 
 INCOMPLETE = (h11.IDLE, h11.SEND_BODY)  # h11's states of a client still sending a request
@@ -77,3 +83,42 @@ def uvicorn_config(app: Any, cfg: ProxyConfig, **overrides: Any) -> uvicorn.Conf
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
     }
     return uvicorn.Config(app, **{**options, **overrides})
+
+
+class ServerThread:
+    """uvicorn serving `app` as `uvicorn_config` says (the read deadline of `cfg`) on host:port
+    (port 0: a free one) in a daemon thread, until `stop()`; also a context manager."""
+
+    def __init__(
+        self, app: Any, cfg: ProxyConfig | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        config = uvicorn_config(app, cfg or ProxyConfig(), host=host, port=port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="clawgym-proxy", daemon=True)
+        self.host = host
+        self.url = ""
+
+    def start(self, timeout_s: float = 60.0) -> str:
+        """Starts serving; returns the root URL (http://host:port)."""
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise Unavailable(f"the proxy did not start on {self.host}")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://{self.host}:{port}"
+        return self.url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def __enter__(self) -> "ServerThread":
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
