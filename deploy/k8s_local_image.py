@@ -277,8 +277,9 @@ def build(venv: Path, import_into_cluster: bool = True) -> str:
             old.unlink()
         (cache / f"{tag}.imported").write_text(f"{ref} {_containerd_identity()}\n")
         archive.unlink()  # k8s-local keeps its own copy under $K8S_LOCAL_DIR/images
-    for stale in (cache / "layers").glob("project-*.tar"):
-        if stale != project:
+    # layers of other dependency sets and sources are never used again (a deps layer is ~1.3 GB)
+    for stale in (cache / "layers").glob("*.tar"):
+        if stale not in (deps, project):
             stale.unlink()
     return ref
 
