@@ -56,7 +56,7 @@ class Image:
     target: str = ""
     context: str = "."  # relative to the repository root
     standin: bool = False
-    args: tuple[str, ...] = ()  # build arguments this image needs (besides the base images)
+    args: tuple[tuple[str, str], ...] = ()  # build arguments this image needs (besides the base images)
 
 
 def standin_images() -> list[Image]:
@@ -81,8 +81,9 @@ def project_images(tag: str) -> list[Image]:
                 f"sandbox-{harness}",
                 f"clawgym/sandbox-{harness}:{tag}",
                 SANDBOX_NODE,
-                harness,
+                "harness",
                 "deploy/docker",
+                args=(("HARNESS", harness),),
             )
         )
     return images
@@ -126,7 +127,7 @@ class Builder:
         }
 
     def build(self, image: Image) -> Built:
-        args = {**self.base_args()}
+        args = {**self.base_args(), **dict(image.args)}
         if self.torch_find_links and image.dockerfile == DOCKERFILE:
             args |= {"TORCH_INDEX": "", "TORCH_FIND_LINKS": self.torch_find_links}
         argv = ["docker", "build", "-f", str(REPO / image.dockerfile), "-t", image.tag]
