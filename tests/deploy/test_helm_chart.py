@@ -13,6 +13,9 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from clawgym.sandbox import SandboxSpec
+from clawgym.sandbox.k8s_pods import base_labels
+
 CHART = Path(__file__).resolve().parents[2] / "helm" / "clawgym"
 
 VALUES = {"defaults": (), "production": ("values-production.yaml",), "k8s-local": ("values-k8s-local.yaml",)}
@@ -221,3 +224,34 @@ def test_grpc_services_are_ready_by_the_grpc_health_service_where_the_kubelet_ca
             if expect == "grpc":
                 assert probe["grpc"]["port"] == port, f"{name}: the probe asks the gRPC port"
             assert "tcpSocket" in c["livenessProbe"], f"{name}: liveness stays a TCP connect"
+
+
+def test_a_sandbox_pod_is_selected_by_its_network_policy_and_by_no_store_policy(render):
+    """issue #16: the labels a real sandbox pod gets (`k8s_pods.base_labels`) decide the policies it
+    falls under. Policies add up, so a network="none" pod must not be selected by the proxy policy,
+    and no policy of the release's own stores (PostgreSQL, Redis) may admit a sandbox."""
+    docs = [d for d in render(kube_version=CURRENT) if d["kind"] == "NetworkPolicy"]
+
+    def selecting(labels: dict[str, str], namespace: str) -> set[str]:
+        return {
+            d["metadata"]["name"]
+            for d in docs
+            if d["metadata"].get("namespace", "clawgym") == namespace
+            and d["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        }
+
+    online = base_labels("orchestrator-0", SandboxSpec(network="proxy"))
+    offline = base_labels("orchestrator-0", SandboxSpec(network="none"))
+    assert selecting(online, "clawgym-sandboxes") == {"cg-clawgym-sandbox-egress"}
+    assert selecting(offline, "clawgym-sandboxes") == {"cg-clawgym-sandbox-no-network"}
+    deny = _by(docs, "NetworkPolicy", "-sandbox-no-network")["spec"]
+    assert (
+        deny["egress"] == [] and deny["ingress"] == [] and set(deny["policyTypes"]) == {"Ingress", "Egress"}
+    )
+    for store in ("postgresql", "redis"):
+        for rule in _by(docs, "NetworkPolicy", f"-{store}")["spec"]["ingress"]:
+            for peer in rule["from"]:
+                assert "namespaceSelector" not in peer, f"{store} admits pods of other namespaces: {peer}"
+                assert not peer["podSelector"]["matchLabels"].items() <= online.items(), (
+                    f"{store} admits sandbox pods: {peer}"
+                )

@@ -5,9 +5,11 @@
   sandboxes in a throwaway root and a real store (PostgreSQL). `served.client()` is the gRPC
   `OrchestratorClient`; `served.orchestrator` the in-process implementation behind it.
 - `beacon`: a TCP server on loopback that counts how many sandboxes hold a connection at once, so
-  concurrency is observed from outside the orchestrator, not read from its own counters.
+  concurrency is observed from outside the orchestrator, not read from its own counters. It stands
+  for the proxy (`orchestrator.proxy_url`): the one address a sandbox can reach.
 - `suite`: a task suite written for these tests in the ClawGym format: `hold-beacon` (its solution
-  holds a beacon connection for 3 s, then writes done.txt) and `sleep-long` (sleeps 120 s).
+  holds a beacon connection for 3 s, then writes done.txt), `sleep-long` (sleeps 120 s) and
+  `reach-postgres` (writes done.txt only if it can connect to the host's PostgreSQL port).
 """
 
 from __future__ import annotations
@@ -107,6 +109,12 @@ def suite(tmp_path: Path, beacon: Beacon) -> Path:
         f"exec 3<>/dev/tcp/127.0.0.1/{beacon.port}\nsleep 3\nexec 3>&-\necho ok > done.txt\n",
     )
     write_clawgym_task(root, "sleep-long", "Sleep for two minutes.", "sleep 120\necho ok > done.txt\n")
+    write_clawgym_task(
+        root,
+        "reach-postgres",
+        "Connect to the host's PostgreSQL.",
+        "if exec 3<>/dev/tcp/127.0.0.1/5432; then echo ok > done.txt; fi\n",
+    )
     return root
 
 
@@ -143,8 +151,9 @@ def sandbox_settings(root: Path, owner: str, **local) -> dict:
 
 
 @pytest.fixture
-def make_orchestrator(pg_url: str, sandbox_root: Path) -> Iterator[Callable[..., Served]]:
-    """Starts orchestrator services (each with its own store connection to one PostgreSQL schema)."""
+def make_orchestrator(pg_url: str, sandbox_root: Path, beacon: Beacon) -> Iterator[Callable[..., Served]]:
+    """Starts orchestrator services (each with its own store connection to one PostgreSQL schema),
+    the beacon as their proxy unless told otherwise."""
     started: list[tuple[Served, threading.Thread]] = []
     owner = f"orch-test-{uuid.uuid4().hex[:8]}"
 
@@ -157,6 +166,7 @@ def make_orchestrator(pg_url: str, sandbox_root: Path) -> Iterator[Callable[...,
                 "port": 0,
                 "metrics_port": 0,
                 "retry_backoff_s": 0.1,
+                "proxy_url": f"http://127.0.0.1:{beacon.port}",
                 **orchestrator,
             },
         )

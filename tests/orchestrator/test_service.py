@@ -112,6 +112,27 @@ def test_the_global_limit_caps_how_many_sandboxes_run_at_once(make_orchestrator,
     assert beacon.peak == 3, f"at most (and at some point exactly) 3 at once, saw {beacon.peak}"
 
 
+def test_a_rollout_reaches_the_proxy_but_not_the_hosts_postgresql(make_orchestrator, suite, pg_url):
+    """issue #16: a rollout reached PostgreSQL (trust auth) on the host's loopback. The database is
+    up (the pg_url fixture connected), the beacon stands for the proxy and is reached."""
+    served = make_orchestrator()
+    run = served.store.create_run("network")
+    batch = Batch(
+        run.id,
+        [
+            RolloutRequest("reach-postgres", "oracle", samples=1),
+            RolloutRequest("hold-beacon", "oracle", samples=1),
+        ],
+        suite=str(suite),
+    )
+    finals = {s.task_id: s for s in asyncio.run(statuses_of(served.client(), batch)) if s.ended}
+    assert finals["hold-beacon"].reward == 1.0, f"the proxy is reachable: {finals['hold-beacon']}"
+    blocked = finals["reach-postgres"]
+    assert blocked.reward == 0.0 and "Connection refused" in blocked.error, (
+        f"PostgreSQL must not be: {blocked}"
+    )
+
+
 def test_a_per_harness_limit_caps_that_harness_while_others_run(make_orchestrator, suite, beacon):
     """oracle is capped at 2 (global 6): its beacon peak is 2, and nop rollouts still all finish."""
     served = make_orchestrator(max_concurrent_rollouts=6, harness_concurrency={"oracle": 2})

@@ -37,9 +37,19 @@ def make_local(sandbox_root: Path) -> Callable[..., LocalBackend]:
     """Builds local backends rooted in `sandbox_root`; bubblewrap is required unless told otherwise."""
 
     def make(
-        isolation: str = "bwrap", owner: str = "test-owner", ro_paths: list[str] | None = None, **cfg
+        isolation: str = "bwrap",
+        owner: str = "test-owner",
+        ro_paths: list[str] | None = None,
+        caps: str = "auto",
+        **cfg,
     ) -> LocalBackend:
-        local = LocalSandboxConfig(root_dir=str(sandbox_root), isolation=isolation, ro_paths=ro_paths or [])
+        local = LocalSandboxConfig(
+            root_dir=str(sandbox_root),
+            isolation=isolation,
+            ro_paths=ro_paths or [],
+            caps=caps,
+            allow_unisolated=isolation == "none",  # a test asking for none means it
+        )
         return LocalBackend(SandboxConfig(owner=owner, local=local, **cfg))
 
     return make

@@ -1,13 +1,12 @@
-"""The local backend's isolation: filesystem, other sandboxes, identity, network, timeouts, rlimits.
+"""The local backend's isolation: filesystem, other sandboxes, identity, timeouts, rlimits (the
+network: test_local_network; per-sandbox caps: test_local_caps).
 
 Every test runs real bubblewrap (`isolation="bwrap"` fails rather than falls back) as the user
 the tests run as; the uid assertions need root, which is how CI runs.
 """
 
 import asyncio
-import http.server
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -143,41 +142,6 @@ def test_the_host_environment_does_not_leak_but_spec_and_exec_env_apply(make_loc
     assert "CLAWGYM_HOST_ONLY" not in env, "the orchestrator's environment must not reach the task"
     assert (env.get("A"), env.get("B")) == ("spec", "exec"), f"spec env, overridden by exec env: {env}"
     assert env.get("HOME") == "/root", f"HOME must be the spec's home: {env.get('HOME')}"
-
-
-def test_network_proxy_reaches_loopback_and_network_none_reaches_nothing(make_local):
-    """Stands in for the proxy with a real HTTP server on 127.0.0.1."""
-
-    class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"hello-from-proxy")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/"
-    fetch = f"python3 -c 'import urllib.request; print(urllib.request.urlopen(\"{url}\", timeout=5).read().decode())'"
-    backend = make_local()
-
-    async def scenario():
-        online = await backend.create(SandboxSpec(network="proxy"))
-        offline = await backend.create(SandboxSpec(network="none"))
-        try:
-            return await online.exec(fetch), await offline.exec(fetch)
-        finally:
-            await online.destroy()
-            await offline.destroy()
-
-    try:
-        online, offline = asyncio.run(scenario())
-    finally:
-        server.shutdown()
-    assert online.stdout.strip() == b"hello-from-proxy", f"network=proxy must reach 127.0.0.1: {online}"
-    assert offline.exit_code != 0 and b"hello" not in offline.stdout, "network=none must reach nothing"
 
 
 def _pids_running(marker: str) -> list[int]:

@@ -44,9 +44,10 @@ def sandbox_spec(
     home: str = HOME,
     env: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    proxy_url: str = "",
 ) -> SandboxSpec:
-    """The sandbox a run of `launch` on `task` needs: the task's paths writable, room for the verifier.
-    Network "proxy" for pseudo-harnesses too: a task's solution may talk to loopback services."""
+    """The sandbox a run of `launch` on `task` needs: the task's paths writable, room for the verifier,
+    and the proxy (`proxy_url`, as this process reaches it) the one address it can reach."""
     return SandboxSpec(
         workdir=task.workdir,
         mounts=tuple(m for m in task.sandbox_mounts() if m != home),
@@ -54,6 +55,7 @@ def sandbox_spec(
         env=dict(env or {}),
         timeout_s=launch.timeout_s + task.verifier.timeout_s + SLACK_S,
         network="proxy",
+        proxy_url=proxy_url,
         labels=dict(labels or {}),
         harness=harness,
     )
@@ -143,8 +145,10 @@ class AttemptRunner:
         await self._ensure_installed(adapter)
         if adapter.protocol != "none":
             await self.probe.check(plan.proxy_url)
+        # the harness is told where the proxy is from inside its sandbox (local: a relay on loopback)
+        inside = self.backend.sandbox_proxy_url(plan.proxy_url)
         ctx = RunContext(
-            workdir=task.workdir, home=HOME, proxy_url=plan.proxy_url, token=plan.token, model=plan.model
+            workdir=task.workdir, home=HOME, proxy_url=inside, token=plan.token, model=plan.model
         )
         try:
             launch = adapter.launch(task.instruction, ctx, task)
@@ -152,7 +156,9 @@ class AttemptRunner:
             raise classify(e, failures.HARNESS_START) from e
         if self.backend.name != "local":
             launch = from_image(adapter, launch)
-        spec = sandbox_spec(task, launch, harness=adapter.name, env=plan.env, labels=plan.labels)
+        spec = sandbox_spec(
+            task, launch, harness=adapter.name, env=plan.env, labels=plan.labels, proxy_url=plan.proxy_url
+        )
         resources = plan.resources or spec.resources
         floor = plan.adapter.limits.min_memory_mb
         if floor and resources.memory_mb < floor:  # a harness that cannot start below it (OpenClaw)

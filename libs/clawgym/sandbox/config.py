@@ -18,7 +18,27 @@ class LocalSandboxConfig(Section):
     isolation: Literal["auto", "bwrap", "none"] = Field(
         "auto",
         description="bwrap: bubblewrap or fail; none: plain process groups (no isolation); "
-        "auto: bubblewrap when it works here, else none with a warning",
+        "auto: bubblewrap when it works here, else none with a warning. Without bubblewrap a "
+        "sandbox shares this host's network (every service on it) and the backend refuses to "
+        "start unless allow_unisolated is set",
+    )
+    allow_unisolated: bool = Field(
+        False,
+        description="let isolation resolve to none (tests, development): sandboxes then see the "
+        "host's files and network and can reach every local service, not just the proxy",
+    )
+    caps: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description="per-sandbox caps: memory_mb and processes on one cgroup (v2, or v1's memory "
+        "and pids) for all of a sandbox's processes together, disk_mb as a tmpfs of that size "
+        "holding its storage. auto: where this process can make them (root), else rlimits only "
+        "(memory per process, processes per uid) and no disk cap, with a warning; required: or fail",
+    )
+    disk_mb: int = Field(
+        8192,
+        ge=0,
+        description="disk cap of a sandbox whose Resources.disk_mb is None; 0 = none. On tmpfs, "
+        "what a sandbox writes also counts against its memory cap",
     )
     uid_base: int = Field(
         1_800_000_000,

@@ -55,11 +55,13 @@ class Resources:
     """Limits of one sandbox. How each backend enforces each field is in its module docstring."""
 
     cpus: float = 1.0  # kubernetes: limits.cpu; local: not enforced (see cpu_time_s)
-    memory_mb: int = 2048  # kubernetes: limits.memory per pod; local: RLIMIT_DATA per process
-    processes: int = 512  # local: RLIMIT_NPROC of the sandbox's own uid; kubernetes: node policy
+    # kubernetes: limits.memory per pod; local: the sandbox's cgroup, and RLIMIT_DATA per process
+    memory_mb: int = 2048
+    processes: int = 512  # local: the cgroup's pids.max, and RLIMIT_NPROC; kubernetes: node policy
     open_files: int = 4096  # local: RLIMIT_NOFILE; kubernetes: the runtime's default
     cpu_time_s: int | None = None  # local: RLIMIT_CPU per process (None: the sandbox's lifetime)
-    disk_mb: int | None = None  # kubernetes: emptyDir sizeLimit; local: not enforced
+    # kubernetes: emptyDir sizeLimit; local: the storage's tmpfs size (None: `local.disk_mb`)
+    disk_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,10 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # for every exec (exec's env wins)
     resources: Resources = field(default_factory=Resources)
     timeout_s: float = 3600.0  # lifetime: no exec runs past it
-    network: Network = "proxy"  # "proxy": reach the proxy; "none": no network
+    network: Network = "proxy"  # "proxy": reach the proxy and nothing else; "none": no network
+    # the proxy as the caller reaches it (http://host:port); the sandbox reaches it at
+    # `SandboxBackend.sandbox_proxy_url(proxy_url)`. Empty: nothing to reach (local: no network)
+    proxy_url: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)  # e.g. clawgym.dev/rollout; for GC and listing
     harness: str = ""  # harness name, recorded as a label
     image: str = ""  # kubernetes: container image ("" = default)
@@ -105,7 +110,11 @@ class SandboxSpec:
             raise InvalidArgument("timeout_s must be > 0")
         if self.network not in ("proxy", "none"):
             raise InvalidArgument(f"network: {self.network!r} is not one of proxy, none")
+        if self.proxy_url and not re.match(r"^https?://[^/?#]+", self.proxy_url):
+            raise InvalidArgument(f"proxy_url: {self.proxy_url!r} is not an http(s)://host:port URL")
         r = self.resources
+        if r.disk_mb is not None and r.disk_mb <= 0:
+            raise InvalidArgument("resources: disk_mb must be > 0 (or None)")
         if r.cpus <= 0 or r.memory_mb <= 0 or r.processes <= 0 or r.open_files <= 0:
             raise InvalidArgument("resources: cpus, memory_mb, processes and open_files must be > 0")
 
@@ -189,6 +198,11 @@ class SandboxBackend(Protocol):
 
     async def create(self, spec: SandboxSpec) -> Sandbox:
         """Returns a sandbox ready to exec in. InvalidArgument for a bad spec, SandboxFailed otherwise."""
+        ...
+
+    def sandbox_proxy_url(self, proxy_url: str) -> str:
+        """The URL at which a sandbox with `spec.proxy_url=proxy_url` reaches the proxy (what its
+        harness is told): local, a relay on the sandbox's own loopback; kubernetes, the same URL."""
         ...
 
     async def reap(self, owner: str | None = None) -> int:

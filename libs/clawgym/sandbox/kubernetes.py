@@ -189,6 +189,9 @@ class KubernetesBackend:
 
     # --- the SandboxBackend protocol ---
 
+    def sandbox_proxy_url(self, proxy_url: str) -> str:
+        return proxy_url  # pods reach the proxy's Service directly; the NetworkPolicy allows only it
+
     async def create(self, spec: SandboxSpec) -> "KubernetesSandbox":
         spec.validate()
         if self.k.warm_pool > 0:

@@ -3,18 +3,28 @@
 A sandbox is a directory `<root_dir>/<id>/` holding `meta.json` (owner, labels: what `reap`
 reads), the sandbox's passwd/group files, and `fs/<name>/`, one directory per writable sandbox
 path (see `interface.storage_layout`). Nothing runs between execs: each exec is its own bwrap (its
-own PID namespace), and everything it started dies with it. So put/get touch the storage directly,
-with symlink-safe path walking, and never race a sandboxed process.
+own PID and network namespaces), and everything it started dies with it. So put/get touch the
+storage directly, with symlink-safe path walking, and never race a sandboxed process.
 
-Limits (`Resources`) here: memory_mb is RLIMIT_DATA per process (it counts heap and private
-mappings but not the address space node reserves, so V8 works); processes is RLIMIT_NPROC of the
-sandbox's own uid; open_files is RLIMIT_NOFILE; cpu_time_s is RLIMIT_CPU per process (default: the
-sandbox's lifetime x cpus). cpus and disk_mb are not enforced. The wall-clock limit kills the tree.
+Network: each exec's namespace holds only loopback; with network="proxy" and a `spec.proxy_url`,
+the proxy's port on the sandbox's 127.0.0.1 is relayed to the proxy by this process (`relay`), and
+the harness is told `sandbox_proxy_url(...)`. Nothing else is reachable, host loopback included.
+
+Limits (`Resources`) here: with `caps` available (root: cgroup v1 or v2, tmpfs), memory_mb and
+processes cap the sandbox's cgroup (all its processes together; an OOM kill in it stops the whole
+exec, exit 137) and disk_mb (default `local.disk_mb`) is the size of the tmpfs holding its storage
+(a write past it fails with ENOSPC). Always, as well: memory_mb is RLIMIT_DATA per process (it
+counts heap and private mappings but not the address space node reserves, so V8 works); processes
+is RLIMIT_NPROC of the sandbox's uid; open_files is RLIMIT_NOFILE; cpu_time_s is RLIMIT_CPU per
+process (default: the sandbox's lifetime x cpus). cpus is not enforced. Without caps (unprivileged,
+e.g. the compose container) only the rlimits hold and the disk is not capped. The wall-clock limit
+kills the tree.
 
 Isolation is described in `local_bwrap`. With `isolation="none"` (or "auto" where bubblewrap
-cannot run) commands run as plain process groups with the same rlimits and uid, see host paths,
-cannot use task mounts, and a descendant that calls setsid survives the timeout: tests and
-development only, and the backend logs a warning.
+cannot run) commands run as plain process groups with the same rlimits and uid, see host paths and
+the host's network (every local service), cannot use task mounts, and a descendant that calls
+setsid survives the timeout: tests and development only, refused unless `allow_unisolated`, and
+logged as a warning.
 
 The verifier's clean context: `reset_dir` renames a writable directory's storage away on the host
 and makes a new empty one (nothing the sandbox did inside can keep it); `seal_dir` binds one
@@ -33,6 +43,7 @@ import secrets
 import shutil
 import socket
 import stat
+import sys
 import tarfile
 import tempfile
 import time
@@ -40,7 +51,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
-from clawgym.sandbox import archive
+from clawgym.sandbox import archive, cgroups, relay, tmpfs
+from clawgym.sandbox.cgroups import SandboxCgroup
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.interface import (
     ExecResult,
@@ -55,16 +67,18 @@ from clawgym.sandbox.interface import (
 from clawgym.sandbox.local_bwrap import (
     SANDBOX_USER,
     Bind,
+    Listen,
     UidPool,
     bwrap_argv,
     identity_files,
     kill_uid,
     probe_bwrap,
     rlimit_prefix,
+    sandbox_python,
     system_binds,
     uid_is_free,
 )
-from clawgym.sandbox.process import run_tree
+from clawgym.sandbox.process import run_tree, stopped_by
 
 log = logging.getLogger(__name__)
 
@@ -90,19 +104,55 @@ class LocalBackend:
             UidPool(self.root / ".uids", cfg.local.uid_base, cfg.local.uid_count) if self.as_root else None
         )
         self.isolation = self._choose_isolation()
+        self.python = sandbox_python(cfg.local.system_paths) if self.isolation == "bwrap" else None
+        self.cgroups, self.tmpfs = self._choose_caps()
         self._live: dict[str, LocalSandbox] = {}
 
     def _choose_isolation(self) -> str:
         wanted = self.cfg.local.isolation
-        if wanted == "none":
-            return "none"
-        problem = probe_bwrap(self.as_root, self.system)
-        if problem is None:
-            return "bwrap"
-        if wanted == "bwrap":
-            raise SandboxFailed(f"local sandboxes need bubblewrap: {problem}")
-        log.warning("local sandboxes run WITHOUT isolation (plain process groups): %s", problem)
+        problem = "isolation is none"
+        if wanted != "none":
+            problem = probe_bwrap(self.as_root, self.system)
+            if problem is None:
+                return "bwrap"
+            if wanted == "bwrap":
+                raise SandboxFailed(f"local sandboxes need bubblewrap: {problem}")
+        if not self.cfg.local.allow_unisolated:
+            raise SandboxFailed(
+                f"local sandboxes would run without isolation ({problem}): they would see this "
+                "host's files and reach every service on its network, not just the proxy. Install "
+                "bubblewrap, or set sandbox.local.allow_unisolated to run them anyway"
+            )
+        log.warning(
+            "local sandboxes run WITHOUT isolation (%s): plain process groups that see this host's "
+            "files and share its network, so they can reach every service on it, not just the proxy",
+            problem,
+        )
         return "none"
+
+    def _choose_caps(self) -> tuple[cgroups.Cgroups | None, bool]:
+        """(where sandbox cgroups go, whether storage can be a tmpfs), per `local.caps`."""
+        mode = self.cfg.local.caps
+        if mode == "off" or self.isolation == "none":
+            return None, False  # unisolated: nothing to cap per sandbox (it warned already)
+        found = cgroups.probe()
+        disk_problem = tmpfs.probe(self.root)
+        problems = [p for p in (None if isinstance(found, cgroups.Cgroups) else found, disk_problem) if p]
+        if problems and mode == "required":
+            raise SandboxFailed(f"local sandbox caps are required but unavailable: {'; '.join(problems)}")
+        if problems:
+            log.warning(
+                "local sandboxes are not capped per sandbox (memory and processes per process/uid "
+                "only%s): %s",
+                ", disk not at all" if disk_problem else "",
+                "; ".join(problems),
+            )
+        return (found if isinstance(found, cgroups.Cgroups) else None), disk_problem is None
+
+    def sandbox_proxy_url(self, proxy_url: str) -> str:
+        if self.isolation == "none" or not proxy_url:
+            return proxy_url  # the host's network: the proxy is where this process sees it
+        return relay.sandbox_url(proxy_url)
 
     async def create(self, spec: SandboxSpec) -> "LocalSandbox":
         spec.validate()
@@ -112,6 +162,11 @@ class LocalBackend:
             )
         if self.isolation == "bwrap":
             self._check_mount_points(spec)
+            if spec.network == "proxy" and spec.proxy_url and self.python is None:
+                raise SandboxFailed(
+                    "no python3 in the sandbox's system paths to open its way to the proxy "
+                    f"(looked at {sys.executable}, /usr/bin/python3, /usr/local/bin/python3)"
+                )
         sandbox_id = f"{int(time.time())}-{secrets.token_hex(6)}"
         sandbox = await asyncio.to_thread(LocalSandbox.make, self, sandbox_id, spec)
         self._live[sandbox_id] = sandbox
@@ -146,6 +201,9 @@ class LocalBackend:
                 # its processes may outlive a killed owner; the uid is safe to kill once unheld
                 if isinstance(uid, int) and self.uids is not None and uid_is_free(self.uids.lock_dir, uid):
                     kill_uid(uid)
+                if self.cgroups is not None:
+                    self.cgroups.leftovers(entry.name).remove()
+                tmpfs.unmount(entry / "fs")
                 shutil.rmtree(entry, ignore_errors=True)
                 reaped += 1
         return reaped
@@ -184,9 +242,11 @@ class LocalSandbox:
         storage: Path,
         uid: int | None,
         uid_lock: int | None,
+        cgroup: SandboxCgroup | None = None,
     ) -> None:
         self.backend, self.id, self.spec, self.storage = backend, sandbox_id, spec, storage
-        self.uid, self._uid_lock = uid, uid_lock
+        self.uid, self._uid_lock, self.cgroup = uid, uid_lock, cgroup
+        self.proxy = relay.proxy_address(spec.proxy_url) if spec.proxy_url else None
         self.layout = storage_layout(spec)
         self.dirs = {name: storage / "fs" / name for name, _ in self.layout}
         self.deadline = time.monotonic() + spec.timeout_s
@@ -198,9 +258,16 @@ class LocalSandbox:
     def make(cls, backend: LocalBackend, sandbox_id: str, spec: SandboxSpec) -> "LocalSandbox":
         uid, lock = backend.uids.acquire() if backend.uids else (None, None)
         storage = backend.root / sandbox_id
+        cgroup = None
         try:
             (storage / "fs").mkdir(parents=True, mode=0o711)
             os.chmod(storage, 0o711)
+            disk_mb = spec.resources.disk_mb or backend.cfg.local.disk_mb
+            if backend.tmpfs and disk_mb:
+                tmpfs.mount(storage / "fs", disk_mb << 20)
+            if backend.cgroups is not None:
+                r = spec.resources
+                cgroup = backend.cgroups.make(sandbox_id, memory_bytes=r.memory_mb << 20, pids=r.processes)
             labels = dict(spec.labels)
             meta = {
                 "id": sandbox_id,
@@ -212,7 +279,7 @@ class LocalSandbox:
                 "pid": os.getpid(),
             }
             (storage / "meta.json").write_text(json.dumps(meta))
-            sandbox = cls(backend, sandbox_id, spec, storage, uid, lock)
+            sandbox = cls(backend, sandbox_id, spec, storage, uid, lock, cgroup)
             for path in sandbox.dirs.values():
                 path.mkdir(mode=0o700)
                 sandbox._own(path)
@@ -220,6 +287,9 @@ class LocalSandbox:
                 identity_files(storage, uid, spec.home)
             return sandbox
         except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            tmpfs.unmount(storage / "fs")
             shutil.rmtree(storage, ignore_errors=True)
             if lock is not None:
                 os.close(lock)
@@ -409,13 +479,22 @@ class LocalSandbox:
         prefix = rlimit_prefix(
             processes=r.processes, memory_mb=r.memory_mb, open_files=r.open_files, cpu_time_s=cpu_time
         )
-        host_cwd = None
+        if self.cgroup is not None:
+            prefix = self.cgroup.enter_argv() + prefix
+        host_cwd, channel, relaying = None, None, None
         if self.backend.isolation == "bwrap":
-            full = prefix + self._bwrap(argv, cwd)
+            listen = None
+            if self.spec.network == "proxy" and self.proxy is not None:
+                assert self.backend.python is not None  # checked at create
+                ours, channel = socket.socketpair()
+                listen = Listen(self.backend.python, channel.fileno(), self.proxy[1])
+                relaying = asyncio.ensure_future(relay.ProxyRelay(self.proxy).serve(ours))
+            full = prefix + self._bwrap(argv, cwd, listen)
         else:
             base, parts = self._locate(cwd)
             host_cwd = str(base.joinpath(*parts))
             full = prefix + argv
+        watch = _OomWatch(self.cgroup, r.memory_mb) if self.cgroup is not None else None
         task = asyncio.ensure_future(
             run_tree(
                 full,
@@ -425,17 +504,28 @@ class LocalSandbox:
                 stdin=stdin,
                 cwd=host_cwd,
                 user=self.uid if self.backend.isolation == "none" else None,
+                pass_fds=[channel.fileno()] if channel is not None else [],
                 kill_group_after_exit=self.backend.isolation == "none",
                 kill_extra=self._kill_processes,
+                watch=watch.check if watch is not None else None,
             )
         )
         self._running.add(task)
         try:
-            return await task
+            result = await task
         finally:
             self._running.discard(task)
+            if channel is not None:
+                channel.close()
+            if relaying is not None:
+                relaying.cancel()
+                await asyncio.gather(relaying, return_exceptions=True)
+        if watch is not None and watch.reason is None and watch.check():
+            # over the cap but quicker than the watch: what the OOM killer left did not end well
+            result = stopped_by(result, watch.reason or "")
+        return result
 
-    def _bwrap(self, argv: list[str], cwd: str) -> list[str]:
+    def _bwrap(self, argv: list[str], cwd: str, listen: Listen | None) -> list[str]:
         binds = [Bind(self.dirs[name], dest, name not in self.sealed) for name, dest in self.layout]
         binds += [Bind(p, str(p), False) for p in self.backend.ro_paths if p.exists()]
         self._make_mount_points(binds)
@@ -443,11 +533,11 @@ class LocalSandbox:
         return bwrap_argv(
             system=self.backend.system,
             binds=binds,
-            network=self.spec.network == "proxy",
             cwd=cwd,
             argv=argv,
             uid=self.uid,
             identity=identity,
+            listen=listen,
         )
 
     def _make_mount_points(self, binds: list[Bind]) -> None:
@@ -459,7 +549,10 @@ class LocalSandbox:
                 os.close(self._open_dir(base, parts, create=True))
 
     def _kill_processes(self) -> None:
-        """Kills whatever runs as this sandbox's own uid (reaches what escaped the process group)."""
+        """Kills whatever runs in this sandbox's cgroup or as its own uid (reaches what escaped the
+        process group)."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
         if self.uid is not None:
             kill_uid(self.uid)
 
@@ -471,11 +564,30 @@ class LocalSandbox:
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
         self._kill_processes()
-        await asyncio.to_thread(shutil.rmtree, self.storage, True)
+        await asyncio.to_thread(self._remove_storage)
         if self._uid_lock is not None:
             os.close(self._uid_lock)
             self._uid_lock = None
         self.backend.forget(self.id)
+
+    def _remove_storage(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        tmpfs.unmount(self.storage / "fs")
+        shutil.rmtree(self.storage, ignore_errors=True)
+
+
+class _OomWatch:
+    """Whether the OOM killer struck in the sandbox's cgroup since this exec started (latched)."""
+
+    def __init__(self, cgroup: SandboxCgroup, memory_mb: int) -> None:
+        self.cgroup, self.memory_mb = cgroup, memory_mb
+        self.before, self.reason = cgroup.oom_kills(), None
+
+    def check(self) -> str | None:
+        if self.reason is None and self.cgroup.oom_kills() > self.before:
+            self.reason = f"its processes together went over the memory cap of {self.memory_mb} MiB"
+        return self.reason
 
 
 class _TooBig(Exception):

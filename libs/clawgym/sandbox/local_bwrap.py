@@ -4,9 +4,10 @@ The sandbox's filesystem is a fresh tmpfs root holding: the host's system direct
 (`system_paths`; `/root`, `/home`, `/tmp`, `/run` and everything else are simply absent), the
 extra read-only host paths (`ro_paths`, e.g. installed harness CLIs), a new `/proc` and a minimal
 `/dev`, and the sandbox's own writable directories (workspace, HOME, `/tmp`, task mounts), each
-bound from the sandbox's storage. It gets new PID, IPC, UTS and cgroup namespaces, and a new, empty
-network namespace when `network="none"`; with `network="proxy"` it keeps the host's, so the proxy on
-127.0.0.1 is reachable and egress is NOT restricted any further by this backend.
+bound from the sandbox's storage. It gets new PID, IPC, UTS and cgroup namespaces, and a new network
+namespace with only loopback in it, whatever `network` says: with `network="proxy"` the command is
+preceded by `relay.LISTEN`, which binds the proxy's in-sandbox address there and hands it to the
+backend's relay (see `relay`), so the proxy is the one address outside it can reach.
 
 Identity. Run as root, bubblewrap mounts with root's powers (so it can bind paths only root can
 reach), then `setpriv` drops the command to the sandbox's own unprivileged uid with no
@@ -23,10 +24,12 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from clawgym.sandbox.interface import SandboxFailed
+from clawgym.sandbox.relay import LISTEN
 
 SANDBOX_USER = "sandbox"
 
@@ -114,20 +117,35 @@ def identity_files(storage: Path, uid: int, home: str) -> tuple[Path, Path]:
     return passwd, group
 
 
+@dataclass(frozen=True)
+class Listen:
+    """Run `relay.LISTEN` first: bind 127.0.0.1:`port` in the sandbox, send it over fd `channel`."""
+
+    python: str  # a Python the sandbox sees (`sandbox_python`)
+    channel: int  # inherited unix socket
+    port: int
+
+
 def bwrap_argv(
     *,
     system: list[str],
     binds: list[Bind],
-    network: bool,
     cwd: str,
     argv: list[str],
     uid: int | None,
     identity: tuple[Path, Path] | None,
+    listen: Listen | None = None,
 ) -> list[str]:
-    """The full command line: bwrap, then (as root) setpriv down to `uid`, then `argv`."""
-    args = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    if not network:
-        args.append("--unshare-net")
+    """The full command line: bwrap, then the proxy's listener (`listen`), then (as root) setpriv
+    down to `uid`, then `argv`."""
+    args = [
+        "bwrap",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--unshare-net",
+    ]
     args += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--tmpfs", "/", *system]
     if identity is not None:
         args += ["--ro-bind", str(identity[0]), "/etc/passwd", "--ro-bind", str(identity[1]), "/etc/group"]
@@ -138,8 +156,11 @@ def bwrap_argv(
         args += _parent_dirs(bind.dest, binds, system, made)
         args += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.dest]
     args += ["--chdir", cwd]
+    first = []
+    if listen is not None:
+        first = [listen.python, "-I", "-S", "-c", LISTEN, str(listen.channel), str(listen.port)]
     if uid is None:
-        return [*args, "--", *argv]
+        return [*args, "--", *first, *argv]
     drop = [
         "setpriv",
         f"--reuid={uid}",
@@ -148,7 +169,19 @@ def bwrap_argv(
         "--inh-caps=-all",
         "--bounding-set=-all",
     ]
-    return [*args, "--cap-add", "CAP_SETUID,CAP_SETGID,CAP_SETPCAP", "--", *drop, "--", *argv]
+    # NET_BIND_SERVICE: for the listener on a proxy port below 1024; setpriv drops it with the rest
+    caps = "CAP_SETUID,CAP_SETGID,CAP_SETPCAP" + (",CAP_NET_BIND_SERVICE" if listen else "")
+    return [*args, "--cap-add", caps, "--", *first, *drop, "--", *argv]
+
+
+def sandbox_python(system_paths: list[str]) -> str | None:
+    """A Python 3 that sandboxes see at the same path (this one's, else the system's), or None."""
+    roots = [p.rstrip("/") + "/" for p in system_paths if os.path.isdir(p) and not os.path.islink(p)]
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        real = os.path.realpath(candidate)
+        if os.access(real, os.X_OK) and any(real.startswith(r) for r in roots):
+            return real
+    return None
 
 
 def _parent_dirs(dest: str, binds: list[Bind], system: list[str], made: set[str]) -> list[str]:
@@ -189,7 +222,6 @@ def probe_bwrap(as_root: bool, system: list[str]) -> str | None:
     argv = bwrap_argv(
         system=system,
         binds=[],
-        network=True,
         cwd="/",
         argv=["true"],
         uid=65534 if as_root else None,

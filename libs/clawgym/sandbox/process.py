@@ -9,6 +9,7 @@ descendant that left the group (setsid) can survive, which is why that mode warn
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -23,6 +24,9 @@ _DRAIN_AFTER_EXIT_S = 2.0
 # (before --die-with-parent applied) is only reachable through `kill_extra`, and may appear late.
 _REKILL_PERIOD_S = 0.2
 _TAKE_DOWN_LIMIT_S = 30.0
+# How often `watch` is asked whether to stop the tree (a cheap file read; 0.25 s bounds how long
+# a sandbox that went over a cap keeps running).
+_WATCH_PERIOD_S = 0.25
 
 
 class _Capture:
@@ -62,6 +66,30 @@ async def _take_down(proc: asyncio.subprocess.Process, kill_extra: Callable[[], 
         waiter.cancel()
 
 
+_TIMED_OUT = "timed out"
+
+
+async def _wait(
+    proc: asyncio.subprocess.Process, timeout_s: float, watch: Callable[[], str | None] | None
+) -> str | None:
+    """None once the leader exits; `_TIMED_OUT` at the deadline; else the reason `watch` gave."""
+    deadline = time.monotonic() + max(timeout_s, 0.0)
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _TIMED_OUT
+            period = left if watch is None else min(left, _WATCH_PERIOD_S)
+            done, _ = await asyncio.wait([waiter], timeout=period)
+            if done:
+                return None
+            if watch is not None and (reason := watch()):
+                return reason
+    finally:
+        waiter.cancel()
+
+
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
     # The command may exit without reading its input; that is its business, not an error.
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -83,6 +111,7 @@ async def run_tree(
     pass_fds: Sequence[int] = (),
     kill_group_after_exit: bool = False,
     kill_extra: Callable[[], None] | None = None,
+    watch: Callable[[], str | None] | None = None,
 ) -> ExecResult:
     """Runs `argv` as a new process group and returns when it and its output are done.
 
@@ -91,6 +120,8 @@ async def run_tree(
     no PID namespace does that for us).
     `kill_extra`: called with every kill on timeout or cancellation, for what the group cannot
     reach (the local backend kills every process of the sandbox's uid).
+    `watch`: asked periodically while the tree runs; a reason it returns takes the tree down, is
+    appended to stderr, and the result is exit code 137 (the local backend: a cap was exceeded).
     """
     start = time.monotonic()
     spawn = asyncio.ensure_future(
@@ -124,17 +155,16 @@ async def run_tree(
         if proc.stdin is not None and stdin is not None
         else None
     )
-    timed_out = False
+    timed_out, stopped = False, None
     try:
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=max(timeout_s, 0.0))
-        except TimeoutError:
-            timed_out = True
-            # the leader is not reaped yet, so the group id is still ours
-            await _take_down(proc, kill_extra)
-        else:
+        ended = await _wait(proc, timeout_s, watch)
+        if ended is None:
             if kill_group_after_exit:
                 _kill_group(proc.pid)
+        else:
+            timed_out, stopped = ended is _TIMED_OUT, None if ended is _TIMED_OUT else ended
+            # the leader is not reaped yet, so the group id is still ours
+            await _take_down(proc, kill_extra)
         _, pending = await asyncio.wait(readers, timeout=_DRAIN_AFTER_EXIT_S)
         for task in pending:
             task.cancel()
@@ -144,7 +174,7 @@ async def run_tree(
         for task in (*readers, *([feeder] if feeder else [])):
             task.cancel()
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-    return ExecResult(
+    result = ExecResult(
         exit_code=code,
         stdout=bytes(out.data),
         stderr=bytes(err.data),
@@ -152,3 +182,10 @@ async def run_tree(
         timed_out=timed_out,
         truncated=out.truncated or err.truncated,
     )
+    return result if stopped is None else stopped_by(result, stopped)
+
+
+def stopped_by(result: ExecResult, reason: str) -> ExecResult:
+    """`result` as a tree that was stopped for `reason`: exit code 137, the reason on stderr."""
+    note = f"\n[sandbox stopped: {reason}]\n".encode()
+    return dataclasses.replace(result, exit_code=137, stderr=result.stderr + note)
