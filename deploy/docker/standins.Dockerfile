@@ -42,6 +42,9 @@ RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
  && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
  && groupadd --gid 1000 node && useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash node \
  && node --version && npm --version
+# Node trusts only its own CA list: point it at the system bundle, which holds this machine's CAs
+# (the registry's certificates are re-signed by one; the official node image needs no such line)
+ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
 CMD ["node"]
 
 FROM ${BASE_IMAGE} AS postgres
