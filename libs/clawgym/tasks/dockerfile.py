@@ -13,6 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from clawgym.tasks.model import SetupStep, TaskFile
 
@@ -47,6 +48,17 @@ class DockerPlan:
     def refuse(self, reason: str) -> None:
         if self.unsupported is None:
             self.unsupported = reason
+
+    def task_fields(self) -> dict[str, Any]:
+        """The `Task` fields this plan decides (the environment, not the instruction or verifier)."""
+        return {
+            "workdir": self.workdir,
+            "mounts": tuple(self.mounts),
+            "files": tuple(self.files),
+            "setup": tuple(self.setup),
+            "env": dict(self.env),
+            "unsupported": self.unsupported,
+        }
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
