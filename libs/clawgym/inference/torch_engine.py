@@ -97,9 +97,11 @@ class TorchEngine:
                 items = [await request.queue.get()]
                 while not request.queue.empty():
                     items.append(request.queue.get_nowait())
-                chunk, finished = _chunk(items)
+                chunk, finished, error = _chunk(items)
                 if chunk is not None:
                     yield chunk
+                if error is not None:
+                    raise error
         finally:
             if not finished:
                 self._loop.abort(request)
@@ -159,17 +161,19 @@ class TorchEngine:
         return fit_checkpoint(read_safetensors(uri), self._targets, self._aliases, uri)
 
 
-def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool]:
-    """Folds queued (token, logprob, version, finish) items into one chunk; True when the request ended."""
+def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool, ClawgymError | None]:
+    """Folds queued (token, logprob, version, finish) items into one chunk; True when the request
+    ended, with the error it failed with (raised after the tokens that came before it)."""
     ids, logprobs, versions = [], [], []
-    finish = None
+    finish, error = None, None
     for token, logprob, version, outcome in items:
         if isinstance(outcome, BaseException):
-            raise (
+            error = (
                 outcome
                 if isinstance(outcome, ClawgymError)
                 else Unavailable(f"engine step failed: {outcome}")
             )
+            break
         if token is not None:
             ids.append(token)
             logprobs.append(logprob)
@@ -177,6 +181,7 @@ def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool]:
         if outcome is not None:
             finish = outcome
             break
+    ended = finish is not None or error is not None
     if not ids and finish is None:
-        return None, False
-    return TokenChunk(ids, logprobs, versions, finish), finish is not None
+        return None, ended, error
+    return TokenChunk(ids, logprobs, versions, finish), ended, error

@@ -16,10 +16,12 @@ Sampling parameters must be ones the engine can sample with in float32, where it
 
 import math
 
+import numpy as np
+
 from clawgym.errors import InvalidArgument
 from clawgym.inference.interface import SamplingParams
 
-MIN_TEMPERATURE = 0.01
+MIN_TEMPERATURE = float(np.float32(0.01))  # 0.01 as float32: what the gRPC wire makes of 0.01
 FLOAT32_MAX = 3.4028234663852886e38
 FLOAT32_TINY = 2.0**-126  # the smallest positive normal float32, 1.1754944e-38
 
@@ -59,7 +61,7 @@ def check_sampling(params: SamplingParams) -> None:
     t = params.temperature
     if not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE or t > FLOAT32_MAX:
         raise InvalidArgument(
-            f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, {FLOAT32_MAX:.7g}], got {t!r}"
+            f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE:.3g}, {FLOAT32_MAX:.7g}], got {t!r}"
         )
     p = params.top_p
     if not (0.0 <= p <= 1.0):
