@@ -21,7 +21,10 @@ Fairness bound: a step computes at most P prompt tokens plus one decode token pe
 running rows get a token every step however long a prompt is being prefilled, and a newcomer whose
 uncomputed prompt (plus those of shorter prompts prefilling with it) is at most 3P/4 tokens gets its
 first token at the end of the step after the one it arrived in: at most 2P prompt tokens computed
-from its arrival to its first token (P = 512 by default), given a free row and memory budget.
+from its arrival to its first token (P = 512 by default), given a free row and memory budget
+(admission stays in arrival order, so a long prompt that does not fit yet holds back those behind
+it rather than starve). A newcomer that follows a prompt still prefilling computes no more than
+that bound, but waits for its leader to pass the shared prefix.
 Failures stay with their request: a prefill forward or a sample is one request's, and a row whose
 logits are not finite (the sampler refuses NaN/inf) fails alone; only a failure of the shared decode
 forward, which no row can be blamed for, fails the rows of that step.

@@ -38,7 +38,8 @@ class TorchEngine:
         prefix_cache_tokens: int = 8192,
     ) -> None:
         """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
-        prompt tokens per prefill forward (long prompts interleave with decode steps);
+        prompt tokens computed per loop step in all, shared fairly between prompts (long prompts
+        interleave with decode steps and newcomers; the bound is in `batch_loop`'s docstring);
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off)."""
         config = model.config.get_text_config()
         self.name = name
@@ -154,7 +155,8 @@ class TorchEngine:
         return deepcopy(self._loop.counters)
 
     async def aclose(self) -> None:
-        """Stops the decode loop; requests still running end with finish reason `abort`."""
+        """Stops the decode loop within a bounded time (`BatchLoop.close`), even with a long or failing
+        request in flight; requests still running end with finish reason `abort`."""
         await asyncio.to_thread(self._loop.close)
 
     def _read_fitting(self, uri: str) -> dict[str, torch.Tensor]:
