@@ -1,17 +1,33 @@
 """The torch engine's decode loop: continuous batching of requests over one HF causal LM, in one thread.
 
-Owns scheduling (admission, chunked prefill, shared decode steps, leaving on stop/length/abort)
+Owns scheduling (admission, chunked prefill, shared decode steps, leaving on stop/length/abort/error)
 and the weight swap between steps. It does not validate requests or speak asyncio beyond handing
 tokens to each request's event loop; `clawgym.inference.torch_engine` is the async face.
 
-One iteration of the loop:
+One iteration of the loop (a "step"):
   1. drop aborted requests; apply pending weight swaps (so a swap lands between two steps);
-  2. prefill up to `prefill_chunk` prompt tokens: admit waiting requests while a row and the token
-     budget allow, start each from the longest cached prefix of its prompt (`prefix_cache`), and
-     run its remaining prompt in chunks (batch 1, its own cache); when a prompt is done, cache its
-     KV, sample its first token and merge its cache into the running batch;
-  3. one decode step for all running rows together: each row feeds its last token and samples
-     the next; rows that finish leave the batch.
+  2. admit waiting requests, in arrival order, while a row and the padded-token budget allow
+     (`max_batch`, `max_batch_tokens`); each starts from the longest prefix of its prompt already
+     computed, in the prefix cache or by a request still prefilling. A request whose prompt shares
+     a prefix with one still prefilling waits until that one has computed it, then copies it
+     (a GRPO group's G equal prompts are prefilled once);
+  3. prefill at most `prefill_chunk` (P) prompt tokens in all, shared between the admitted prompts:
+     up to P/4 to the oldest (so no prompt starves), the rest shortest-remaining first, each
+     request's share one forward of its own cache (batch 1). A prompt that is done is cached, samples
+     its first token and joins the running batch;
+  4. one decode step for all running rows together: each row feeds its last token and samples the
+     next; rows that finish leave the batch.
+Fairness bound: a step computes at most P prompt tokens plus one decode token per running row, so
+running rows get a token every step however long a prompt is being prefilled, and a newcomer whose
+uncomputed prompt (plus those of shorter prompts prefilling with it) is at most 3P/4 tokens gets its
+first token at the end of the step after the one it arrived in: at most 2P prompt tokens computed
+from its arrival to its first token (P = 512 by default), given a free row and memory budget
+(admission stays in arrival order, so a long prompt that does not fit yet holds back those behind
+it rather than starve). A newcomer that follows a prompt still prefilling computes no more than
+that bound, but waits for its leader to pass the shared prefix.
+Failures stay with their request: a prefill forward or a sample is one request's, and a row whose
+logits are not finite (the sampler refuses NaN/inf) fails alone; only a failure of the shared decode
+forward, which no row can be blamed for, fails the rows of that step.
 Tokens carry the policy version of the weights that computed them. After a swap, running rows
 keep their KV cache from the old weights (as vLLM does); their new tokens carry the new version.
 """
@@ -27,10 +43,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from clawgym.errors import ClawgymError
 from clawgym.inference.interface import FinishReason, SamplingParams
 from clawgym.inference.kv_cache import BatchKVCache
-from clawgym.inference.prefix_cache import PrefixCache
-from clawgym.inference.sampler import sample_rows
+from clawgym.inference.prefix_cache import PrefixCache, common_prefix
+from clawgym.inference.sampler import Sampled, sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +63,7 @@ class StepCounters:
     prefill_tokens: int = 0
     prefix_hit_tokens: int = 0  # prompt tokens taken from the prefix cache instead of computed
     generated_tokens: int = 0
-    finished: Counter = field(default_factory=Counter)  # finish reason -> requests
+    finished: Counter = field(default_factory=Counter)  # finish reason (or "error") -> requests
     reloads: int = 0
     last_reload_s: float = 0.0
 
@@ -63,13 +80,23 @@ class Request:
     queue: asyncio.Queue
     generator: torch.Generator
     aborted: bool = False
+    ended: bool = False  # told its end by `end` (shutdown): nothing more is sent
     generated: int = 0
     prefilled: int = 0
     cache: BatchKVCache | None = None  # its own cache while prefilling
+    kv_version: int = -1  # the policy version its prefill started under
     next_token: int = -1  # sampled, not yet fed to the model
 
+    @property
+    def remaining(self) -> int:
+        """Prompt tokens still to prefill."""
+        return len(self.prompt) - self.prefilled
+
     def end(self, outcome: "FinishReason | Exception") -> None:
-        """Tells the consumer the request ended without a token: `abort` at shutdown, or the loop's error."""
+        """Tells the consumer, once, that the request ended without a token (`abort` at shutdown)."""
+        if self.ended:
+            return
+        self.ended = True
         with contextlib.suppress(RuntimeError):  # the consumer's loop is gone: nobody to tell
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (None, 0.0, 0, outcome))
 
@@ -130,7 +157,7 @@ class BatchLoop:
         self._waiting: deque[Request] = deque()  # guarded by _cond
         self._swaps: list[Swap] = []  # guarded by _cond
         self._closed = False  # guarded by _cond
-        self._prefilling: Request | None = None  # loop thread only
+        self._prefilling: list[Request] = []  # loop thread only; admitted, prompt not done, oldest first
         self._rows: list[Request] = []  # loop thread only; row i of self._cache
         self._cache: BatchKVCache | None = None  # loop thread only
         self._outbox: list[tuple[Request, tuple]] = []  # loop thread only; tokens of the current step
@@ -166,15 +193,23 @@ class BatchLoop:
         return swap
 
     def load(self) -> tuple[int, int]:
-        """(running rows incl. the one prefilling, waiting requests), approximately."""
-        running = len(self._rows) + (self._prefilling is not None)
-        return running, len(self._waiting)
+        """(running rows incl. those prefilling, waiting requests), approximately."""
+        return len(self._rows) + len(self._prefilling), len(self._waiting)
 
     def close(self, timeout: float = 30.0) -> None:
+        """Stops the loop at the next step boundary (a step is bounded: at most `prefill_chunk` prompt
+        tokens and one decode step) and returns within `timeout` whatever the loop is doing: if a
+        step still runs then, every request is told `abort` from here and the loop exits after it."""
         with self._cond:
             self._closed = True
             self._cond.notify()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("decode loop still in a step after %.0f s; aborting its requests now", timeout)
+            with self._cond:
+                waiting = list(self._waiting)
+            for request in waiting + list(self._rows) + list(self._prefilling):
+                request.end("abort")
 
     # --- the loop (its own thread) ----------------------------------------------------------------
 
@@ -193,15 +228,16 @@ class BatchLoop:
                     self._drop_aborted()
                     for swap in swaps:
                         self._apply(swap)
-                    budget = self.prefill_chunk
-                    while budget > 0 and (ran := self._prefill_step(budget)):
-                        budget -= ran
+                    self._admit()
+                    self._prefill()
                     if self._rows:
                         self._decode_step()
                     self._flush()
-                except Exception as e:  # a failed forward must not hang its requests or kill the loop
+                except Exception as e:  # a bug in the loop itself: its state cannot be trusted
                     log.exception("decode loop step failed; failing the running requests")
-                    self._flush()
+                    lost, self._prefilling = self._prefilling, []
+                    for request in lost:
+                        self._fail(request, e)
                     self._fail_running(e)
         self._shutdown()
 
@@ -210,8 +246,8 @@ class BatchLoop:
             for request in [r for r in self._waiting if r.aborted]:
                 self._waiting.remove(request)
                 self.counters.finished["abort"] += 1
-        if self._prefilling is not None and self._prefilling.aborted:
-            self._prefilling = None
+        for request in [r for r in self._prefilling if r.aborted]:
+            self._prefilling.remove(request)
             self.counters.finished["abort"] += 1
         if any(r.aborted for r in self._rows):
             self.counters.finished["abort"] += sum(r.aborted for r in self._rows)
@@ -229,30 +265,117 @@ class BatchLoop:
         self.counters.last_reload_s = swap.seconds
         swap.done.set()
 
-    def _admit(self) -> Request | None:
-        """The next waiting request if a row and the padded-token budget allow it."""
-        with self._cond:
-            if not self._waiting or len(self._rows) >= self.max_batch:
-                return None
-            head = self._waiting[0]
-            width = self._cache.width if self._cache is not None else 0
-            padded = (len(self._rows) + 1) * max(width, len(head.prompt)) + len(self._rows) + 1
-            if self._rows and padded > self.max_batch_tokens:
-                return None
-            return self._waiting.popleft()
+    # --- admission and prefill --------------------------------------------------------------------
 
-    def _prefill_step(self, budget: int) -> int:
-        """Runs at most `budget` prompt tokens of the request being prefilled (admitting one if none
-        is); returns the tokens run, 0 when there was nothing to prefill."""
-        if self._prefilling is None:
-            self._prefilling = self._admit()
-            if self._prefilling is None:
-                return 0
-            self._start_prefill(self._prefilling)
-        request = self._prefilling
+    def _admit(self) -> None:
+        """Moves waiting requests, in arrival order, to prefilling while a row and the padded-token
+        budget allow; one that should follow a prefilling prompt stays waiting (`_follows`)."""
+        admitted: list[Request] = []
+        with self._cond:
+            for request in list(self._waiting):
+                busy = self._prefilling + admitted
+                if len(self._rows) + len(busy) >= self.max_batch:
+                    break
+                if not self._fits(request, busy):
+                    break  # in order: a long prompt is not starved by shorter ones behind it
+                if self._follows(request, busy):
+                    continue
+                self._waiting.remove(request)
+                admitted.append(request)
+        for request in admitted:
+            self._start_prefill(request)
+            self._prefilling.append(request)
+
+    def _fits(self, request: Request, busy: list[Request]) -> bool:
+        """Whether the batch, once every prefilling prompt and this one joined it, stays within
+        `max_batch_tokens` (rows × padded width); an empty batch always takes one request."""
+        if not self._rows and not busy:
+            return True
+        width = self._cache.width if self._cache is not None else 0
+        joining = [*busy, request]
+        longest = max(width, *(len(r.prompt) for r in joining))
+        rows = len(self._rows) + len(joining)
+        return rows * longest + rows <= self.max_batch_tokens
+
+    def _follows(self, request: Request, busy: list[Request]) -> bool:
+        """True while a prefilling request has yet to compute a prefix (>= the cache's `min_hit`
+        tokens) this prompt shares: waiting for it costs nothing extra, computing it twice would.
+        Only for a leader whose KV stays reusable (its prompt fits the prefix cache)."""
+        if self.prefix_cache.max_tokens <= 0:
+            return False
+        prompt = torch.tensor(request.prompt)
+        for leader in busy:
+            if len(leader.prompt) > self.prefix_cache.max_tokens or leader.kv_version not in (
+                -1,
+                self.version,
+            ):
+                continue
+            shared = min(common_prefix(prompt, torch.tensor(leader.prompt)), len(request.prompt) - 1)
+            if shared >= self.prefix_cache.min_hit and leader.prefilled < shared:
+                return True
+        return False
+
+    def _start_prefill(self, request: Request) -> None:
+        """Gives an admitted request its own cache, starting from the longest computed prefix of its
+        prompt: a prefix cache entry, or the first columns of a prompt still prefilling."""
+        layers, heads, dim = self._shape
+        capacity = min(len(request.prompt) + 64, self.max_context)
+        request.cache = BatchKVCache.empty(layers, heads, dim, capacity, self._dtype, self._device)
+        request.kv_version = self.version
+        hit = self.prefix_cache.lookup(request.prompt)
+        length, keys, values = (hit.length, hit.entry.keys, hit.entry.values) if hit else (0, [], [])
+        prompt = torch.tensor(request.prompt)
+        for other in self._prefilling:
+            if other.kv_version != self.version:  # computed by weights swapped out since
+                continue
+            shared = min(common_prefix(prompt, torch.tensor(other.prompt)), other.prefilled)
+            shared = min(shared, len(request.prompt) - 1)  # its last token's logits are needed
+            if shared > length and shared >= self.prefix_cache.min_hit:
+                length, keys, values = shared, other.cache.keys, other.cache.values
+        if length == 0:
+            return
+        for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
+            request.cache.keys[layer][:, :, :length] = k[:, :, :length]
+            request.cache.values[layer][:, :, :length] = v[:, :, :length]
+        request.cache.advance(length)
+        request.prefilled = length
+        self.counters.prefix_hit_tokens += length
+
+    def _prefill(self) -> None:
+        """Runs this step's prefill plan; a request whose prefill fails fails alone."""
+        for request, n in self._plan():
+            if self._closed:
+                return
+            try:
+                self._prefill_chunk(request, n)
+            except Exception as e:  # its own forward or sample: nobody else's
+                log.exception("prefill of request %s failed", request.id)
+                if request in self._prefilling:
+                    self._prefilling.remove(request)
+                self._fail(request, e)
+
+    def _plan(self) -> list[tuple[Request, int]]:
+        """Prompt tokens per prefilling request this step, `prefill_chunk` in all: up to a quarter to
+        the oldest (no prompt starves), then shortest remaining first; run in that order."""
+        if not self._prefilling:
+            return []
+        budget = self.prefill_chunk
+        grants = dict.fromkeys(self._prefilling, 0)
+        oldest = self._prefilling[0]
+        grants[oldest] = min(oldest.remaining, budget // 4)
+        budget -= grants[oldest]
+        order = sorted(self._prefilling, key=lambda r: r.remaining)  # stable: ties go to the older
+        for request in order:
+            extra = min(request.remaining - grants[request], budget)
+            grants[request] += extra
+            budget -= extra
+        return [(r, grants[r]) for r in order if grants[r] > 0]
+
+    def _prefill_chunk(self, request: Request, n: int) -> None:
+        """Runs the next n prompt tokens of `request`; when its prompt is done, caches it, samples its
+        first token and merges it into the running batch."""
         cache = request.cache
-        chunk = request.prompt[request.prefilled : request.prefilled + min(budget, self.prefill_chunk)]
-        n = len(chunk)
+        chunk = request.prompt[request.prefilled : request.prefilled + n]
         cache.reserve(n, self.max_context)
         logits = self._forward(
             torch.tensor([chunk]),
@@ -264,55 +387,54 @@ class BatchLoop:
         request.prefilled += n
         self.counters.prefill_chunks += 1
         self.counters.prefill_tokens += n
-        if request.prefilled < len(request.prompt):
-            return n
-        self._prefilling = None
-        self.prefix_cache.insert(request.prompt, cache.keys, cache.values)
-        token, logprob = self._sample([request], logits)
-        if self._emit(request, token[0], logprob[0]) is None:
-            request.next_token = token[0]
-            if self._cache is None:
-                self._cache = cache
-            else:
-                self._cache.merge(cache, self.max_context)
-            request.cache = None
-            self._rows.append(request)
-        return n
-
-    def _start_prefill(self, request: Request) -> None:
-        """Gives an admitted request its own cache, starting from the longest cached prefix of its prompt."""
-        layers, heads, dim = self._shape
-        capacity = min(len(request.prompt) + 64, self.max_context)
-        request.cache = BatchKVCache.empty(layers, heads, dim, capacity, self._dtype, self._device)
-        hit = self.prefix_cache.lookup(request.prompt)
-        if hit is None:
+        if request.remaining > 0:
             return
-        for layer, (k, v) in enumerate(zip(hit.entry.keys, hit.entry.values, strict=True)):
-            request.cache.keys[layer][:, :, : hit.length] = k[:, :, : hit.length]
-            request.cache.values[layer][:, :, : hit.length] = v[:, :, : hit.length]
-        request.cache.advance(hit.length)
-        request.prefilled = hit.length
-        self.counters.prefix_hit_tokens += hit.length
+        self._prefilling.remove(request)
+        sampled = self._sample([request], logits)
+        if sampled.failed:
+            self._fail(request, _not_finite(request))
+            return
+        self.prefix_cache.insert(request.prompt, cache.keys, cache.values)  # only KV that sampled
+        token = sampled.tokens[0]
+        if self._emit(request, token, sampled.logprobs[0]) is not None:
+            return
+        request.next_token = token
+        if self._cache is None:
+            self._cache = cache
+        else:
+            self._cache.merge(cache, self.max_context)
+        request.cache = None
+        self._rows.append(request)
+
+    # --- decode -----------------------------------------------------------------------------------
 
     def _decode_step(self) -> None:
         cache = self._cache
         cache.reserve(1, self.max_context)
-        logits = self._forward(
-            torch.tensor([[r.next_token] for r in self._rows]),
-            torch.tensor([[length] for length in cache.lengths]),
-            cache.decode_mask(self._dtype),
-            cache,
-        )
+        try:
+            logits = self._forward(
+                torch.tensor([[r.next_token] for r in self._rows]),
+                torch.tensor([[length] for length in cache.lengths]),
+                cache.decode_mask(self._dtype),
+                cache,
+            )
+        except Exception as e:  # the shared forward: no one row to blame, so its rows fail
+            log.exception("decode step of %d rows failed", len(self._rows))
+            self._fail_running(e)
+            return
         cache.advance(1)
         batch = len(self._rows)
         self.counters.decode_steps += 1
         self.counters.decode_rows += batch
         self.counters.batch_sizes[batch] += 1
-        tokens, logprobs = self._sample(self._rows, logits)
+        sampled = self._sample(self._rows, logits)
+        failed = set(sampled.failed)
         keep = []
-        for i, (request, token, logprob) in enumerate(zip(self._rows, tokens, logprobs, strict=True)):
-            if self._emit(request, token, logprob) is None:
-                request.next_token = token
+        for i, request in enumerate(self._rows):
+            if i in failed:
+                self._fail(request, _not_finite(request))
+            elif self._emit(request, sampled.tokens[i], sampled.logprobs[i]) is None:
+                request.next_token = sampled.tokens[i]
                 keep.append(i)
         if len(keep) < batch:
             self._keep(keep)
@@ -329,7 +451,7 @@ class BatchLoop:
         )
         return out.logits[:, -1, :]
 
-    def _sample(self, requests: list[Request], logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    def _sample(self, requests: list[Request], logits: torch.Tensor) -> Sampled:
         return sample_rows(logits, [r.params for r in requests], [r.generator for r in requests])
 
     def _emit(self, request: Request, token: int, logprob: float) -> FinishReason | None:
@@ -345,6 +467,11 @@ class BatchLoop:
         if finish is not None:
             self.counters.finished[finish] += 1
         return finish
+
+    def _fail(self, request: Request, error: Exception) -> None:
+        """Ends one request with `error`, after the tokens it was already sent (same outbox)."""
+        self._outbox.append((request, (None, 0.0, 0, error)))
+        self.counters.finished["error"] += 1
 
     def _flush(self) -> None:
         """Hands this step's tokens to their event loops: one thread-safe call per loop, not per token."""
@@ -367,9 +494,11 @@ class BatchLoop:
             self._cache.keep(rows)
 
     def _fail_running(self, error: Exception) -> None:
-        for request in self._rows + ([self._prefilling] if self._prefilling else []):
-            request.end(error)
-        self._rows, self._cache, self._prefilling = [], None, None
+        """Fails the running rows, whose shared KV cache is lost, and hands out their errors."""
+        for request in self._rows:
+            self._fail(request, error)
+        self._rows, self._cache = [], None
+        self._flush()
 
     def _shutdown(self) -> None:
         """Ends every request still queued or running with finish reason `abort`; unblocks pending swaps."""
@@ -380,6 +509,13 @@ class BatchLoop:
             self._swaps = []
         for swap in swaps:
             swap.done.set()
-        for request in waiting + self._rows + ([self._prefilling] if self._prefilling else []):
+        for request in waiting + self._rows + self._prefilling:
             request.end("abort")
-        self._rows, self._cache, self._prefilling = [], None, None
+        self._rows, self._cache, self._prefilling = [], None, []
+
+
+def _not_finite(request: Request) -> ClawgymError:
+    return ClawgymError(
+        f"request {request.id or '?'}: the policy's logits are not finite (NaN or inf) after "
+        f"{request.generated} generated tokens; it cannot be sampled and was ended"
+    )

@@ -14,7 +14,6 @@ from clawgym.section import Section
 class InferenceConfig(Section):
     """What `clawgym serve inference` serves, and how an in-process engine or a client is built."""
 
-
     model: str = Field(
         "smollm2-135m", description="model spec: smollm2-135m, tiny-qwen3, or a local HF folder"
     )
@@ -42,7 +41,12 @@ class InferenceConfig(Section):
         ge=1,
         description="torch engine: running rows × padded KV width admitted at most (memory bound)",
     )
-    prefill_chunk: int = Field(512, ge=1, description="torch engine: prompt tokens per prefill forward")
+    prefill_chunk: int = Field(
+        512,
+        ge=1,
+        description="torch engine: prompt tokens computed per loop step in all, shared between the prompts "
+        "being prefilled; bounds how long a long prompt holds back running rows and newcomers",
+    )
     prefix_cache_tokens: int = Field(
         8192,
         ge=0,

@@ -3,6 +3,8 @@
 Owns the channel and turning gRPC statuses back into the typed errors the server rendered
 (INVALID_ARGUMENT → InvalidArgument, …), so callers cannot tell it from an in-process engine.
 Closing a `generate` iterator cancels the call, which aborts the request on the server.
+Sampling parameters are checked here as well as on the server: the wire carries them as float32,
+where temperature 1e-320 would arrive as 0 (greedy) while the caller records 1e-320.
 The channel is asyncio (grpc.aio) and belongs to the event loop of the first call.
 """
 
@@ -16,6 +18,7 @@ from clawgym.generated.v1 import inference_pb2
 from clawgym.generated.v1.inference_pb2_grpc import InferenceStub
 from clawgym.inference import convert
 from clawgym.inference.interface import EngineStatus, SamplingParams, TokenChunk
+from clawgym.inference.validation import check_sampling
 from clawgym.rpc import error_from_rpc, grpc_options
 
 
@@ -40,6 +43,7 @@ class GrpcEngine:
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
     ) -> AsyncIterator[TokenChunk]:
+        check_sampling(params)
         call = self._stub().Generate(convert.request_to_proto(list(prompt_ids), params, request_id))
         finished = False
         try:

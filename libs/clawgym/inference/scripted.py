@@ -17,6 +17,7 @@ import numpy as np
 
 from clawgym.errors import InvalidArgument, Unavailable
 from clawgym.inference.interface import EngineStatus, SamplingParams, TokenChunk
+from clawgym.inference.validation import check_sampling
 
 Script = Callable[[list[int], int], Sequence[int]]  # (prompt ids, call index) → output ids
 
@@ -85,6 +86,7 @@ class ScriptedEngine:
                 f"prompt ({len(prompt_ids)}) + max_new_tokens ({params.max_new_tokens}) exceeds the "
                 f"context ({self.max_context})"
             )
+        check_sampling(params)  # the shared rule, so proxy tests see the refusals real engines give
         index = len(self.prompts)
         self.prompts.append(list(prompt_ids))
         self.params.append(params)

@@ -38,7 +38,8 @@ class TorchEngine:
         prefix_cache_tokens: int = 8192,
     ) -> None:
         """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
-        prompt tokens per prefill forward (long prompts interleave with decode steps);
+        prompt tokens computed per loop step in all, shared fairly between prompts (long prompts
+        interleave with decode steps and newcomers; the bound is in `batch_loop`'s docstring);
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off)."""
         config = model.config.get_text_config()
         self.name = name
@@ -97,9 +98,11 @@ class TorchEngine:
                 items = [await request.queue.get()]
                 while not request.queue.empty():
                     items.append(request.queue.get_nowait())
-                chunk, finished = _chunk(items)
+                chunk, finished, error = _chunk(items)
                 if chunk is not None:
                     yield chunk
+                if error is not None:
+                    raise error
         finally:
             if not finished:
                 self._loop.abort(request)
@@ -152,24 +155,27 @@ class TorchEngine:
         return deepcopy(self._loop.counters)
 
     async def aclose(self) -> None:
-        """Stops the decode loop; requests still running end with finish reason `abort`."""
+        """Stops the decode loop within a bounded time (`BatchLoop.close`), even with a long or failing
+        request in flight; requests still running end with finish reason `abort`."""
         await asyncio.to_thread(self._loop.close)
 
     def _read_fitting(self, uri: str) -> dict[str, torch.Tensor]:
         return fit_checkpoint(read_safetensors(uri), self._targets, self._aliases, uri)
 
 
-def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool]:
-    """Folds queued (token, logprob, version, finish) items into one chunk; True when the request ended."""
+def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool, ClawgymError | None]:
+    """Folds queued (token, logprob, version, finish) items into one chunk; True when the request
+    ended, with the error it failed with (raised after the tokens that came before it)."""
     ids, logprobs, versions = [], [], []
-    finish = None
+    finish, error = None, None
     for token, logprob, version, outcome in items:
         if isinstance(outcome, BaseException):
-            raise (
+            error = (
                 outcome
                 if isinstance(outcome, ClawgymError)
                 else Unavailable(f"engine step failed: {outcome}")
             )
+            break
         if token is not None:
             ids.append(token)
             logprobs.append(logprob)
@@ -177,6 +183,7 @@ def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool]:
         if outcome is not None:
             finish = outcome
             break
+    ended = finish is not None or error is not None
     if not ids and finish is None:
-        return None, False
-    return TokenChunk(ids, logprobs, versions, finish), finish is not None
+        return None, ended, error
+    return TokenChunk(ids, logprobs, versions, finish), ended, error

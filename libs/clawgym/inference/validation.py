@@ -2,12 +2,28 @@
 
 Owns the rules only (InvalidArgument with a message naming the field); engines call it before
 queueing anything, so a bad request never occupies a slot.
+
+Sampling parameters must be ones the engine can sample with in float32, where it tempers logits:
+- temperature: 0 (greedy) or in [MIN_TEMPERATURE, FLOAT32_MAX]. Below 0.01 (vLLM's own floor,
+  which it clamps to silently), logits / T grows past any useful precision and, for T under
+  ~1e-38, T itself becomes 0 or a subnormal in float32 and logits / T turns into inf / NaN
+  (1e-320 did, and NaN reached the sampler). At T >= 0.01 the tempered logits are at most 100x
+  the model's (|logit| < 1e4 for any sane policy), far below float32's 3.4e38; a client that
+  wants near-greedy sends 0. Above FLOAT32_MAX, T is inf in float32 and inf / inf is NaN.
+- top_p: 0 or 1 (off), or in [FLOAT32_TINY, 1): a positive top_p that float32 rounds to 0 or a
+  subnormal would keep no token at all (the nucleus test compares against it in float32).
 """
 
 import math
 
+import numpy as np
+
 from clawgym.errors import InvalidArgument
 from clawgym.inference.interface import SamplingParams
+
+MIN_TEMPERATURE = float(np.float32(0.01))  # 0.01 as float32: what the gRPC wire makes of 0.01
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 2.0**-126  # the smallest positive normal float32, 1.1754944e-38
 
 
 def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: int, max_context: int) -> int:
@@ -30,10 +46,7 @@ def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: 
             f"prompt ({len(prompt_ids)}) + max_new_tokens ({params.max_new_tokens}) exceeds the "
             f"{max_context}-token context"
         )
-    if not math.isfinite(params.temperature) or params.temperature < 0:
-        raise InvalidArgument(f"temperature must be a finite number >= 0, got {params.temperature}")
-    if not (0.0 <= params.top_p <= 1.0):
-        raise InvalidArgument(f"top_p must be in [0, 1] (0 or 1 = off), got {params.top_p}")
+    check_sampling(params)
     if params.top_k < 0:
         raise InvalidArgument(f"top_k must be >= 0 (0 = off), got {params.top_k}")
     if any(t < 0 or t >= vocab_size for t in params.stop_token_ids):
@@ -41,3 +54,19 @@ def validate_request(prompt_ids: list[int], params: SamplingParams, vocab_size: 
             f"stop_token_ids must lie in [0, {vocab_size}), got {list(params.stop_token_ids)}"
         )
     return params.max_new_tokens or room
+
+
+def check_sampling(params: SamplingParams) -> None:
+    """Refuses sampling parameters the engine cannot sample with in float32 (module docstring)."""
+    t = params.temperature
+    if not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE or t > FLOAT32_MAX:
+        raise InvalidArgument(
+            f"temperature must be 0 (greedy) or in [{MIN_TEMPERATURE:.3g}, {FLOAT32_MAX:.7g}], got {t!r}"
+        )
+    p = params.top_p
+    if not (0.0 <= p <= 1.0):
+        raise InvalidArgument(f"top_p must be in [0, 1] (0 or 1 = off), got {p!r}")
+    if 0 < p < FLOAT32_TINY:
+        raise InvalidArgument(
+            f"top_p {p!r} is below {FLOAT32_TINY:.8g}: float32 rounds it away and it would keep no token"
+        )

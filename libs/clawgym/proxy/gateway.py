@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from clawgym.inference.interface import Engine, EngineStatus, SamplingParams
 from clawgym.protocols.anthropic_messages import AnthropicMessages
 from clawgym.protocols.wire import WireProtocol, WireRequest
 from clawgym.proxy.config import ProxyConfig
-from clawgym.proxy.generation import CallRun, CallSetup
+from clawgym.proxy.generation import DISCONNECT_POLL_S, CallRun, CallSetup, Disconnected
 from clawgym.proxy.identity import RolloutResolver, api_key
 from clawgym.proxy.live import LiveState
 from clawgym.proxy.metrics import ProxyMetrics
@@ -59,7 +59,6 @@ class StreamReply:
     on_close: Callable[[], None]  # call when the client is gone or the stream ended
 
 
-Disconnected = Callable[[], Awaitable[bool]]
 Body = bytes | AsyncIterable[bytes]  # the whole body, or its chunks as they arrive (read only if needed)
 
 # A JSON `\ud800`-`\udfff` escape or the UTF-8 bytes of a surrogate (json.loads decodes bytes with
@@ -170,7 +169,7 @@ class Gateway:
             harness = rollout.harness or "unknown"
             request = parse_body(await read_body(body, headers, self.cfg.max_body_bytes))
             wire = protocol.parse(request)
-            run = await self._start(protocol, wire, request, headers, rollout, started)
+            run = await self._start(protocol, wire, request, headers, rollout, started, disconnected)
         except ClawgymError as e:
             return self._error(protocol, e, harness)
         except Exception as e:  # a bug: still answered in the protocol's shape, with the traceback logged
@@ -192,7 +191,7 @@ class Gateway:
         waiter = asyncio.ensure_future(run.completion())
         try:
             while True:
-                done, _ = await asyncio.wait({waiter}, timeout=0.5)
+                done, _ = await asyncio.wait({waiter}, timeout=DISCONNECT_POLL_S)
                 if done:
                     return waiter.result()
                 if await disconnected():
@@ -210,6 +209,7 @@ class Gateway:
         headers: Mapping[str, str],
         rollout: Rollout,
         started: float,
+        disconnected: Disconnected | None,
     ) -> CallRun:
         conv, opts = wire.conversation, wire.options
         t0 = time.perf_counter()
@@ -266,7 +266,7 @@ class Gateway:
             self.background,
             self.pools,
         )
-        await run.start()
+        await run.start(disconnected)
         return run
 
     def _error(self, protocol: WireProtocol, error: ClawgymError, harness: str) -> JsonReply:

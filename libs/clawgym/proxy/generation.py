@@ -6,13 +6,17 @@ detokenizes them incrementally, cuts at stop strings, parses text / thinking / t
 queues events for the protocol to stream. When the turn ends it records the call durably in the
 store and keeps the generated turn for splicing, and only then queues `Finished`, so a harness
 never sees the end of an answer that is not recorded. `abort()` (client gone) closes the engine
-iterator, which aborts the request there, and records the call with finish_reason "abort".
+iterator, which aborts the request there, and records the call with finish_reason "abort". A
+client that leaves before the first token (a long prefill, a full engine) is noticed while
+waiting for it: the engine request is aborted and the call recorded as aborted with no output
+(the store's model of a call the harness made but did not see through), then `ClientGone`.
 """
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,16 @@ log = logging.getLogger(__name__)
 # One INFO line per call the store acknowledged, before the harness sees the call's end: what a
 # crash test checks against the database. Silence it with this logger's level.
 acks = logging.getLogger("clawgym.proxy.acks")
+
+DISCONNECT_POLL_S = 0.5  # how often a waiting call asks whether its client is still there
+Disconnected = Callable[[], Awaitable[bool]]
+
+
+class ClientGone(ClawgymError):
+    """The client closed its connection before its answer began; nobody reads the reply."""
+
+    grpc_code = "CANCELLED"
+    http_status = 499  # nginx's "client closed request"
 
 
 @dataclass
@@ -113,24 +127,45 @@ class CallRun:
 
     # --- starting ---
 
-    async def start(self) -> None:
+    async def start(self, disconnected: Disconnected | None = None) -> None:
         """Asks the engine and waits for its first chunk, so a refusal (bad prompt, engine down)
-        becomes an error response; nothing is recorded and no seq is spent for a refused call."""
+        becomes an error response; nothing is recorded and no seq is spent for a refused call.
+        A client that leaves meanwhile aborts the request: recorded as aborted, then ClientGone."""
         s = self.setup
         t0 = time.perf_counter()
         try:
             self._it = aiter(self._engine.generate(s.prompt.ids, s.sampling, f"{s.rollout.id}:{id(self):x}"))
-            first = await anext(self._it, TokenChunk([], [], [], "stop"))
+            first = await self._first_chunk(disconnected)
             self._engine_wait += time.perf_counter() - t0
             self._ttft = time.perf_counter() - s.started
             self.seq = await self._live.next_seq(s.rollout.id, self._seq_floor)
         except BaseException:
             await self._close_engine()
             raise
+        if first is None:
+            await self._finish_aborted()
+            raise ClientGone("the client closed the connection before the first token")
         self._metrics.ttft.labels(*self._labels).observe(self._ttft)
         self._task = asyncio.create_task(self._produce(first))
         self._background.add(self._task)
         self._task.add_done_callback(self._background.discard)
+
+    async def _first_chunk(self, disconnected: Disconnected | None) -> TokenChunk | None:
+        """The engine's first chunk, or None when the client left before it (engine request aborted)."""
+        pending = asyncio.ensure_future(anext(self._it, TokenChunk([], [], [], "stop")))
+        try:
+            while True:
+                done, _ = await asyncio.wait({pending}, timeout=DISCONNECT_POLL_S)
+                # asked once more when the chunk is there: a client gone since the last poll never saw it
+                if disconnected is not None and await disconnected():
+                    return None
+                if done:
+                    return pending.result()
+        finally:
+            if not pending.done():
+                pending.cancel()  # cancels the engine wait, which aborts the request there
+                with contextlib.suppress(BaseException):
+                    await pending
 
     async def _seq_floor(self) -> int:
         calls = await self._pools.store(self._store.list_calls, self.setup.rollout.id)
