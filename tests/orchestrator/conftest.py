@@ -131,7 +131,7 @@ class Served:
     cfg: ClawgymConfig
 
     def client(self) -> OrchestratorClient:
-        return OrchestratorClient(self.target)
+        return OrchestratorClient(self.target, secret=self.cfg.rpc.shared_secret())
 
     def call(self, coro):
         """Runs a coroutine on the service's own loop (for reading its in-process state)."""
@@ -143,7 +143,7 @@ def sandbox_settings(root: Path, owner: str, **local) -> dict:
 
 
 @pytest.fixture
-def make_orchestrator(pg_url: str, sandbox_root: Path) -> Iterator[Callable[..., Served]]:
+def make_orchestrator(pg_url: str, sandbox_root: Path, rpc_config: dict) -> Iterator[Callable[..., Served]]:
     """Starts orchestrator services (each with its own store connection to one PostgreSQL schema)."""
     started: list[tuple[Served, threading.Thread]] = []
     owner = f"orch-test-{uuid.uuid4().hex[:8]}"
@@ -151,6 +151,7 @@ def make_orchestrator(pg_url: str, sandbox_root: Path) -> Iterator[Callable[...,
     def make(sandbox: dict | None = None, **orchestrator) -> Served:
         cfg = ClawgymConfig(
             store={"url": pg_url},
+            rpc=rpc_config,
             sandbox=sandbox or sandbox_settings(sandbox_root, owner),
             orchestrator={
                 "host": "127.0.0.1",
