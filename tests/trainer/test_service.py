@@ -3,7 +3,9 @@
 import json
 import time
 
+import grpc
 import httpx
+import pytest
 
 from clawgym.config import load_config
 from clawgym.generated.v1 import trainer_pb2 as pb
@@ -26,7 +28,16 @@ def test_the_service_reports_the_loop_over_grpc_and_exports_prometheus_metrics(
         port = server.start()
         assert port > 0, "the service must report the gRPC port it listens on"
         stub = TrainerStub(open_channel(f"127.0.0.1:{port}", rpc_secret))
-        health = [check_health(f"127.0.0.1:{port}", "clawgym.v1.Trainer")]
+        health = [check_health(f"127.0.0.1:{port}", "clawgym.v1.Trainer")]  # probes need no secret
+        refused = {}
+        for what, channel in {
+            "no secret": grpc.insecure_channel(f"127.0.0.1:{port}"),
+            "wrong secret": open_channel(f"127.0.0.1:{port}", "not-" + rpc_secret),
+        }.items():
+            with channel, pytest.raises(grpc.RpcError) as caught:
+                TrainerStub(channel).Status(pb.TrainerStatusRequest(), timeout=10)
+            refused[what] = caught.value.code()
+        assert refused == dict.fromkeys(refused, grpc.StatusCode.UNAUTHENTICATED), refused
         seen = set()
         deadline = time.monotonic() + 300
         status = stub.Status(pb.TrainerStatusRequest(), timeout=10)
