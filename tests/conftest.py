@@ -190,7 +190,11 @@ class InferenceServerThread:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         cfg = InferenceConfig(
-            model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0, checkpoint_root=tempfile.gettempdir()
+            model="tiny-qwen3",
+            host="127.0.0.1",
+            port=0,
+            metrics_port=0,
+            checkpoint_root=tempfile.gettempdir(),
         )
         self.server = create_server(cfg, engine=engine, secret=secret)
         self.port = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)

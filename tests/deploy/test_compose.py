@@ -192,9 +192,15 @@ def test_redis_requires_the_password_the_bus_urls_carry_and_postgres_is_reached_
         assert env["CLAWGYM_STORE__URL"] == "postgresql+psycopg://clawgym:db-pw@postgres:5432/clawgym", name
     pg = services["postgres"]["environment"]
     assert "POSTGRES_USER" not in pg, "POSTGRES_USER would make the services' role a superuser"
-    assert (pg["CLAWGYM_DB_USER"], pg["CLAWGYM_DB_NAME"], pg["CLAWGYM_DB_PASSWORD"]) == ("clawgym", "clawgym", "db-pw")
+    assert (pg["CLAWGYM_DB_USER"], pg["CLAWGYM_DB_NAME"], pg["CLAWGYM_DB_PASSWORD"]) == (
+        "clawgym",
+        "clawgym",
+        "db-pw",
+    )
     assert pg["POSTGRES_PASSWORD"] == "admin-pw"
-    (init,) = [v for v in services["postgres"]["volumes"] if v["target"].startswith("/docker-entrypoint-initdb.d/")]
+    (init,) = [
+        v for v in services["postgres"]["volumes"] if v["target"].startswith("/docker-entrypoint-initdb.d/")
+    ]
     script = Path(init["source"]).read_text()
     assert Path(init["source"]) == REPO / "deploy" / "compose" / "postgres-init.sh" and init["read_only"]
     assert "NOSUPERUSER NOCREATEDB NOCREATEROLE" in script and 'OWNER :"role"' in script, script

@@ -234,7 +234,9 @@ def _containers(docs: list[dict]) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("name", VALUES)
-def test_every_service_gets_the_rpc_secret_from_a_secret_and_listens_on_all_interfaces_explicitly(render, name: str):
+def test_every_service_gets_the_rpc_secret_from_a_secret_and_listens_on_all_interfaces_explicitly(
+    render, name: str
+):
     """Each clawgym component reads CLAWGYM_RPC__SECRET from the rpc Secret (never a value in the pod
     spec) and is told to listen on 0.0.0.0, which its default (loopback) is not."""
     docs = render(*VALUES[name])
@@ -306,4 +308,6 @@ def test_inference_loads_checkpoints_only_where_the_trainer_writes_them(render):
         containers = _containers(render(sets=sets))
         inference = {e["name"]: e.get("value") for e in containers["inference"]["env"]}
         trainer = {e["name"]: e.get("value") for e in containers["trainer"]["env"]}
-        assert inference["CLAWGYM_INFERENCE__CHECKPOINT_ROOT"] == trainer["CLAWGYM_TRAINER__CHECKPOINT_URI"], sets
+        assert (
+            inference["CLAWGYM_INFERENCE__CHECKPOINT_ROOT"] == trainer["CLAWGYM_TRAINER__CHECKPOINT_URI"]
+        ), sets
