@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import time
 import urllib.parse
@@ -41,6 +42,8 @@ TEST_PORTS = {
     "CLAWGYM_PROMETHEUS_PORT": 29090,
     "CLAWGYM_GRAFANA_PORT": 23000,
 }
+# The credentials docker-compose.yml reads; a test stack makes its own rather than the development defaults.
+CREDENTIALS = ("CLAWGYM_RPC_SECRET", "CLAWGYM_REDIS_PASSWORD", "CLAWGYM_DB_PASSWORD", "CLAWGYM_PG_ADMIN_PASSWORD")  # fmt: skip
 ACK = re.compile(r"clawgym\.proxy\.acks: recorded (\S+)#(\d+) (\w+)")
 LOADED = re.compile(r"policy version (\d+) loaded from")
 
@@ -81,7 +84,9 @@ class ComposeStack:
         self.files = ["docker-compose.yml"] + (["deploy/compose/local.yml"] if local else [])
         self.ports = dict(TEST_PORTS if ports is None else ports)
         config = Path(run_config)
+        # fresh credentials, unless the caller's environment sets them
         self.env = {
+            **{name: secrets.token_hex(16) for name in CREDENTIALS},
             **os.environ,
             **{k: str(v) for k, v in self.ports.items()},
             "CLAWGYM_RUN_CONFIG": str(config if config.is_absolute() else REPO / config),
@@ -165,12 +170,13 @@ class ComposeStack:
     # --- state ---
 
     def sql(self, query: str) -> list[list[str]]:
-        """Rows of a query, run by psql inside the postgres container."""
+        """Rows of a query, run by psql inside the postgres container as the services' role `clawgym`."""
         done = self.compose("exec", "-T", "postgres", "psql", "-U", "clawgym", "-d", "clawgym", "-At", "-F", "\t",
                             "-c", query)  # fmt: skip
         return [line.split("\t") for line in done.stdout.splitlines() if line]
 
     def redis(self, *args: str) -> str:
+        """A redis-cli command inside the redis container (REDISCLI_AUTH there holds the password)."""
         return self.compose("exec", "-T", "redis", "redis-cli", *args).stdout.strip()
 
     def prometheus(self, path: str, **params: str) -> dict:

@@ -12,6 +12,8 @@ Every test that asks for a database or a bus gets a fresh, private one and leave
 - `bus_url`    — parametrized: `memory://` and `redis_url` (ids `memory`, `redis`).
 - `free_port`  — a TCP port on 127.0.0.1 that was free a moment ago (for servers that need a port
                  number before they start; prefer binding port 0 where the server reports it).
+- `rpc_secret` — the shared secret the test gRPC servers require and their clients send
+                 (`RPC_SECRET`; `rpc_config` is the `rpc` section holding it).
 
 PostgreSQL and Redis are never optional: if one does not answer, the tests using it FAIL with
 how to start it (CI starts both; see README). Point them elsewhere with
@@ -22,6 +24,7 @@ how to start it (CI starts both; see README). Point them elsewhere with
 import asyncio
 import os
 import socket
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -153,22 +156,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# --- credentials of the test gRPC services ---
+
+RPC_SECRET = "clawgym-test-rpc-secret"
+
+
+@pytest.fixture(scope="session")
+def rpc_secret() -> str:
+    """The secret every test gRPC server requires and its clients send."""
+    return RPC_SECRET
+
+
+@pytest.fixture(scope="session")
+def rpc_config() -> dict:
+    """The `rpc` config section holding `rpc_secret` (for `ClawgymConfig(rpc=...)`)."""
+    return {"secret": RPC_SECRET}
+
+
 # --- an inference service on loopback ---
 
 
 class InferenceServerThread:
     """The real inference gRPC server around `engine`, on 127.0.0.1:<free port>, in its own thread/loop
-    (the engine stays the caller's: stopping the server does not close it)."""
+    (the engine stays the caller's: stopping the server does not close it). It requires `secret`
+    (`.secret`) and loads checkpoints from under the temp dir, where the tests write theirs."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, secret: str = RPC_SECRET) -> None:
         from clawgym.inference.config import InferenceConfig
         from clawgym_services.inference.server import create_server
 
+        self.secret = secret
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        cfg = InferenceConfig(model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0)
-        self.server = create_server(cfg, engine=engine)
+        cfg = InferenceConfig(
+            model="tiny-qwen3",
+            host="127.0.0.1",
+            port=0,
+            metrics_port=0,
+            checkpoint_root=tempfile.gettempdir(),
+        )
+        self.server = create_server(cfg, engine=engine, secret=secret)
         self.port = asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
 
     def close(self) -> None:

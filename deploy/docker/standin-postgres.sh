@@ -1,6 +1,7 @@
 #!/bin/sh
 # The postgres stand-in's entry point: what the official image does on first start (initdb with
-# POSTGRES_USER / POSTGRES_PASSWORD / POSTGRES_DB, password auth from other hosts), then postgres.
+# POSTGRES_USER / POSTGRES_PASSWORD / POSTGRES_DB, password auth from other hosts, the scripts in
+# /docker-entrypoint-initdb.d run against a socket-only server), then postgres.
 set -eu
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pwfile=$(mktemp)
@@ -11,6 +12,9 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
   db=${POSTGRES_DB:-${POSTGRES_USER:-postgres}}
   if [ "$db" != postgres ]; then createdb -U "${POSTGRES_USER:-postgres}" "$db"; fi
+  for script in /docker-entrypoint-initdb.d/*.sh; do
+    if [ -f "$script" ]; then sh "$script"; fi
+  done
   pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
 fi
 exec postgres -D "$PGDATA" -c listen_addresses='*' "$@"

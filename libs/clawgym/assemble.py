@@ -51,7 +51,7 @@ def open_store(cfg: ClawgymConfig) -> TrajectoryStore:
     if s.grpc_url:
         from clawgym.store.grpc_client import StoreClient
 
-        return StoreClient(s.grpc_url, max_message_mb=s.grpc_max_message_mb)
+        return StoreClient(s.grpc_url, secret=cfg.rpc.shared_secret(), max_message_mb=s.grpc_max_message_mb)
     return open_sql_store(s)
 
 
@@ -80,11 +80,13 @@ def open_engine(cfg: ClawgymConfig) -> Engine:
     if len(targets) > 1:
         from clawgym.inference.replicas import ReplicatedEngine
 
-        return ReplicatedEngine.from_targets(targets, max_message_mb=i.grpc_max_message_mb)
+        return ReplicatedEngine.from_targets(
+            targets, secret=cfg.rpc.shared_secret(), max_message_mb=i.grpc_max_message_mb
+        )
     if targets:
         from clawgym.inference.grpc_client import GrpcEngine
 
-        return GrpcEngine(targets[0], max_message_mb=i.grpc_max_message_mb)
+        return GrpcEngine(targets[0], secret=cfg.rpc.shared_secret(), max_message_mb=i.grpc_max_message_mb)
     return open_local_engine(i)
 
 
@@ -141,7 +143,7 @@ async def open_rollouts(
     if cfg.orchestrator.grpc_url:
         from clawgym.orchestrator.grpc_client import OrchestratorClient
 
-        return OrchestratorClient(cfg.orchestrator.grpc_url)
+        return OrchestratorClient(cfg.orchestrator.grpc_url, secret=cfg.rpc.shared_secret())
     orchestrator = build_orchestrator(
         cfg, store if store is not None else open_store(cfg), catalog=catalog, own_owner=own_owner
     )

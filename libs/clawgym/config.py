@@ -25,6 +25,7 @@ from clawgym.evaluation.config import EvaluationConfig
 from clawgym.inference.config import InferenceConfig
 from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.proxy.config import ProxyConfig
+from clawgym.rpc import RpcConfig
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.section import Section
 from clawgym.store.config import StoreConfig
@@ -47,6 +48,7 @@ class ClawgymConfig(Section):
     evaluation: EvaluationConfig = Field(
         default_factory=EvaluationConfig, description="held-out evaluation: tasks, Pass@k, how often, harnesses"
     )
+    rpc: RpcConfig = Field(default_factory=RpcConfig, description="the secret gRPC calls between services carry")
 
     @model_validator(mode="after")
     def _trainer_sees_the_sampling_temperature(self) -> "ClawgymConfig":

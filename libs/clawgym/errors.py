@@ -39,6 +39,13 @@ class Unauthenticated(ClawgymError):
     http_status = 401
 
 
+class PermissionDenied(ClawgymError):
+    """The caller is known but may not do this (e.g. load weights from outside the checkpoint root)."""
+
+    grpc_code = "PERMISSION_DENIED"
+    http_status = 403
+
+
 class Unavailable(ClawgymError):
     """The engine is down or reloading; retry later."""
 

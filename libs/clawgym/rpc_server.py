@@ -1,14 +1,17 @@
 """The serving side of every clawgym gRPC service: server lifecycle, health, and errors as statuses.
 
 `GrpcServer` (sync, a thread pool) and `AioGrpcServer` (asyncio) own what each service would
-otherwise repeat: message limits, the standard health service, binding host:port, a Prometheus
-/metrics endpoint, SERVING once started, and on stop NOT_SERVING, a graceful stop and /metrics
-closed. `status_of` is the one rendering of a handler's exception as a gRPC status. What a service
+otherwise repeat: message limits, the standard health service, the shared-secret check, binding
+host:port, a Prometheus /metrics endpoint (on the same host), SERVING once started, and on stop
+NOT_SERVING, a graceful stop and /metrics closed. Every call but the health service's must carry
+the `rpc` secret (`clawgym.rpc.open_channel` attaches it); one without it, or with another, is
+answered UNAUTHENTICATED before any handler runs. `status_of` is the one rendering of a handler's exception as a gRPC status. What a service
 does (its servicer, its counting, its own lifecycle) stays in the service; `clawgym.rpc` holds what
 clients share.
 """
 
 import asyncio
+import hmac
 import logging
 import signal
 from collections.abc import Callable
@@ -19,8 +22,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from clawgym.errors import ClawgymError
-from clawgym.rpc import NOT_SERVING, SERVING, grpc_options
+from clawgym.errors import ClawgymError, InvalidArgument
+from clawgym.rpc import (
+    HEALTH_METHOD_PREFIX,
+    NOT_SERVING,
+    SECRET_METADATA_KEY,
+    SERVING,
+    grpc_options,
+    secret_metadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +50,80 @@ def status_of(service: str, method: str, e: Exception) -> tuple[grpc.StatusCode,
 async def abort_async(context: grpc.aio.ServicerContext, service: str, method: str, e: Exception) -> NoReturn:
     """Ends an asyncio handler's RPC with the status of `e` (a sync handler: `context.abort(*status_of(…))`)."""
     await context.abort(*status_of(service, method, e))  # raises
+
+
+# --- credentials --------------------------------------------------------------------------------
+
+REFUSED = "this call carries no valid rpc secret (the `authorization` metadata the clawgym clients send)"
+
+
+class SecretCheck:
+    """The one check of the shared secret, in front of every handler but the health service's.
+
+    `allows` compares in constant time; `sync()` and `aio()` are the interceptor that a sync and an
+    asyncio server take (gRPC has a base class for each). A refused call gets UNAUTHENTICATED, and
+    the log names its method and peer, never a secret.
+    """
+
+    def __init__(self, secret: str) -> None:
+        if not secret:
+            raise InvalidArgument("a clawgym gRPC server needs the shared rpc secret (rpc.secret)")
+        self._expected = secret_metadata(secret)[1].encode()
+
+    def allows(self, details: grpc.HandlerCallDetails) -> bool:
+        if details.method.startswith(HEALTH_METHOD_PREFIX):
+            return True
+        given = [v for k, v in details.invocation_metadata or () if k == SECRET_METADATA_KEY]
+        value = given[0] if len(given) == 1 else ""
+        return hmac.compare_digest(value.encode() if isinstance(value, str) else value, self._expected)
+
+    def sync(self) -> grpc.ServerInterceptor:
+        return _SyncSecretInterceptor(self)
+
+    def aio(self) -> grpc.aio.ServerInterceptor:
+        return _AioSecretInterceptor(self)
+
+
+def _refusing(handler: grpc.RpcMethodHandler, method: str, aio: bool) -> grpc.RpcMethodHandler:
+    """A handler of `handler`'s kind that answers UNAUTHENTICATED."""
+
+    def deny(_request: Any, context: grpc.ServicerContext) -> None:
+        log.warning("refused %s from %s: no valid rpc secret", method, context.peer())
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
+
+    async def adeny(_request: Any, context: grpc.aio.ServicerContext) -> None:
+        log.warning("refused %s from %s: no valid rpc secret", method, context.peer())
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
+
+    kind = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(handler.request_streaming, handler.response_streaming)]
+    return kind(adeny if aio else deny)
+
+
+class _SyncSecretInterceptor(grpc.ServerInterceptor):
+    def __init__(self, check: SecretCheck) -> None:
+        self._check = check
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or self._check.allows(details):
+            return handler
+        return _refusing(handler, details.method, aio=False)
+
+
+class _AioSecretInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, check: SecretCheck) -> None:
+        self._check = check
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
+        if handler is None or self._check.allows(details):
+            return handler
+        return _refusing(handler, details.method, aio=True)
 
 
 # --- health -------------------------------------------------------------------------------------
@@ -109,6 +193,7 @@ class _Server:
         host: str,
         port: int,
         *,
+        secret: str,
         metrics_port: int = 0,
         registry: CollectorRegistry | None = None,
         max_message_mb: int | None = None,
@@ -119,6 +204,7 @@ class _Server:
         self.port = 0  # the bound port, once started
         self.metrics_port = 0  # the bound /metrics port, once started (0: none)
         self.health: Health | None = None
+        self._secret_check = SecretCheck(secret)  # refuses to build a server without a secret
         self._metrics_wanted = metrics_port
         self._registry = registry if registry is not None else REGISTRY
         self._options = grpc_options(max_message_mb) if max_message_mb else None
@@ -162,7 +248,11 @@ class GrpcServer(_Server):
 
     def start(self) -> int:
         """Binds (OSError if it cannot), serves, starts /metrics, then SERVING; returns the gRPC port."""
-        self._server = grpc.server(ThreadPoolExecutor(max_workers=self._max_workers), options=self._options)
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=self._max_workers),
+            options=self._options,
+            interceptors=[self._secret_check.sync()],
+        )
         self._bind(self._server)  # health starts NOT_SERVING
         self._server.start()
         self._start_metrics()
@@ -192,7 +282,7 @@ class AioGrpcServer(_Server):
 
     async def start(self) -> int:
         """Binds (OSError if it cannot), serves, starts /metrics, then SERVING; returns the gRPC port."""
-        self._server = grpc.aio.server(options=self._options)
+        self._server = grpc.aio.server(options=self._options, interceptors=[self._secret_check.aio()])
         self._bind(self._server)
         await self.serving(False)
         await self._server.start()

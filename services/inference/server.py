@@ -4,6 +4,8 @@ A thin shell: each handler decodes the request (`clawgym.inference.convert`), ca
 method and encodes the reply. Typed errors become their gRPC status (`ClawgymError.grpc_code`);
 anything else is INTERNAL, with the traceback in this service's log. A client that cancels its
 Generate call cancels the handler, which closes the engine stream and so aborts the request.
+Every call needs the `rpc` secret (`clawgym.rpc_server`); LoadWeights reads only checkpoints under
+`inference.checkpoint_root` (`checkpoint.within_root`), so a caller cannot swap in arbitrary weights.
 """
 
 import asyncio
@@ -17,6 +19,7 @@ from clawgym.assemble import open_local_engine
 from clawgym.generated.v1 import inference_pb2 as pb
 from clawgym.generated.v1 import inference_pb2_grpc
 from clawgym.inference import convert
+from clawgym.inference.checkpoint import within_root
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.interface import Engine
 from clawgym.rpc_server import AioGrpcServer, HoldsServer, abort_async
@@ -28,9 +31,10 @@ METRICS_REFRESH_S = 1.0
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
-    def __init__(self, engine: Engine, metrics: InferenceMetrics) -> None:
+    def __init__(self, engine: Engine, metrics: InferenceMetrics, checkpoint_root: str) -> None:
         self.engine = engine
         self.metrics = metrics
+        self.checkpoint_root = checkpoint_root
 
     async def Generate(
         self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
@@ -57,11 +61,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         self, request: pb.LoadWeightsRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadWeightsResponse:
         try:
-            seconds = await self.engine.load_weights(request.version, request.uri)
+            uri = within_root(request.uri, self.checkpoint_root)
+            seconds = await self.engine.load_weights(request.version, uri)
         except Exception as e:
             await abort_async(context, "inference", "LoadWeights", e)
         self.metrics.reload_seconds.observe(seconds)
-        log.info("policy version %d loaded from %s in %.2f s", request.version, request.uri, seconds)
+        log.info("policy version %d loaded from %s in %.2f s", request.version, uri, seconds)
         return pb.LoadWeightsResponse(version=request.version, reload_s=seconds)
 
     async def Status(
@@ -78,7 +83,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
 class InferenceServer(HoldsServer):
     """A started-on-demand gRPC server (and /metrics endpoint) around one engine."""
 
-    def __init__(self, cfg: InferenceConfig, engine: Engine | None = None) -> None:
+    def __init__(self, cfg: InferenceConfig, engine: Engine | None = None, *, secret: str) -> None:
         self.cfg = cfg
         self.engine = engine
         self.metrics = InferenceMetrics()
@@ -86,6 +91,7 @@ class InferenceServer(HoldsServer):
             "clawgym.v1.Inference",
             cfg.host,
             cfg.port,
+            secret=secret,
             metrics_port=cfg.metrics_port,
             registry=self.metrics.registry,
             max_message_mb=cfg.grpc_max_message_mb,
@@ -96,7 +102,7 @@ class InferenceServer(HoldsServer):
         """Builds the engine if none was given (in a thread), binds host:port (0 = any free port), serves."""
         if self.engine is None:
             self.engine = await asyncio.to_thread(open_local_engine, self.cfg)
-        servicer = InferenceServicer(self.engine, self.metrics)
+        servicer = InferenceServicer(self.engine, self.metrics, self.cfg.checkpoint_root)
         self._rpc.add(inference_pb2_grpc.add_InferenceServicer_to_server, servicer)
         await self._rpc.start()  # SERVING: the engine is built
         self._refresher = asyncio.create_task(self._refresh_metrics())
@@ -121,6 +127,7 @@ class InferenceServer(HoldsServer):
             await aclose()
 
 
-def create_server(cfg: InferenceConfig, engine: Engine | None = None) -> InferenceServer:
-    """An inference server (not started) for `cfg`, serving `engine` or the one `cfg` describes."""
-    return InferenceServer(cfg, engine)
+def create_server(cfg: InferenceConfig, engine: Engine | None = None, *, secret: str) -> InferenceServer:
+    """An inference server (not started) for `cfg`, serving `engine` or the one `cfg` describes, to
+    callers holding `secret`."""
+    return InferenceServer(cfg, engine, secret=secret)

@@ -2,7 +2,9 @@
 
 import asyncio
 import logging
+import sys
 
+from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
 from clawgym.rpc_server import serve_until_signal
 from clawgym_services.orchestrator.server import create_server
@@ -15,6 +17,11 @@ def main(argv: list[str] | None = None) -> int:
         "orchestrator", argv, description="Runs batches of rollouts.", clients_of=("sandbox", "store")
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg.rpc.shared_secret()  # checked before anything starts
+    except ClawgymError as e:
+        print(f"clawgym serve orchestrator: {e}", file=sys.stderr)
+        return 2
     asyncio.run(_serve(cfg))
     return 0
 

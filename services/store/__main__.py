@@ -2,7 +2,9 @@
 
 import logging
 import signal
+import sys
 
+from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
 from clawgym_services.store.server import create_server
 
@@ -10,9 +12,14 @@ log = logging.getLogger("clawgym.store")
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = service_config("store", argv, description="The trajectory store over gRPC.").store
+    config = service_config("store", argv, description="The trajectory store over gRPC.")
+    cfg = config.store
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    server = create_server(cfg)
+    try:
+        server = create_server(cfg, secret=config.rpc.shared_secret())
+    except ClawgymError as e:  # no secret: say so, no traceback
+        print(f"clawgym serve store: {e}", file=sys.stderr)
+        return 2
     port = server.start()
     log.info("store service on %s:%d, metrics :%d (store %s, bus %s)",
              cfg.host, port, server.metrics_port, cfg.url.split("@")[-1], cfg.bus_url)  # fmt: skip

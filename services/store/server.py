@@ -3,7 +3,9 @@
 A thin shell: each handler decodes the request (`clawgym.store.convert`), calls one store
 method and encodes the reply. Typed errors become their gRPC status (`ClawgymError.grpc_code`);
 anything else is INTERNAL, with the traceback in this service's log. Every RPC is counted by
-method and status code and timed; the standard gRPC health service answers beside it.
+method and status code and timed; the standard gRPC health service answers beside it. Every call
+but the health service's needs the `rpc` secret (`clawgym.rpc_server`): no one without it records
+calls or finishes a rollout with a reward of its choosing.
 """
 
 import contextlib
@@ -171,15 +173,16 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
 
 
 def create_server(
-    cfg: StoreConfig, host: str | None = None, store: TrajectoryStore | None = None
+    cfg: StoreConfig, host: str | None = None, store: TrajectoryStore | None = None, *, secret: str
 ) -> GrpcServer:
-    """A store server (not started) on host (default `cfg.host`):cfg.port, serving `store` or the
-    in-process store `cfg` names, with its RPC counts on /metrics (cfg.metrics_port)."""
+    """A store server (not started) on host (default `cfg.host`):cfg.port for callers holding `secret`,
+    serving `store` or the in-process store `cfg` names, with its RPC counts on /metrics (cfg.metrics_port)."""
     metrics = StoreMetrics()
     server = GrpcServer(
         "clawgym.v1.Store",
         host or cfg.host,
         cfg.port,
+        secret=secret,
         metrics_port=cfg.metrics_port,
         registry=metrics.registry,
         max_message_mb=cfg.grpc_max_message_mb,

@@ -59,6 +59,7 @@ class TrainerServer:
                 "clawgym.v1.Trainer",
                 self.cfg.host,
                 self.cfg.port,
+                secret=cfg.rpc.shared_secret(),
                 metrics_port=self.cfg.metrics_port,
                 registry=trainer.metrics.registry,
                 max_workers=4,

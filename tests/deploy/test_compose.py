@@ -5,6 +5,7 @@ the real Compose CLI (`docker-compose config`, which needs no daemon), and every
 must have a build context and a Dockerfile that exist.
 """
 
+import os
 import shutil
 import subprocess
 import sys
@@ -142,3 +143,73 @@ def test_grafana_is_provisioned_with_the_datasource_and_dashboards_from_files(co
     path = boards["providers"][0]["options"]["path"]
     assert path in provisioned, f"the dashboard provider reads {path}, which compose does not mount"
     assert list(provisioned[path].glob("*.json")), f"no dashboards in {provisioned[path]}"
+
+
+def _resolved(env: dict[str, str]) -> dict:
+    """`docker-compose config` of docker-compose.yml with `env` set: what the services really get."""
+    done = subprocess.run(
+        [_compose_cli(), "--project-directory", str(REPO), "-f", str(COMPOSE), "config", "--format", "json"],
+        capture_output=True, text=True, timeout=60,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("CLAWGYM_")}, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)["services"]
+
+
+CREDENTIALS = {
+    "CLAWGYM_RPC_SECRET": "rpc-s3cret",
+    "CLAWGYM_REDIS_PASSWORD": "redis-pw",
+    "CLAWGYM_DB_PASSWORD": "db-pw",
+    "CLAWGYM_PG_ADMIN_PASSWORD": "admin-pw",
+}
+
+
+def test_every_service_carries_the_rpc_secret_and_listens_on_all_interfaces_explicitly():
+    """Each clawgym service gets CLAWGYM_RPC__SECRET from CLAWGYM_RPC_SECRET and `--host 0.0.0.0`
+    (its default is loopback); without the variable it is the documented development default."""
+    services = _resolved(CREDENTIALS)
+    for name in CLAWGYM_SERVICES:
+        svc = services[name]
+        assert svc["environment"]["CLAWGYM_RPC__SECRET"] == "rpc-s3cret", name
+        command = svc["command"]
+        assert command[command.index("--host") + 1] == "0.0.0.0", f"{name} must listen on 0.0.0.0 explicitly"
+    default = _resolved({})["store"]["environment"]["CLAWGYM_RPC__SECRET"]
+    assert "dev-only" in default, f"the default secret must say it is for development only: {default}"
+
+
+def test_redis_requires_the_password_the_bus_urls_carry_and_postgres_is_reached_as_a_non_superuser():
+    """Redis runs with --requirepass (redis-cli logs in by REDISCLI_AUTH); the bus and live-state URLs
+    carry that password; PostgreSQL's superuser stays `postgres` while the services log in as the
+    role the mounted init script creates NOSUPERUSER, owner of the clawgym database."""
+    services = _resolved(CREDENTIALS)
+    redis = services["redis"]
+    assert redis["command"][redis["command"].index("--requirepass") + 1] == "redis-pw"
+    assert redis["environment"]["REDISCLI_AUTH"] == "redis-pw"
+    for name in CLAWGYM_SERVICES:
+        env = services[name]["environment"]
+        assert env["CLAWGYM_STORE__BUS_URL"] == "redis://:redis-pw@redis:6379/0", name
+        assert env["CLAWGYM_PROXY__REDIS_URL"] == "redis://:redis-pw@redis:6379/0", name
+        assert env["CLAWGYM_STORE__URL"] == "postgresql+psycopg://clawgym:db-pw@postgres:5432/clawgym", name
+    pg = services["postgres"]["environment"]
+    assert "POSTGRES_USER" not in pg, "POSTGRES_USER would make the services' role a superuser"
+    assert (pg["CLAWGYM_DB_USER"], pg["CLAWGYM_DB_NAME"], pg["CLAWGYM_DB_PASSWORD"]) == (
+        "clawgym",
+        "clawgym",
+        "db-pw",
+    )
+    assert pg["POSTGRES_PASSWORD"] == "admin-pw"
+    (init,) = [
+        v for v in services["postgres"]["volumes"] if v["target"].startswith("/docker-entrypoint-initdb.d/")
+    ]
+    script = Path(init["source"]).read_text()
+    assert Path(init["source"]) == REPO / "deploy" / "compose" / "postgres-init.sh" and init["read_only"]
+    assert "NOSUPERUSER NOCREATEDB NOCREATEROLE" in script and 'OWNER :"role"' in script, script
+    assert "host all ${POSTGRES_USER:-postgres} all reject" in script, "the superuser: no TCP login"
+
+
+def test_inference_loads_checkpoints_only_from_the_volume_the_trainer_writes():
+    services = _resolved({})
+    root = services["inference"]["environment"]["CLAWGYM_INFERENCE__CHECKPOINT_ROOT"]
+    run = yaml.safe_load((REPO / "configs" / "compose.yaml").read_text())
+    assert root == run["trainer"]["checkpoint_uri"] == "/data/checkpoints"
+    assert any(v["target"] == root for v in services["inference"]["volumes"]), "the volume is mounted there"

@@ -255,3 +255,93 @@ def test_a_sandbox_pod_is_selected_by_its_network_policy_and_by_no_store_policy(
                 assert not peer["podSelector"]["matchLabels"].items() <= online.items(), (
                     f"{store} admits sandbox pods: {peer}"
                 )
+
+
+def _containers(docs: list[dict]) -> dict[str, dict]:
+    """Every workload's containers by name."""
+    return {
+        c["name"]: c
+        for d in docs
+        if d["kind"] in WORKLOADS
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_every_service_gets_the_rpc_secret_from_a_secret_and_listens_on_all_interfaces_explicitly(
+    render, name: str
+):
+    """Each clawgym component reads CLAWGYM_RPC__SECRET from the rpc Secret (never a value in the pod
+    spec) and is told to listen on 0.0.0.0, which its default (loopback) is not."""
+    docs = render(*VALUES[name])
+    containers = _containers(docs)
+    wanted = [c for c in ("store", "inference", "proxy", "orchestrator", "trainer") if c in containers]
+    assert len(wanted) >= 3, f"{name}: the components rendered: {sorted(containers)}"
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    for component in wanted:
+        env = {e["name"]: e for e in containers[component]["env"]}
+        ref = env["CLAWGYM_RPC__SECRET"]["valueFrom"]["secretKeyRef"]
+        assert ref["key"] == "secret" and "value" not in env["CLAWGYM_RPC__SECRET"], (component, ref)
+        if name == "production":
+            assert ref["name"] == "clawgym-rpc", "production brings its own Secret"
+        else:
+            assert len(secrets[ref["name"]]["data"]["secret"]) >= 32, f"{component}: a generated secret"
+        section = component.upper()
+        assert env[f"CLAWGYM_{section}__HOST"]["value"] == "0.0.0.0", f"{component} must listen explicitly"
+
+
+def test_the_bundled_redis_requires_a_password_that_the_bus_urls_carry(render):
+    """Redis runs with --requirepass from its Secret; the services' bus and live-state URLs carry the
+    same password by $(REDIS_PASSWORD), defined before them from that Secret."""
+    docs = render()
+    containers = _containers(docs)
+    redis = containers["redis"]
+    redis_env = {e["name"]: e for e in redis["env"]}
+    secret_name = redis_env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"], redis["args"]
+    assert redis_env["REDISCLI_AUTH"]["value"] == "$(REDIS_PASSWORD)", "the readiness probe must log in"
+    assert len(_by(docs, "Secret", "-redis")["data"]["password"]) >= 32
+    for component in ("store", "proxy", "orchestrator", "inference"):
+        env = containers[component]["env"]
+        names = [e["name"] for e in env]
+        by = {e["name"]: e for e in env}
+        assert by["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == secret_name, component
+        urls = ["CLAWGYM_STORE__BUS_URL"] + (["CLAWGYM_PROXY__REDIS_URL"] if component == "proxy" else [])
+        for url in urls:
+            assert by[url]["value"].startswith("redis://:$(REDIS_PASSWORD)@"), (component, by[url]["value"])
+            assert names.index("REDIS_PASSWORD") < names.index(url), "Kubernetes expands only earlier vars"
+
+
+def test_the_services_reach_the_bundled_postgres_as_a_non_superuser_owning_only_its_database(render):
+    """The superuser stays `postgres` (socket only); the init script (the compose one, byte for byte)
+    creates the services' role NOSUPERUSER as the owner of the clawgym database."""
+    docs = render()
+    containers = _containers(docs)
+    pg = containers["postgresql"]
+    env = {e["name"]: e for e in pg["env"]}
+    assert "POSTGRES_USER" not in env, "POSTGRES_USER would make the services' role a superuser"
+    assert env["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "admin-password"
+    assert env["CLAWGYM_DB_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "password"
+    store_url = {e["name"]: e for e in containers["store"]["env"]}["CLAWGYM_STORE__URL"]["value"]
+    assert store_url.startswith(f"postgresql+psycopg://{env['CLAWGYM_DB_USER']['value']}@"), store_url
+    assert env["CLAWGYM_DB_USER"]["value"] != "postgres" and env["CLAWGYM_DB_NAME"]["value"] == "clawgym"
+    init = _by(docs, "ConfigMap", "-postgresql-init")
+    (script,) = init["data"].values()
+    compose_script = (CHART.parents[1] / "deploy" / "compose" / "postgres-init.sh").read_text()
+    assert script == compose_script, "the chart's init script must be deploy/compose/postgres-init.sh"
+    assert "NOSUPERUSER NOCREATEDB NOCREATEROLE" in script and "reject" in script
+    mounts = {m["mountPath"]: m for m in pg["volumeMounts"]}
+    assert mounts["/docker-entrypoint-initdb.d"]["readOnly"] is True
+    db_secret = _by(docs, "Secret", "-db")["data"]
+    assert db_secret["password"] != db_secret["admin-password"], "two passwords, both generated"
+
+
+def test_inference_loads_checkpoints_only_where_the_trainer_writes_them(render):
+    """inference.checkpoint_root is the trainer's checkpoint_uri: the shared volume, or the object store."""
+    for sets in ({}, {"checkpoints.uri": "s3://bucket/clawgym"}):
+        containers = _containers(render(sets=sets))
+        inference = {e["name"]: e.get("value") for e in containers["inference"]["env"]}
+        trainer = {e["name"]: e.get("value") for e in containers["trainer"]["env"]}
+        assert (
+            inference["CLAWGYM_INFERENCE__CHECKPOINT_ROOT"] == trainer["CLAWGYM_TRAINER__CHECKPOINT_URI"]
+        ), sets

@@ -51,3 +51,13 @@ def test_two_grpo_steps_across_service_processes_commit_checkpoints_and_reload_t
     )
     assert evals == [0, 2], f"evaluations before and after were recorded: {evals}"
     assert (tmp_path / "run" / "report.md").is_file(), "the report is written in service mode too"
+    services = tmp_path / "run" / "services"
+    secret_file = services / "rpc-secret"
+    assert secret_file.stat().st_mode & 0o777 == 0o600, "the stack's rpc secret is readable by its user only"
+    secret = secret_file.read_text()
+    assert len(secret) >= 32, "a generated secret"
+    stack = yaml.safe_load((services / "stack.yaml").read_text())
+    assert stack["rpc"] == {"secret_file": str(secret_file.resolve())}, "the services read it from the file"
+    written = [p for p in (tmp_path / "run").rglob("*") if p.is_file() and p != secret_file]
+    leaked = [str(p) for p in written if secret in p.read_text(errors="replace")]
+    assert not leaked, f"the rpc secret must appear in no config, log or report: {leaked}"

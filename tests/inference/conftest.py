@@ -97,7 +97,7 @@ async def _served(engine: TorchEngine, transport: str, server_thread) -> AsyncIt
         yield engine
         return
     server = await asyncio.to_thread(server_thread, engine)
-    client = GrpcEngine(f"127.0.0.1:{server.port}")
+    client = GrpcEngine(f"127.0.0.1:{server.port}", secret=server.secret)
     try:
         yield client
     finally:

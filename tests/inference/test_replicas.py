@@ -7,6 +7,7 @@ TorchEngine; where requests landed is read off each server's own Prometheus regi
 
 import asyncio
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
@@ -32,9 +33,14 @@ SHORT = SamplingParams(max_new_tokens=3, temperature=0.0)
 LONG = SamplingParams(max_new_tokens=5000, temperature=0.0)
 
 
+SECRET = "replicas-test-secret"
+
+
 def _server(model: torch.nn.Module) -> InferenceServer:
-    cfg = InferenceConfig(model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0)
-    return create_server(cfg, engine=TorchEngine(model, name="tiny-qwen3"))
+    cfg = InferenceConfig(
+        model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0, checkpoint_root=tempfile.gettempdir()
+    )
+    return create_server(cfg, engine=TorchEngine(model, name="tiny-qwen3"), secret=SECRET)
 
 
 @contextlib.asynccontextmanager
@@ -45,7 +51,9 @@ async def _replicas(
     servers = [_server(m) for m in models]
     try:
         ports = [await s.start() for s in servers]
-        engine = ReplicatedEngine.from_targets([f"127.0.0.1:{p}" for p in ports], max_message_mb=64)
+        engine = ReplicatedEngine.from_targets(
+            [f"127.0.0.1:{p}" for p in ports], secret=SECRET, max_message_mb=64
+        )
         try:
             yield engine, servers
         finally:
@@ -83,8 +91,11 @@ def _two_layer_model() -> torch.nn.Module:
 
 def test_grpc_url_listing_several_replicas_connects_a_replicated_engine():
     """The composition root: comma-separated targets give a ReplicatedEngine, one target a GrpcEngine (nothing connects yet)."""
-    several = open_engine(ClawgymConfig(inference=InferenceConfig(grpc_url=" 127.0.0.1:1, 127.0.0.1:2 ,")))
-    one = open_engine(ClawgymConfig(inference=InferenceConfig(grpc_url="127.0.0.1:1,")))
+    rpc = {"secret": SECRET}
+    several = open_engine(
+        ClawgymConfig(inference=InferenceConfig(grpc_url=" 127.0.0.1:1, 127.0.0.1:2 ,"), rpc=rpc)
+    )
+    one = open_engine(ClawgymConfig(inference=InferenceConfig(grpc_url="127.0.0.1:1,"), rpc=rpc))
     assert isinstance(several, ReplicatedEngine) and several.names == ["127.0.0.1:1", "127.0.0.1:2"], (
         f"two listed replicas must give a ReplicatedEngine over both: {several!r}"
     )
@@ -183,7 +194,9 @@ def test_a_rollout_moves_off_an_unreachable_replica_and_other_errors_pass_throug
         live = _server(load_model("tiny-qwen3"))
         await live.start()
         dead = f"127.0.0.1:{free_port}"
-        engine = ReplicatedEngine.from_targets([dead, f"127.0.0.1:{live.port}"], max_message_mb=64)
+        engine = ReplicatedEngine.from_targets(
+            [dead, f"127.0.0.1:{live.port}"], secret=SECRET, max_message_mb=64
+        )
         try:
             tokens = [
                 await _drain(engine.generate(prompts[r], SHORT, f"rollout{r}:{seq}"))
@@ -265,7 +278,9 @@ def test_the_trainer_fails_loudly_when_a_replica_refuses_its_checkpoint(other_ch
     servers = [_server(load_model("tiny-qwen3")), _server(_two_layer_model())]
     try:
         ports = [runner.run(s.start(), timeout_s=60) for s in servers]
-        engine = ReplicatedEngine.from_targets([f"127.0.0.1:{p}" for p in ports], max_message_mb=64)
+        engine = ReplicatedEngine.from_targets(
+            [f"127.0.0.1:{p}" for p in ports], secret=SECRET, max_message_mb=64
+        )
         trainer = Trainer(
             TrainerConfig(model="tiny-qwen3"),
             store=None, bus=None, source=None, tokenizer=None, engines=[engine], runner=runner,

@@ -18,22 +18,22 @@ from clawgym.inference import convert
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.grpc_client import GrpcEngine
 from clawgym.inference.interface import SamplingParams
-from clawgym.rpc import check_health
+from clawgym.rpc import check_health, open_aio_channel
 from clawgym_services.inference.server import create_server
 
 
 @pytest.fixture
-def server(engine_factory, tiny_model, free_port):
+def server(engine_factory, tiny_model, free_port, rpc_secret):
     """The real server around a TorchEngine on 127.0.0.1:<free>, with metrics on a free port, in-loop."""
     cfg = InferenceConfig(model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=free_port)
-    return lambda: create_server(cfg, engine=engine_factory(tiny_model))
+    return lambda: create_server(cfg, engine=engine_factory(tiny_model), secret=rpc_secret)
 
 
 def _request(prompt, **params) -> pb.GenerateRequest:
     return convert.request_to_proto(prompt, SamplingParams(**params), "raw")
 
 
-def test_bad_requests_get_invalid_argument_status_codes(server, prompts):
+def test_bad_requests_get_invalid_argument_status_codes(server, prompts, rpc_secret):
     """Malformed packed arrays and out-of-range requests are INVALID_ARGUMENT on the wire."""
 
     async def body():
@@ -41,7 +41,7 @@ def test_bad_requests_get_invalid_argument_status_codes(server, prompts):
         port = await srv.start()
         codes = {}
         try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            async with open_aio_channel(f"127.0.0.1:{port}", rpc_secret) as channel:
                 stub = InferenceStub(channel)
                 bad = {
                     "odd bytes": pb.GenerateRequest(prompt_ids=b"\x01\x02\x03"),
@@ -65,14 +65,14 @@ def test_bad_requests_get_invalid_argument_status_codes(server, prompts):
     )
 
 
-def test_client_cancel_aborts_the_request_on_the_server(server, engine_factory, prompts):
+def test_client_cancel_aborts_the_request_on_the_server(server, engine_factory, prompts, rpc_secret):
     """Cancelling the Generate call frees the engine slot and counts an abort."""
 
     async def body():
         srv = server()
         port = await srv.start()
         try:
-            client = GrpcEngine(f"127.0.0.1:{port}")
+            client = GrpcEngine(f"127.0.0.1:{port}", secret=rpc_secret)
             task = asyncio.create_task(
                 _drain(client.generate(prompts[1], SamplingParams(max_new_tokens=20_000, temperature=0)))
             )
@@ -98,14 +98,14 @@ async def _drain(stream) -> None:
         pass
 
 
-def test_metrics_endpoint_reports_tokens_batch_and_version(server, prompts):
+def test_metrics_endpoint_reports_tokens_batch_and_version(server, prompts, rpc_secret):
     """/metrics on the server's own registry counts generated tokens and shows running/version/reload."""
 
     async def body():
         srv = server()
         port = await srv.start()
         try:
-            client = GrpcEngine(f"127.0.0.1:{port}")
+            client = GrpcEngine(f"127.0.0.1:{port}", secret=rpc_secret)
             await asyncio.gather(
                 *(
                     _drain(client.generate(p, SamplingParams(max_new_tokens=10, temperature=0)))
@@ -136,14 +136,14 @@ def test_metrics_endpoint_reports_tokens_batch_and_version(server, prompts):
         assert f"clawgym_inference_{name}" in text, f"metric clawgym_inference_{name} missing"
 
 
-def test_serve_inference_entry_point_serves_until_sigterm():
+def test_serve_inference_entry_point_serves_until_sigterm(rpc_secret):
     """`python -m clawgym_services.inference --model tiny-qwen3 --port 0` serves Generate, then exits on SIGTERM."""
     cmd = [sys.executable, "-m", "clawgym_services.inference", "--model", "tiny-qwen3", "--host", "127.0.0.1"]
     proc = subprocess.Popen(
         [*cmd, "--port", "0", "--metrics-port", "0"],
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "CLAWGYM_RPC__SECRET": rpc_secret},
     )
     try:
         port = None
@@ -154,7 +154,7 @@ def test_serve_inference_entry_point_serves_until_sigterm():
         assert port, "the service never reported its port"
 
         async def generate():
-            client = GrpcEngine(f"127.0.0.1:{port}")
+            client = GrpcEngine(f"127.0.0.1:{port}", secret=rpc_secret)
             chunks = [
                 c async for c in client.generate([1, 2, 3], SamplingParams(max_new_tokens=5, temperature=0))
             ]

@@ -139,7 +139,7 @@ class Served:
     cfg: ClawgymConfig
 
     def client(self) -> OrchestratorClient:
-        return OrchestratorClient(self.target)
+        return OrchestratorClient(self.target, secret=self.cfg.rpc.shared_secret())
 
     def call(self, coro):
         """Runs a coroutine on the service's own loop (for reading its in-process state)."""
@@ -151,7 +151,9 @@ def sandbox_settings(root: Path, owner: str, **local) -> dict:
 
 
 @pytest.fixture
-def make_orchestrator(pg_url: str, sandbox_root: Path, beacon: Beacon) -> Iterator[Callable[..., Served]]:
+def make_orchestrator(
+    pg_url: str, sandbox_root: Path, beacon: Beacon, rpc_config: dict
+) -> Iterator[Callable[..., Served]]:
     """Starts orchestrator services (each with its own store connection to one PostgreSQL schema),
     the beacon as their proxy unless told otherwise."""
     started: list[tuple[Served, threading.Thread]] = []
@@ -160,6 +162,7 @@ def make_orchestrator(pg_url: str, sandbox_root: Path, beacon: Beacon) -> Iterat
     def make(sandbox: dict | None = None, **orchestrator) -> Served:
         cfg = ClawgymConfig(
             store={"url": pg_url},
+            rpc=rpc_config,
             sandbox=sandbox or sandbox_settings(sandbox_root, owner),
             orchestrator={
                 "host": "127.0.0.1",

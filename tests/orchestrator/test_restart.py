@@ -27,10 +27,11 @@ def sandboxes_in(root: Path) -> list[Path]:
     return [p for p in root.iterdir() if (p / "meta.json").is_file()]
 
 
-def start_service(port: int, pg_url: str, root: Path, owner: str) -> subprocess.Popen:
+def start_service(port: int, pg_url: str, root: Path, owner: str, secret: str) -> subprocess.Popen:
     """`python -m clawgym_services.orchestrator` (the `clawgym serve orchestrator` entry point)."""
     env = {
         **os.environ,
+        "CLAWGYM_RPC__SECRET": secret,
         "CLAWGYM_SANDBOX__OWNER": owner,
         "CLAWGYM_SANDBOX__LOCAL__ROOT_DIR": str(root),
         "CLAWGYM_SANDBOX__LOCAL__ISOLATION": "bwrap",
@@ -50,18 +51,18 @@ def start_service(port: int, pg_url: str, root: Path, owner: str) -> subprocess.
 
 
 def test_a_restarted_orchestrator_reaps_the_sandboxes_its_killed_predecessor_left(
-    pg_url, sandbox_root, suite, free_port, make_orchestrator
+    pg_url, sandbox_root, suite, free_port, make_orchestrator, rpc_secret
 ):
     """Kill -9 the service while two rollouts run: their sandboxes stay on disk. A new orchestrator
     with the same owner deletes both at start; a sandbox of another owner in the same root survives."""
     owner = "restart-test"
     store = SqlStore(pg_url)
     run = store.create_run("restart")
-    proc = start_service(free_port, pg_url, sandbox_root, owner)
+    proc = start_service(free_port, pg_url, sandbox_root, owner, rpc_secret)
     try:
 
         async def two_running() -> None:
-            client = OrchestratorClient(f"127.0.0.1:{free_port}")
+            client = OrchestratorClient(f"127.0.0.1:{free_port}", secret=rpc_secret)
             batch = Batch(run.id, [RolloutRequest("sleep-long", "oracle", samples=2)], suite=str(suite))
             running = 0
             async for status in client.run_rollouts(batch):

@@ -20,7 +20,7 @@ from clawgym.errors import AlreadyExists, ClawgymError, InvalidArgument, NotFoun
 from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.generated.v1.store_pb2_grpc import StoreStub
 from clawgym.records import Checkpoint, GroupReady, RolloutSpec
-from clawgym.rpc import check_health
+from clawgym.rpc import check_health, open_channel
 from clawgym.store import convert
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
@@ -31,11 +31,11 @@ MAX_CALL_MB = 1
 
 
 @pytest.fixture
-def service(store_url: str, free_port: int) -> Iterator[tuple[SqlStore, str]]:
+def service(store_url: str, free_port: int, rpc_secret: str) -> Iterator[tuple[SqlStore, str]]:
     """A started store service on 127.0.0.1:free_port over a fresh database; yields (store, target)."""
     cfg = StoreConfig(url=store_url, port=free_port, max_call_mb=MAX_CALL_MB, metrics_port=0)
     store = SqlStore(store_url, MemoryBus(), max_call_bytes=MAX_CALL_MB * 2**20)
-    server = create_server(cfg, host="127.0.0.1", store=store)
+    server = create_server(cfg, host="127.0.0.1", store=store, secret=rpc_secret)
     server.start()
     yield store, f"127.0.0.1:{free_port}"
     server.stop(grace=None)
@@ -43,8 +43,8 @@ def service(store_url: str, free_port: int) -> Iterator[tuple[SqlStore, str]]:
 
 
 @pytest.fixture
-def client(service: tuple[SqlStore, str]) -> Iterator[StoreClient]:
-    with StoreClient(service[1], timeout_s=30) as c:
+def client(service: tuple[SqlStore, str], rpc_secret: str) -> Iterator[StoreClient]:
+    with StoreClient(service[1], secret=rpc_secret, timeout_s=30) as c:
         yield c
 
 
@@ -116,7 +116,7 @@ def test_a_run_goes_through_the_grpc_store_and_its_group_comes_back(client: Stor
 
 
 def test_bad_input_over_grpc_gets_its_status_code_and_writes_nothing(
-    service: tuple[SqlStore, str], client: StoreClient, make_call
+    service: tuple[SqlStore, str], client: StoreClient, make_call, rpc_secret: str
 ) -> None:
     """Unknown rollout → NOT_FOUND, bad arrays/names/size → INVALID_ARGUMENT, duplicate → ALREADY_EXISTS."""
     store, target = service
@@ -142,7 +142,7 @@ def test_bad_input_over_grpc_gets_its_status_code_and_writes_nothing(
         "oversized": (grpc.StatusCode.INVALID_ARGUMENT, raw(prompt_ids=b"\x00" * (MAX_CALL_MB * 2**20 + 4))),
         "duplicate seq": (grpc.StatusCode.ALREADY_EXISTS, raw(seq=0)),
     }
-    with grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 * 2**20)]) as channel:
+    with open_channel(target, rpc_secret, [("grpc.max_send_message_length", 64 * 2**20)]) as channel:
         stub = StoreStub(channel)
         for what, (code, message) in cases.items():
             with pytest.raises(grpc.RpcError) as caught:
@@ -189,12 +189,12 @@ class BrokenStore:
         raise KeyError(run_id)
 
 
-def test_an_untyped_failure_is_internal_and_the_service_keeps_serving(free_port: int) -> None:
+def test_an_untyped_failure_is_internal_and_the_service_keeps_serving(free_port: int, rpc_secret: str) -> None:
     cfg = StoreConfig(port=free_port, metrics_port=0)
-    server = create_server(cfg, host="127.0.0.1", store=BrokenStore())  # type: ignore[arg-type]
+    server = create_server(cfg, host="127.0.0.1", store=BrokenStore(), secret=rpc_secret)  # type: ignore[arg-type]
     server.start()
     try:
-        with StoreClient(f"127.0.0.1:{free_port}", timeout_s=10) as c:
+        with StoreClient(f"127.0.0.1:{free_port}", secret=rpc_secret, timeout_s=10) as c:
             for _ in range(2):
                 with pytest.raises(ClawgymError) as caught:
                     c.get_run("r")
@@ -205,7 +205,7 @@ def test_an_untyped_failure_is_internal_and_the_service_keeps_serving(free_port:
         server.stop(grace=None)
 
 
-def test_clawgym_serve_store_serves_until_sigterm(sqlite_url: str, free_port: int) -> None:
+def test_clawgym_serve_store_serves_until_sigterm(sqlite_url: str, free_port: int, rpc_secret: str) -> None:
     """`clawgym serve store --url … --port N` answers the typed client, and exits 0 on SIGTERM."""
     cli = Path(sys.executable).with_name("clawgym")
     proc = subprocess.Popen(
@@ -214,9 +214,10 @@ def test_clawgym_serve_store_serves_until_sigterm(sqlite_url: str, free_port: in
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, "CLAWGYM_RPC__SECRET": rpc_secret},
     )
     try:
-        with StoreClient(f"127.0.0.1:{free_port}", timeout_s=60) as c:
+        with StoreClient(f"127.0.0.1:{free_port}", secret=rpc_secret, timeout_s=60) as c:
             run = c.create_run("from-the-cli")
             assert c.get_run(run.id).name == "from-the-cli", "the served store must persist runs"
         os.kill(proc.pid, signal.SIGTERM)
@@ -236,20 +237,20 @@ def _free_port() -> int:
 
 
 def test_the_store_service_exports_its_rpcs_on_metrics_and_answers_grpc_health(
-    sqlite_url: str, free_port: int, make_call
+    sqlite_url: str, free_port: int, make_call, rpc_secret: str
 ) -> None:
     """/metrics counts RPCs by method and status code and the calls and tokens recorded; health is
     SERVING while it serves and NOT_SERVING from the start of shutdown."""
     cfg = StoreConfig(url=sqlite_url, port=free_port, metrics_port=_free_port())
     store = SqlStore(sqlite_url, MemoryBus())
-    server = create_server(cfg, host="127.0.0.1", store=store)
+    server = create_server(cfg, host="127.0.0.1", store=store, secret=rpc_secret)
     target = f"127.0.0.1:{free_port}"
     with pytest.raises(grpc.RpcError):
         check_health(target, timeout_s=1)  # not started: nothing listens
     server.start()
     try:
         assert check_health(target) == "SERVING" and check_health(target, "clawgym.v1.Store") == "SERVING"
-        with StoreClient(target, timeout_s=30) as c:
+        with StoreClient(target, secret=rpc_secret, timeout_s=30) as c:
             run = c.create_run("metrics")
             rollout = c.register_rollouts(run.id, [RolloutSpec("g", "task", "reference", 1)])[0]
             call = make_call(rollout.rollout_id, 0, n_prompt=300, n_output=20)

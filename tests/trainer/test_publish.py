@@ -34,7 +34,7 @@ def test_a_published_checkpoint_is_served_with_the_trainers_logprobs(
     equal the updated trainer policy's (CPU float tolerance), and differ from version 0's."""
     store = SqlStore(sqlite_url, MemoryBus())
     server = serve_inference(engine) if transport == "grpc" else None
-    served = GrpcEngine(f"127.0.0.1:{server.port}") if server is not None else engine
+    served = GrpcEngine(f"127.0.0.1:{server.port}", secret=server.secret) if server is not None else engine
     try:
         trainer = make_trainer(trainer_cfg(steps=1, algorithm={"lr": 3e-3}), store, engines=[served])
         trainer.run()

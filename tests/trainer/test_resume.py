@@ -58,6 +58,7 @@ class TrainerProcess:
 def _write_config(path: Path, pg_url: str, redis_url: str, checkpoints: Path, steps: int) -> None:
     config = {
         "store": {"url": pg_url, "bus_url": redis_url},
+        "rpc": {"secret": "resume-test-secret"},  # the trainer service's Status requires one
         "trainer": {
             "model": "tiny-qwen3",
             "rollout_source": "toy",

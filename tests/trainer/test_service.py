@@ -5,28 +5,39 @@ import time
 
 import grpc
 import httpx
+import pytest
 
 from clawgym.config import load_config
 from clawgym.generated.v1 import trainer_pb2 as pb
 from clawgym.generated.v1.trainer_pb2_grpc import TrainerStub
-from clawgym.rpc import check_health
+from clawgym.rpc import check_health, open_channel
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
 from clawgym_services.trainer.server import create_server
 
 
 def test_the_service_reports_the_loop_over_grpc_and_exports_prometheus_metrics(
-    sqlite_url, trainer_cfg, make_trainer, free_port
+    sqlite_url, trainer_cfg, make_trainer, free_port, rpc_config, rpc_secret
 ):
     """Status goes to `finished` at version 2 with the last step's metrics; /metrics has the trainer's."""
     section = trainer_cfg(steps=2, host="127.0.0.1", port=0, metrics_port=free_port)
     store = SqlStore(sqlite_url, MemoryBus())
-    server = create_server(load_config(trainer=section.model_dump()), trainer=make_trainer(section, store))
+    cfg = load_config(trainer=section.model_dump(), rpc=rpc_config)
+    server = create_server(cfg, trainer=make_trainer(section, store))
     try:
         port = server.start()
         assert port > 0, "the service must report the gRPC port it listens on"
-        stub = TrainerStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
-        health = [check_health(f"127.0.0.1:{port}", "clawgym.v1.Trainer")]
+        stub = TrainerStub(open_channel(f"127.0.0.1:{port}", rpc_secret))
+        health = [check_health(f"127.0.0.1:{port}", "clawgym.v1.Trainer")]  # probes need no secret
+        refused = {}
+        for what, channel in {
+            "no secret": grpc.insecure_channel(f"127.0.0.1:{port}"),
+            "wrong secret": open_channel(f"127.0.0.1:{port}", "not-" + rpc_secret),
+        }.items():
+            with channel, pytest.raises(grpc.RpcError) as caught:
+                TrainerStub(channel).Status(pb.TrainerStatusRequest(), timeout=10)
+            refused[what] = caught.value.code()
+        assert refused == dict.fromkeys(refused, grpc.StatusCode.UNAUTHENTICATED), refused
         seen = set()
         deadline = time.monotonic() + 300
         status = stub.Status(pb.TrainerStatusRequest(), timeout=10)

@@ -21,15 +21,16 @@ from clawgym_services.store.server import create_server
 
 
 @pytest.fixture(params=["in-process", "grpc"])
-def store(request, store_url: str, free_port: int) -> Iterator[TrajectoryStore]:
+def store(request, store_url: str, free_port: int, rpc_secret: str) -> Iterator[TrajectoryStore]:
     sql = SqlStore(store_url, MemoryBus())
     if request.param == "in-process":
         yield sql
         sql.close()
         return
-    server = create_server(StoreConfig(url=store_url, port=free_port, metrics_port=0), host="127.0.0.1", store=sql)
+    cfg = StoreConfig(url=store_url, port=free_port, metrics_port=0)
+    server = create_server(cfg, host="127.0.0.1", store=sql, secret=rpc_secret)
     server.start()
-    client = StoreClient(f"127.0.0.1:{free_port}", timeout_s=30)
+    client = StoreClient(f"127.0.0.1:{free_port}", secret=rpc_secret, timeout_s=30)
     yield client
     client.close()
     server.stop(grace=None)

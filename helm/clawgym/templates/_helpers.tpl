@@ -76,7 +76,35 @@ http://{{ include "clawgym.component" (dict "root" . "component" "proxy") }}.{{ 
 {{- end -}}
 {{- end -}}
 
-{{/* --- database and bus ----------------------------------------------------------------------- */}}
+{{/* --- database, bus and the rpc secret -------------------------------------------------------- */}}
+
+{{/* A Secret value: `given`, else the one already in the cluster under Secret `name` key `key`
+     (kept across upgrades), else 32 random characters. Args: root, name, key, given. */}}
+{{- define "clawgym.keptOrRandom" -}}
+{{- if .given -}}
+{{- .given -}}
+{{- else -}}
+{{- $existing := lookup "v1" "Secret" .root.Release.Namespace .name -}}
+{{- if and $existing $existing.data (hasKey $existing.data .key) -}}
+{{- index $existing.data .key | b64dec -}}
+{{- else -}}
+{{- randAlphaNum 32 -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "clawgym.rpcSecretName" -}}
+{{- .Values.rpc.existingSecret | default (printf "%s-rpc" (include "clawgym.fullname" .)) -}}
+{{- end -}}
+
+{{/* The Secret holding Redis's password (key `password`), if any. */}}
+{{- define "clawgym.redisSecretName" -}}
+{{- if .Values.redis.enabled -}}
+{{- .Values.redis.existingSecret | default (printf "%s-redis" (include "clawgym.fullname" .)) -}}
+{{- else -}}
+{{- .Values.externalRedis.existingSecret -}}
+{{- end -}}
+{{- end -}}
 
 {{- define "clawgym.dbSecretName" -}}
 {{- if .Values.postgresql.enabled -}}
@@ -100,21 +128,32 @@ postgresql+psycopg://{{ $db.username }}@{{ $db.host }}:{{ $db.port }}/{{ $db.dat
 {{- end -}}
 {{- end -}}
 
+{{/* The bus URL; the bundled Redis's password comes from REDIS_PASSWORD, which "clawgym.env" sets
+     from the Secret before it (Kubernetes expands $(VAR) of earlier entries): never in a pod spec. */}}
 {{- define "clawgym.busUrl" -}}
 {{- if .Values.redis.enabled -}}
-redis://{{ include "clawgym.host" (dict "root" . "component" "redis") }}:6379/0
+redis://:$(REDIS_PASSWORD)@{{ include "clawgym.host" (dict "root" . "component" "redis") }}:6379/0
 {{- else -}}
 {{- required "redis.enabled=false needs externalRedis.url" .Values.externalRedis.url -}}
 {{- end -}}
 {{- end -}}
 
-{{/* The environment every clawgym component gets: where the store, bus and the other services are. */}}
+{{/* The environment every clawgym component gets: the rpc secret, where the store, bus and the
+     other services are, and their passwords (from Secrets). */}}
 {{- define "clawgym.env" -}}
+- name: CLAWGYM_RPC__SECRET
+  valueFrom:
+    secretKeyRef: {name: {{ include "clawgym.rpcSecretName" . }}, key: secret}
 {{- $secret := include "clawgym.dbSecretName" . -}}
 {{- if $secret }}
 - name: PGPASSWORD
   valueFrom:
     secretKeyRef: {name: {{ $secret }}, key: password}
+{{- end }}
+{{- with include "clawgym.redisSecretName" . }}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef: {name: {{ . }}, key: password}
 {{- end }}
 - name: CLAWGYM_STORE__URL
   value: {{ include "clawgym.storeUrl" . | quote }}

@@ -1,16 +1,55 @@
 """Reading a weights checkpoint (an HF safetensors folder, local path or fsspec URI) and checking it fits a model.
 
-Owns "does this checkpoint fit": every tensor name known, none missing, every shape equal. It does
-not swap weights into a running engine; the engines do that between decode steps.
+Owns "may this checkpoint be read" (`within_root`: only under the configured checkpoint root) and
+"does this checkpoint fit": every tensor name known, none missing, every shape equal. It does not
+swap weights into a running engine; the engines do that between decode steps.
 """
 
+import os
 from pathlib import PurePosixPath
 
 import fsspec
 import torch
 from safetensors.torch import load, load_file
 
-from clawgym.errors import FailedPrecondition
+from clawgym.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+
+
+def within_root(uri: str, root: str) -> str:
+    """`uri` as it is to be read, if it lies under `root`; else PermissionDenied (InvalidArgument if malformed).
+
+    A local `root` (a folder, or file://) admits local paths whose real path (symlinks and `..`
+    resolved) is inside it; the resolved path is returned, so what is read is what was checked.
+    A remote `root` (s3://bucket/prefix, https://host/prefix) admits URIs of the same scheme and
+    host under its prefix, with no `.` or `..` segment (a server may resolve those its own way).
+    """
+    if not root:
+        raise PermissionDenied("LoadWeights is disabled: inference.checkpoint_root is not set")
+    if not uri or "\x00" in uri:
+        raise InvalidArgument(f"checkpoint URI {uri!r} is empty or malformed")
+    uri_scheme, uri_path = _split(uri)
+    root_scheme, root_path = _split(root)
+    if uri_scheme != root_scheme:
+        raise PermissionDenied(f"checkpoint {uri!r} is not under the checkpoint root {root!r}")
+    if uri_scheme == "file":
+        real, real_root = os.path.realpath(uri_path), os.path.realpath(root_path)
+        if os.path.commonpath([real, real_root]) != real_root:
+            raise PermissionDenied(f"checkpoint {uri!r} resolves outside the checkpoint root {root!r}")
+        return real
+    if any(part in (".", "..") for part in uri_path.split("/")):
+        raise InvalidArgument(f"checkpoint URI {uri!r} has a '.' or '..' segment")
+    prefix = root_path.rstrip("/") + "/"
+    if not (uri_path.rstrip("/") + "/").startswith(prefix):
+        raise PermissionDenied(f"checkpoint {uri!r} is not under the checkpoint root {root!r}")
+    return uri
+
+
+def _split(uri: str) -> tuple[str, str]:
+    """(scheme, rest) of a URI; a plain path is ("file", path)."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return "file", uri
+    return scheme.lower(), rest
 
 
 def read_safetensors(uri: str) -> dict[str, torch.Tensor]:

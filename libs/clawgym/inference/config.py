@@ -23,10 +23,17 @@ class InferenceConfig(Section):
         description="address of the inference service (host:port); several replicas may be listed "
         "comma-separated (host1:port,host2:port), each rollout then sticks to one; empty = in-process engine",
     )
-    host: str = Field("0.0.0.0", description="address `clawgym serve inference` listens on")
+    host: str = Field(
+        "127.0.0.1", description="address `clawgym serve inference` and its /metrics listen on; deployments: 0.0.0.0"
+    )
     port: int = Field(50052, description="gRPC port `clawgym serve inference` listens on")
     metrics_port: int = Field(
         9102, ge=0, description="Prometheus /metrics HTTP port of the service; 0 = none"
+    )
+    checkpoint_root: str = Field(
+        "",
+        description="the only place LoadWeights reads checkpoints from: a local folder (no symlink or `..` "
+        "out of it) or a URI prefix (s3://bucket/prefix, https://host/prefix); empty = LoadWeights refused",
     )
     cache_dir: str = Field(
         "~/.cache/clawgym/models", description="where built-in policies are built once and cached"

@@ -1,6 +1,6 @@
 """`GrpcEngine`: the `Engine` of a remote inference service (`clawgym serve inference`), over gRPC.
 
-Owns the channel and turning gRPC statuses back into the typed errors the server rendered
+Owns the channel (every call carrying the `rpc` secret) and turning gRPC statuses back into the typed errors the server rendered
 (INVALID_ARGUMENT → InvalidArgument, …), so callers cannot tell it from an in-process engine.
 Closing a `generate` iterator cancels the call, which aborts the request on the server.
 Sampling parameters are checked here as well as on the server: the wire carries them as float32,
@@ -19,14 +19,17 @@ from clawgym.generated.v1.inference_pb2_grpc import InferenceStub
 from clawgym.inference import convert
 from clawgym.inference.interface import EngineStatus, SamplingParams, TokenChunk
 from clawgym.inference.validation import check_sampling
-from clawgym.rpc import error_from_rpc, grpc_options
+from clawgym.rpc import error_from_rpc, grpc_options, open_aio_channel
 
 
 class GrpcEngine:
     """An `Engine` backed by the inference service at `target` ("host:port")."""
 
-    def __init__(self, target: str, *, max_message_mb: int = 64, status_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, target: str, *, secret: str, max_message_mb: int = 64, status_timeout_s: float = 30.0
+    ) -> None:
         self.target = target
+        self._secret = secret
         self.max_message_mb = max_message_mb
         self.status_timeout_s = status_timeout_s
         self._channel: grpc.aio.Channel | None = None
@@ -36,7 +39,7 @@ class GrpcEngine:
         loop = asyncio.get_running_loop()
         if self._channel is None or self._channel_loop is not loop:
             # A grpc.aio channel is bound to one event loop; a new loop gets a new channel.
-            self._channel = grpc.aio.insecure_channel(self.target, options=grpc_options(self.max_message_mb))
+            self._channel = open_aio_channel(self.target, self._secret, grpc_options(self.max_message_mb))
             self._channel_loop = loop
         return InferenceStub(self._channel)
 

@@ -39,9 +39,10 @@ class ReplicatedEngine:
         self._turn = 0  # rotates ties among replicas for requests without a key
 
     @classmethod
-    def from_targets(cls, targets: list[str], *, max_message_mb: int = 64) -> "ReplicatedEngine":
+    def from_targets(cls, targets: list[str], *, secret: str, max_message_mb: int = 64) -> "ReplicatedEngine":
         """Clients of the inference services at `targets` ("host:port" each), named by their targets."""
-        return cls([GrpcEngine(t, max_message_mb=max_message_mb) for t in targets], names=targets)
+        engines = [GrpcEngine(t, secret=secret, max_message_mb=max_message_mb) for t in targets]
+        return cls(engines, names=targets)
 
     # --- routing ---
 

@@ -30,7 +30,9 @@ class OrchestratorConfig(Section):
     grpc_url: str = Field(
         "", description="address of the orchestrator service (host:port); empty = in-process"
     )
-    host: str = Field("0.0.0.0", description="address `clawgym serve orchestrator` listens on")
+    host: str = Field(
+        "127.0.0.1", description="address `clawgym serve orchestrator` and its /metrics listen on; deployments: 0.0.0.0"
+    )
     port: int = Field(50053, ge=0, description="gRPC port (0 = any free port)")
     metrics_port: int = Field(9103, ge=0, description="Prometheus /metrics port; 0 = no metrics endpoint")
     proxy_url: str = Field(

@@ -1,6 +1,6 @@
 """`OrchestratorClient`: the `RolloutService` of a remote orchestrator (`clawgym serve orchestrator`).
 
-Owns the channel and turning gRPC statuses back into the typed errors the server rendered, so a
+Owns the channel (every call carrying the `rpc` secret) and turning gRPC statuses back into the typed errors the server rendered, so a
 trainer cannot tell it from the in-process `Orchestrator`. Leaving the `run_rollouts` iterator
 early cancels the call, and the server then cancels the batch's rollouts. The channel is asyncio
 (grpc.aio) and belongs to the event loop of the first call.
@@ -19,14 +19,15 @@ from clawgym.generated.v1 import orchestrator_pb2 as pb
 from clawgym.generated.v1.orchestrator_pb2_grpc import OrchestratorStub
 from clawgym.orchestrator import convert
 from clawgym.orchestrator.interface import Batch, RolloutStatus
-from clawgym.rpc import error_from_rpc
+from clawgym.rpc import error_from_rpc, open_aio_channel
 
 
 class OrchestratorClient:
     """A `RolloutService` backed by the orchestrator service at `target` ("host:port")."""
 
-    def __init__(self, target: str, *, cancel_timeout_s: float = 120.0) -> None:
+    def __init__(self, target: str, *, secret: str, cancel_timeout_s: float = 120.0) -> None:
         self.target = target
+        self._secret = secret
         self.cancel_timeout_s = cancel_timeout_s
         self._channel: grpc.aio.Channel | None = None
         self._channel_loop: asyncio.AbstractEventLoop | None = None
@@ -35,7 +36,7 @@ class OrchestratorClient:
         loop = asyncio.get_running_loop()
         if self._channel is None or self._channel_loop is not loop:
             # A grpc.aio channel is bound to one event loop; a new loop gets a new channel.
-            self._channel = grpc.aio.insecure_channel(self.target)
+            self._channel = open_aio_channel(self.target, self._secret)
             self._channel_loop = loop
         return OrchestratorStub(self._channel)
 

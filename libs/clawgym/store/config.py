@@ -14,7 +14,9 @@ class StoreConfig(Section):
     url: str = Field("sqlite:///clawgym.db", description="SQLAlchemy URL: postgresql+psycopg://… or sqlite:///path")
     bus_url: str = Field("memory://", description="event bus: redis://host:port/db, or memory:// (embedded)")
     grpc_url: str = Field("", description="address of the store service (host:port); empty = in-process store")
-    host: str = Field("0.0.0.0", description="address `clawgym serve store` listens on")
+    host: str = Field(
+        "127.0.0.1", description="address `clawgym serve store` and its /metrics listen on; deployments: 0.0.0.0"
+    )
     port: int = Field(50051, ge=0, description="port `clawgym serve store` listens on (0 = any free port)")
     metrics_port: int = Field(9101, ge=0, description="the store service's Prometheus /metrics port; 0 = none")
     max_call_mb: int = Field(64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB")

@@ -1,6 +1,6 @@
 """`StoreClient`: the `TrajectoryStore` of a remote store service (`clawgym serve store`), over gRPC.
 
-Owns the channel, per-call deadlines and turning gRPC statuses back into the typed errors the
+Owns the channel (every call carrying the `rpc` secret), per-call deadlines and turning gRPC statuses back into the typed errors the
 server rendered (INVALID_ARGUMENT → InvalidArgument, …), so callers cannot tell it from an
 in-process `SqlStore`; not the mapping of fields (`clawgym.store.convert`).
 """
@@ -22,7 +22,7 @@ from clawgym.records import (
     RolloutSpec,
     Run,
 )
-from clawgym.rpc import error_from_rpc, grpc_options
+from clawgym.rpc import error_from_rpc, grpc_options, open_channel
 from clawgym.store import convert
 
 T = TypeVar("T")
@@ -30,10 +30,10 @@ T = TypeVar("T")
 class StoreClient:
     """A `TrajectoryStore` backed by a store service at `target` ("host:port")."""
 
-    def __init__(self, target: str, *, timeout_s: float = 60.0, max_message_mb: int = 1024) -> None:
+    def __init__(self, target: str, *, secret: str, timeout_s: float = 60.0, max_message_mb: int = 1024) -> None:
         self.target = target
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(target, options=grpc_options(max_message_mb))
+        self._channel = open_channel(target, secret, grpc_options(max_message_mb))
         self._stub = StoreStub(self._channel)
 
     def close(self) -> None:

@@ -113,7 +113,10 @@ class TrainerConfig(Section):
 
     # --- the service ---
     grpc_url: str = Field("", description="address of the trainer service (host:port), for status clients")
-    host: str = Field("0.0.0.0", description="address `clawgym serve trainer` listens on")
+    host: str = Field(
+        "127.0.0.1",
+        description="address `clawgym serve trainer` and its /metrics listen on; deployments: 0.0.0.0",
+    )
     port: int = Field(50054, ge=0, description="gRPC port of Trainer.Status (0 = any free port)")
     metrics_port: int = Field(9104, ge=0, description="Prometheus /metrics HTTP port; 0 = none")
     # --- the run ---

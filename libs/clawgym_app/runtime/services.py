@@ -7,12 +7,15 @@ clients). The stack is what docker-compose runs, without Docker: `clawgym train 
 --spawn-services` and the service-mode tests use it. Every process reads the same run config,
 written to `<folder>/stack.yaml`, plus its own listen flags (`-c stack.yaml --host … --port …`);
 CLAWGYM_* variables of this process are not passed on, so the file is the one source. A service's
-output goes to `<folder>/<service>.log`.
+output goes to `<folder>/<service>.log`. The stack's gRPC calls carry a secret made for it, kept in
+`<folder>/rpc-secret` (mode 0600, named by `rpc.secret_file`; never in stack.yaml), and the inference
+service loads checkpoints only from the trainer's `checkpoint_uri`.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -66,6 +69,7 @@ class ServiceStack:
         self.cfg = cfg
         self.folder = Path(folder)
         self.ports = {name: free_port() for name in ORDER}
+        self.secret_file = self.folder.resolve() / "rpc-secret"
         self.processes: list[ServiceProcess] = []
 
     def config(self) -> ClawgymConfig:
@@ -75,11 +79,18 @@ class ServiceStack:
         proxy_url = f"http://127.0.0.1:{p['proxy']}"
         # the proxy's live state shares the bus's Redis, under the bus URL's key namespace (if any)
         redis, namespace = split_prefix(c.store.bus_url)
+        checkpoints = c.trainer.checkpoint_uri
+        if "://" not in checkpoints:  # a local folder: the inference service's root, whatever its cwd
+            checkpoints = os.path.abspath(checkpoints)
         return c.model_copy(
             update={
                 "store": c.store.model_copy(update={"grpc_url": f"127.0.0.1:{p['store']}"}),
                 "inference": c.inference.model_copy(
-                    update={"grpc_url": f"127.0.0.1:{p['inference']}", "model": model}
+                    update={
+                        "grpc_url": f"127.0.0.1:{p['inference']}",
+                        "model": model,
+                        "checkpoint_root": checkpoints,
+                    }
                 ),
                 "proxy": c.proxy.model_copy(
                     update={"redis_url": redis, "redis_prefix": f"{namespace}{c.proxy.redis_prefix}"}
@@ -88,6 +99,7 @@ class ServiceStack:
                     update={"grpc_url": f"127.0.0.1:{p['orchestrator']}", "proxy_url": proxy_url}
                 ),
                 "trainer": c.trainer.model_copy(update={"proxy_url": proxy_url}),
+                "rpc": c.rpc.model_copy(update={"secret_file": str(self.secret_file)}),
             }
         )
 
@@ -100,6 +112,7 @@ class ServiceStack:
         """Starts every service in dependency order, each answering before the next starts."""
         cfg = self.config()
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._write_secret()
         config_file = self.folder / "stack.yaml"
         config_file.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWGYM_")}
@@ -118,6 +131,13 @@ class ServiceStack:
             self.stop()
             raise
         return cfg
+
+    def _write_secret(self) -> None:
+        """A fresh secret for this stack, readable by this user only."""
+        self.secret_file.unlink(missing_ok=True)
+        fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32))
 
     def _wait(self, service: ServiceProcess, deadline: float) -> None:
         while time.monotonic() < deadline:
