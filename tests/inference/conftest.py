@@ -32,6 +32,12 @@ def tiny_model():
     return load_model("tiny-qwen3")
 
 
+@pytest.fixture
+def fresh_model():
+    """A private tiny-qwen3 instance: reloading swaps its weights, so it must not be the shared reference."""
+    return load_model("tiny-qwen3")
+
+
 @pytest.fixture(scope="session")
 def prompts(tiny_tok):
     """Eight chat prompts of different lengths (so the batch needs left padding)."""

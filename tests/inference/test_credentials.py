@@ -61,14 +61,14 @@ async def _version(target: str, secret: str) -> int:
 
 
 def test_load_weights_without_the_secret_is_unauthenticated_and_the_served_weights_stay(
-    engine_factory, tiny_model, zeroed, rpc_secret
+    engine_factory, fresh_model, zeroed, rpc_secret
 ):
     """The attack: LoadWeights of zeroed weights with no secret, then with a wrong one. Both are
     UNAUTHENTICATED and version 0 stays served; health answers without a secret; the holder of the
     secret loads the same checkpoint."""
 
     async def body():
-        server = _serve(engine_factory(tiny_model), zeroed, rpc_secret)
+        server = _serve(engine_factory(fresh_model), zeroed, rpc_secret)
         port = await server.start()
         target = f"127.0.0.1:{port}"
         try:
@@ -108,7 +108,7 @@ class _CountingHandler(http.server.BaseHTTPRequestHandler):
 
 
 def test_load_weights_outside_the_checkpoint_root_is_refused_and_nothing_is_read(
-    engine_factory, tiny_model, zeroed, other_checkpoint, tmp_path, rpc_secret
+    engine_factory, fresh_model, zeroed, other_checkpoint, tmp_path, rpc_secret
 ):
     """With the secret: a folder outside the root, a `..` escape, a symlink out of the root and an
     http:// URI are refused (PERMISSION_DENIED; an http server sees no request); a server with no
@@ -126,8 +126,8 @@ def test_load_weights_outside_the_checkpoint_root_is_refused_and_nothing_is_read
     }
 
     async def body():
-        server = _serve(engine_factory(tiny_model), zeroed, rpc_secret)
-        rootless = _serve(engine_factory(tiny_model), "", rpc_secret)
+        server = _serve(engine_factory(fresh_model), zeroed, rpc_secret)
+        rootless = _serve(engine_factory(fresh_model), "", rpc_secret)
         target = f"127.0.0.1:{await server.start()}"
         rootless_target = f"127.0.0.1:{await rootless.start()}"
         try:

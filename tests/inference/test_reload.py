@@ -13,15 +13,8 @@ from safetensors.torch import save_file
 
 from clawgym.errors import FailedPrecondition
 from clawgym.inference.interface import SamplingParams
-from clawgym.policies import load_model
 
 GREEDY = SamplingParams(max_new_tokens=16, temperature=0.0)
-
-
-@pytest.fixture
-def fresh_model():
-    """A private tiny-qwen3 instance: reloading swaps its weights, so it must not be the shared reference."""
-    return load_model("tiny-qwen3")
 
 
 def test_reload_mid_stream_switches_version_at_one_token_boundary(
