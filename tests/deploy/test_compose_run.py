@@ -23,6 +23,7 @@ from deploy.compose_stack import ComposeStack, RunFacts
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 SERVICES = ("store", "inference", "proxy", "orchestrator", "trainer")
+SECRET = ["-e", "CLAWGYM_RPC__SECRET=image-check-only"]  # a gRPC service without one does not start
 
 
 @dataclass
@@ -113,8 +114,9 @@ def test_the_cluster_orchestrator_image_starts_healthy_as_its_user(docker_images
     name = "clawgym-test-orchestrator-image"
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     try:
-        subprocess.run(["docker", "run", "-d", "--name", name, "-e", "CLAWGYM_ORCHESTRATOR__SANDBOX_BACKEND=local", tag],
-                       check=True, capture_output=True)  # fmt: skip
+        # this image has no bubblewrap: local sandboxes are unisolated, which must be allowed explicitly
+        local = ["-e", "CLAWGYM_ORCHESTRATOR__SANDBOX_BACKEND=local", "-e", "CLAWGYM_SANDBOX__LOCAL__ALLOW_UNISOLATED=true"]
+        subprocess.run(["docker", "run", "-d", "--name", name, *SECRET, *local, tag], check=True, capture_output=True)  # fmt: skip
         state = ""
         for _ in range(60):
             state = subprocess.run(["docker", "inspect", "-f", "{{.State.Status}} {{.State.Health.Status}}", name],
@@ -122,14 +124,15 @@ def test_the_cluster_orchestrator_image_starts_healthy_as_its_user(docker_images
             if state == "running healthy":
                 break
             time.sleep(2)
-        assert state == "running healthy", state
+        logs = subprocess.run(["docker", "logs", "--tail", "30", name], capture_output=True, text=True)
+        assert state == "running healthy", f"{state}\n{logs.stdout}{logs.stderr}"
         uid = subprocess.run(
             ["docker", "exec", name, "id", "-u"], capture_output=True, text=True
         ).stdout.strip()
         assert uid == "10001"
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
-    done = subprocess.run(["docker", "run", "--rm", tag], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["docker", "run", "--rm", *SECRET, tag], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "kubeconfig" in done.stderr + done.stdout, "without a cluster it says why"
 
 
