@@ -179,14 +179,16 @@ def test_hadolint_finds_no_warnings_in_any_dockerfile():
 
 
 def test_cpu_images_install_the_torch_version_pyproject_pins_from_the_cpu_index():
-    """The services' torch is pyproject's torch==X, from the PyTorch CPU wheel index (not CUDA from PyPI)."""
+    """The services' torch is pyproject's exact torch==X (the images read the pin from pyproject,
+    no copy of it), from the PyTorch CPU wheel index (not CUDA from PyPI)."""
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    pinned = next(d.split("==")[1] for d in deps if d.startswith("torch=="))
-    args = arg_defaults(REPO / "deploy" / "docker" / "Dockerfile")
-    assert args.get("TORCH_VERSION") == pinned, (
-        f"torch {args.get('TORCH_VERSION')} in the images, pyproject pins {pinned}"
-    )
-    assert args.get("TORCH_INDEX") == "https://download.pytorch.org/whl/cpu", (
+    assert any(re.fullmatch(r"torch==\d+\.\d+\.\d+", d) for d in deps), "pyproject pins torch exactly"
+    dockerfile = REPO / "deploy" / "docker" / "Dockerfile"
+    _, stages = parse(dockerfile)
+    runs = {s.name: " ".join(rest for op, rest in s.instructions if op == "RUN") for s in stages}
+    assert "--only torch > /src/torch-pin.txt" in runs["requirements"]
+    assert '-r /src/torch-pin.txt' in runs["deps-torch"] and '--extra-index-url "$TORCH_INDEX"' in runs["deps-torch"]
+    assert arg_defaults(dockerfile).get("TORCH_INDEX") == "https://download.pytorch.org/whl/cpu", (
         "the images must default to the CPU index"
     )
 
