@@ -10,6 +10,7 @@ calls or finishes a rollout with a reward of its choosing.
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,6 +26,8 @@ from clawgym.store import convert
 from clawgym.store.config import StoreConfig
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.metrics import StoreMetrics
+
+log = logging.getLogger(__name__)
 
 # Each WatchGroups stream holds a worker thread for as long as the client watches.
 MAX_WORKERS = 64
@@ -188,6 +191,9 @@ def create_server(
         max_message_mb=cfg.grpc_max_message_mb,
         max_workers=MAX_WORKERS,
     )
-    store = store if store is not None else open_sql_store(cfg)
+    if store is None:
+        store = open_sql_store(cfg)
+        if count := store.reannounce_ready_groups():
+            log.info("announced %d ready, unconsumed groups again (a predecessor may have died before it could)", count)
     server.add(store_pb2_grpc.add_StoreServicer_to_server, StoreServicer(store, metrics))
     return server

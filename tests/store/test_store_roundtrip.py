@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, pool, text
 
 from clawgym.assemble import open_sql_store, open_store
 from clawgym.config import ClawgymConfig
-from clawgym.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from clawgym.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from clawgym.records import Checkpoint, RolloutSpec
 from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE
 from clawgym.store.config import StoreConfig
@@ -216,6 +216,39 @@ def test_a_watcher_gets_ready_groups_through_redis_and_can_resume(pg_url: str, r
         assert [w.group_id for w in watched] == ["ga", "gb"], "both groups must reach the watcher, in order"
         resumed = list(store.watch_groups(run.id, after_id=watched[0].message_id, timeout_s=0.5))
         assert [w.group_id for w in resumed] == ["gb"], "resuming after a message id gives only later groups"
+    finally:
+        store.close()
+
+
+def test_a_group_committed_but_never_announced_is_announced_when_a_store_starts(
+    pg_url: str, redis_url: str
+) -> None:
+    """A store killed between commit and publish leaves a ready group no bus message names; the next
+    store to start announces it (and no group of an ended run, nor a consumed one)."""
+    cut_off = open_sql_store(StoreConfig(url=pg_url, bus_url="redis://127.0.0.1:1/0"))  # nothing listens
+    try:
+        run = cut_off.create_run("lost-announcement")
+        cut_off.set_run_status(run.id, "running")
+        regs = cut_off.register_rollouts(run.id, [RolloutSpec("lost", "t", "h"), RolloutSpec("trained", "t", "h")])
+        ended = cut_off.create_run("ended")
+        done = cut_off.register_rollouts(ended.id, [RolloutSpec("old", "t", "h")])[0]
+        # each is committed, then its publish fails: the caller hears Unavailable
+        for reg in regs:
+            with pytest.raises(Unavailable):
+                cut_off.finish_rollout(reg.rollout_id, "finished", reward=1.0)
+        with pytest.raises(Unavailable):
+            cut_off.record_checkpoint(Checkpoint(run.id, 1, 1, "/c/1", metrics={}, group_ids=["trained"]))
+        with pytest.raises(Unavailable):
+            cut_off.finish_rollout(done.rollout_id, "finished", reward=0.0)
+        cut_off.set_run_status(ended.id, "finished")
+    finally:
+        cut_off.close()
+    store = open_sql_store(StoreConfig(url=pg_url, bus_url=redis_url))
+    try:
+        assert list(store.watch_groups(run.id, timeout_s=0.5)) == [], "the announcement was lost"
+        assert store.reannounce_ready_groups() == 1
+        assert [w.group_id for w in store.watch_groups(run.id, timeout_s=2)] == ["lost"]
+        assert list(store.watch_groups(ended.id, timeout_s=0.5)) == []
     finally:
         store.close()
 

@@ -342,6 +342,26 @@ class SqlStore:
                 )
             )
 
+    def reannounce_ready_groups(self) -> int:
+        """Publishes `groups.ready` again for every complete, unconsumed group of a created or running
+        run; returns how many. Events are published after commit, so a store killed in between
+        committed a group it never announced: a store that starts calls this, so every group is
+        announced at least once (consumers skip a group they already trained)."""
+        with self._read() as s:
+            ready = s.execute(
+                select(GroupRow.id, GroupRow.run_id)
+                .join(RunRow, RunRow.id == GroupRow.run_id)
+                .where(
+                    RunRow.status.in_(("created", "running")),
+                    GroupRow.ready_at.is_not(None),
+                    GroupRow.consumed_version.is_(None),
+                )
+                .order_by(GroupRow.ready_at, GroupRow.id)
+            ).all()
+        for group_id, run_id in ready:
+            self._publish(GROUPS_READY, {"group_id": group_id, "run_id": run_id})
+        return len(ready)
+
     def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
         metrics, _ = validate.json_object("metrics", metrics)
         row = TrainStepRow(
