@@ -202,7 +202,7 @@ def test_redis_requires_the_password_the_bus_urls_carry_and_postgres_is_reached_
         v for v in services["postgres"]["volumes"] if v["target"].startswith("/docker-entrypoint-initdb.d/")
     ]
     script = Path(init["source"]).read_text()
-    assert Path(init["source"]) == REPO / "deploy" / "compose" / "postgres-init.sh" and init["read_only"]
+    assert Path(init["source"]) == REPO / "helm" / "clawgym" / "files" / "postgres-init.sh" and init["read_only"]
     assert "NOSUPERUSER NOCREATEDB NOCREATEROLE" in script and 'OWNER :"role"' in script, script
     assert "host all ${POSTGRES_USER:-postgres} all reject" in script, "the superuser: no TCP login"
 

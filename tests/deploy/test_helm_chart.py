@@ -327,8 +327,7 @@ def test_the_services_reach_the_bundled_postgres_as_a_non_superuser_owning_only_
     assert env["CLAWGYM_DB_USER"]["value"] != "postgres" and env["CLAWGYM_DB_NAME"]["value"] == "clawgym"
     init = _by(docs, "ConfigMap", "-postgresql-init")
     (script,) = init["data"].values()
-    compose_script = (CHART.parents[1] / "deploy" / "compose" / "postgres-init.sh").read_text()
-    assert script == compose_script, "the chart's init script must be deploy/compose/postgres-init.sh"
+    assert script == (CHART / "files" / "postgres-init.sh").read_text(), "compose mounts this same file"
     assert "NOSUPERUSER NOCREATEDB NOCREATEROLE" in script and "reject" in script
     mounts = {m["mountPath"]: m for m in pg["volumeMounts"]}
     assert mounts["/docker-entrypoint-initdb.d"]["readOnly"] is True

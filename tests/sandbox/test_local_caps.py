@@ -12,6 +12,7 @@ import os
 import pytest
 
 from clawgym.sandbox import Resources, SandboxSpec
+from tests.sandbox.scripts import FORK_BOMB
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and tmpfs mounts need root here")
 
@@ -48,22 +49,11 @@ def test_processes_that_together_exceed_the_memory_cap_stop_the_sandbox(make_loc
 
 def test_a_fork_bomb_is_capped_by_the_sandbox_cgroup(make_local):
     backend = make_local(caps="required")
-    bomb = (
-        "import subprocess\n"
-        "procs, error = [], None\n"
-        "try:\n"
-        "    for _ in range(200):\n"
-        "        procs.append(subprocess.Popen(['sleep', '30']))\n"
-        "except OSError as e:\n"
-        "    error = e.errno\n"
-        "print(len(procs), error)\n"
-        "for p in procs: p.kill()\n"
-    )
 
     async def scenario():
         sandbox = await backend.create(SandboxSpec(resources=Resources(processes=24)))
         try:
-            bombed = await sandbox.exec(["python3", "-c", bomb], timeout_s=60)
+            bombed = await sandbox.exec(["python3", "-c", FORK_BOMB], timeout_s=60)
             shell_bomb = await sandbox.exec("f() { f | f & }; f; sleep 2", timeout_s=8)
             refused = (sandbox.cgroup.dirs[-1] / "pids.events").read_text()
             after = await sandbox.exec("echo alive")

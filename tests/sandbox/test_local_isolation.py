@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from clawgym.sandbox import Resources, SandboxSpec
+from tests.sandbox.scripts import FORK_BOMB
 
 AS_ROOT = os.geteuid() == 0
 
@@ -244,22 +245,11 @@ def test_a_cancel_that_lands_while_the_exec_is_starting_returns_at_once_and_leav
 @pytest.mark.skipif(not AS_ROOT, reason="RLIMIT_NPROC per sandbox needs a per-sandbox uid (root)")
 def test_a_fork_bomb_hits_the_process_limit_and_the_exec_still_ends(make_local):
     backend = make_local()
-    bomb = (
-        "import subprocess\n"
-        "procs, error = [], None\n"
-        "try:\n"
-        "    for _ in range(200):\n"
-        "        procs.append(subprocess.Popen(['sleep', '30']))\n"
-        "except OSError as e:\n"
-        "    error = e.errno\n"
-        "print(len(procs), error)\n"
-        "for p in procs: p.kill()\n"
-    )
 
     async def scenario():
         sandbox = await backend.create(SandboxSpec(resources=Resources(processes=24)))
         try:
-            bombed = await sandbox.exec(["python3", "-c", bomb], timeout_s=60)
+            bombed = await sandbox.exec(["python3", "-c", FORK_BOMB], timeout_s=60)
             shell_bomb = await sandbox.exec("f() { f | f & }; f; sleep 2", timeout_s=8)
             after = await sandbox.exec("echo alive")
             return bombed, shell_bomb, after
