@@ -68,6 +68,7 @@ def compare(stack: ComposeStack, tasks: int, samples: int, latest: int) -> dict:
     p = stack.ports
     services = load_config(
         RUN_CONFIG,
+        rpc={"secret": stack.env["CLAWGYM_RPC_SECRET"]},  # the stack's own (compose_stack makes one)
         store={"grpc_url": f"127.0.0.1:{p['CLAWGYM_STORE_PORT']}"},
         inference={"grpc_url": f"127.0.0.1:{p['CLAWGYM_INFERENCE_PORT']}"},
         orchestrator={
