@@ -12,8 +12,9 @@ dependency venvs and the project layer are shared by every service built from de
 and passes them as the base-image build arguments. `--torch-wheels DIR` serves DIR on a loopback port
 for the build (with the host's network) and takes torch from there instead of the PyTorch index.
 The builds use the classic builder (DOCKER_BUILDKIT=0), which every engine has; the files stay valid
-for BuildKit. Afterwards the dangling images the rebuilds replaced are pruned. The last line printed
-is one JSON object: per image, seconds and bytes.
+for BuildKit. An image a rebuild replaced is removed, and untagged images over a day old are
+pruned (younger ones are the layer cache). The last line printed is one JSON object: per image,
+seconds and bytes.
 
 Standard library only: it runs before the project is installed.
 """
@@ -41,6 +42,7 @@ DOCKERFILE = "deploy/docker/Dockerfile"
 STANDINS = "deploy/docker/standins.Dockerfile"
 SANDBOX_PYTHON = "deploy/docker/sandbox-python.Dockerfile"
 SANDBOX_NODE = "deploy/docker/sandbox-node.Dockerfile"
+WHEEL_PORT = 47391  # the --torch-wheels server's port, the same every build (see serve_folder)
 
 
 def version() -> str:
@@ -141,9 +143,12 @@ class Builder:
         if self.no_cache:
             argv.append("--no-cache")
         argv.append(str(REPO / image.context))
+        replaced = image_id(image.tag)
         started = time.monotonic()
         log = run_build(argv, quiet=self.quiet)
         built = Built(image, time.monotonic() - started, image_size(image.tag))
+        if replaced and replaced != image_id(image.tag):
+            remove_replaced(replaced)
         built.steps = len(re.findall(r"^Step \d+/\d+ :", log, re.M))
         built.cached_steps = log.count("---> Using cache")
         self.results.append(built)
@@ -195,10 +200,15 @@ def image_size(tag: str) -> int:
 
 
 @contextmanager
-def serve_folder(folder: Path) -> Iterator[str]:
-    """An HTTP server for `folder` on a free loopback port (its listing is a pip --find-links page)."""
+def serve_folder(folder: Path, port: int = WHEEL_PORT) -> Iterator[str]:
+    """An HTTP server for `folder` on loopback `port` (taken: a free one), its listing a pip
+    --find-links page. The URL is a build argument of the torch venv's RUN, so it is part of that
+    layer's cache key: a port that changed every build rebuilt the venv every build."""
     handler = functools.partial(_QuietHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -254,10 +264,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def image_id(tag: str) -> str:
+    out = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def remove_replaced(old_id: str) -> None:
+    """Removes the image a rebuild took the tag from: it holds GBs of layers no tag names any more
+    (the venv copied into every service image), and a day of rebuilds filled a CI disk with them.
+    Still used by a container: kept (docker says why)."""
+    subprocess.run(["docker", "image", "rm", old_id], capture_output=True, text=True)
+
+
 def prune_dangling() -> None:
-    """Drop the untagged images that rebuilds replaced: each holds GBs of old venv layers, and a
-    machine that rebuilds all day fills its disk with them. Tagged images and their cache stay."""
-    done = subprocess.run(["docker", "image", "prune", "-f"], capture_output=True, text=True)
+    """Drops the untagged images over a day old (stage results of earlier sources: the policies
+    converted again for each code change, ~600 MB each). Younger ones are the layer cache of the
+    builds at hand: pruning them would make the next build redo the dependency venvs."""
+    done = subprocess.run(
+        ["docker", "image", "prune", "-f", "--filter", "until=24h"], capture_output=True, text=True
+    )
     if done.returncode != 0:
         print(f"images.py: docker image prune failed: {done.stderr.strip()}", file=sys.stderr)
 
