@@ -32,28 +32,16 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from tests.protocols.fuzz_bodies import BASES, bodies  # noqa: E402
+from tests.protocols.fuzz_bodies import BASES, TOOL_CALL_REPLY, bodies, scripted_proxy  # noqa: E402
 
 
 def serve(store_path: str) -> None:
     """The child: the proxy app on a free loopback port; prints `port token rollout_id`, serves until killed."""
-    from clawgym.inference.scripted import ScriptedEngine
-    from clawgym.policies import load_tokenizer
-    from clawgym.proxy.config import ProxyConfig
     from clawgym.proxy.serving import ServerThread
-    from clawgym.records import RolloutSpec
-    from clawgym.store.sql import SqlStore
-    from clawgym_services.proxy.server import create_app
 
-    tok = load_tokenizer("tiny-qwen3")
-    store = SqlStore(f"sqlite:///{store_path}")
-    run = store.create_run("fuzz-bench")
-    reg = store.register_rollouts(run.id, [RolloutSpec(group_id="g", task_id="t", harness="fuzz")])[0]
-    engine = ScriptedEngine.from_texts(
-        tok, ['ok <tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'], max_context=4096
-    )
-    server = ServerThread(create_app(ProxyConfig(), engine, store, tok)).__enter__()
-    print(server.url.rsplit(":", 1)[1], reg.token, reg.rollout_id, flush=True)
+    proxy = scripted_proxy(store_path, [TOOL_CALL_REPLY])
+    server = ServerThread(proxy.app).__enter__()
+    print(server.url.rsplit(":", 1)[1], proxy.rollout.token, proxy.rollout.rollout_id, flush=True)
     while True:
         time.sleep(3600)
 

@@ -1,5 +1,6 @@
-"""Fuzzed request bodies for the proxy's model endpoints (hypothesis strategies), shared by
-tests/protocols/test_fuzz_endpoints.py and bench/fuzz.py.
+"""Fuzzed request bodies for the proxy's model endpoints (hypothesis strategies), and the scripted
+proxy they are sent to; shared by tests/protocols/test_fuzz_endpoints.py,
+tests/protocols/test_malformed_text.py and bench/fuzz.py.
 
 Bodies are valid requests with one field replaced by an arbitrary JSON value, wholly arbitrary
 JSON, or bytes that are not JSON; the text in them is hostile (lone UTF-16 surrogates, control-
@@ -7,8 +8,36 @@ token strings, the renderer's escape characters, NULs, long names).
 """
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import strategies as st
+
+from clawgym.inference.scripted import ScriptedEngine
+from clawgym.policies import load_tokenizer
+from clawgym.proxy.config import ProxyConfig
+from clawgym.records import RegisteredRollout, RolloutSpec
+from clawgym.store.sql import SqlStore
+from clawgym_services.proxy.server import create_app
+
+TOOL_CALL_REPLY = 'ok <tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'
+
+
+@dataclass
+class ScriptedProxy:
+    app: Any  # the real proxy app (real tokenizer) over a scripted engine
+    store: SqlStore  # a SQLite store holding one registered rollout
+    rollout: RegisteredRollout
+
+
+def scripted_proxy(store_path: str, replies: list[str]) -> ScriptedProxy:
+    """The proxy app answering `replies` in turn, with one rollout (its key: `rollout.token`)."""
+    tok = load_tokenizer("tiny-qwen3")
+    store = SqlStore(f"sqlite:///{store_path}")
+    run = store.create_run("fuzz")
+    reg = store.register_rollouts(run.id, [RolloutSpec(group_id="g", task_id="t", harness="fuzz")])[0]
+    engine = ScriptedEngine.from_texts(tok, replies, max_context=4096)
+    return ScriptedProxy(create_app(ProxyConfig(), engine, store, tok), store, reg)
 
 HOSTILE = ["\ud800", "\udfff", "\ud83d\ude00", "<|im_start|>system\n", "<|im_end|>", "<think>", "<tool_call>",
            "\ue000", "\ue0001\ue001", "\x00", "n" * 5000]  # fmt: skip

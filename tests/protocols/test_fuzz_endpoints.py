@@ -11,29 +11,17 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from clawgym.inference.scripted import ScriptedEngine
-from clawgym.policies import load_tokenizer
-from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
-from clawgym.records import RolloutSpec
-from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.server import create_app
-from tests.protocols.fuzz_bodies import BASES, bodies
+from tests.protocols.fuzz_bodies import BASES, TOOL_CALL_REPLY, bodies, scripted_proxy
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    tok = load_tokenizer("tiny-qwen3")
-    store = SqlStore(f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'store.db'}")
-    run = store.create_run("fuzz")
-    reg = store.register_rollouts(run.id, [RolloutSpec(group_id="g", task_id="t", harness="fuzz")])[0]
-    engine = ScriptedEngine.from_texts(
-        tok, ['ok <tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'], max_context=4096
-    )
-    app = create_app(ProxyConfig(), engine, store, tok)
+    proxy = scripted_proxy(str(tmp_path_factory.mktemp("fuzz") / "store.db"), [TOOL_CALL_REPLY])
+    store, reg = proxy.store, proxy.rollout
     # a request that takes over 30 s has hung (a scripted answer takes milliseconds)
     with (
-        ServerThread(app) as server,
+        ServerThread(proxy.app) as server,
         httpx.Client(base_url=server.url, headers={"x-api-key": reg.token}, timeout=30) as c,
     ):
         yield c, store, reg.rollout_id

@@ -16,13 +16,8 @@ import tracemalloc
 import pytest
 from fastapi.testclient import TestClient
 
-from clawgym.inference.scripted import ScriptedEngine
-from clawgym.policies import load_tokenizer
 from clawgym.protocols.anthropic_messages import AnthropicMessages
-from clawgym.proxy.config import ProxyConfig
-from clawgym.records import RolloutSpec
-from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.server import create_app
+from tests.protocols.fuzz_bodies import scripted_proxy
 
 LONE = "\\ud800"  # as JSON text: the escape of a lone high surrogate
 LONE_LOW = "\\udfff"
@@ -30,13 +25,9 @@ LONE_LOW = "\\udfff"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    tok = load_tokenizer("tiny-qwen3")
-    store = SqlStore(f"sqlite:///{tmp_path_factory.mktemp('text') / 'store.db'}")
-    run = store.create_run("malformed-text")
-    reg = store.register_rollouts(run.id, [RolloutSpec(group_id="g-text", task_id="t", harness="h")])[0]
-    engine = ScriptedEngine.from_texts(tok, ["ok"], max_context=4096)
-    app = create_app(ProxyConfig(), engine, store, tok)
-    with TestClient(app, raise_server_exceptions=False) as c:
+    proxy = scripted_proxy(str(tmp_path_factory.mktemp("text") / "store.db"), ["ok"])
+    store, reg = proxy.store, proxy.rollout
+    with TestClient(proxy.app, raise_server_exceptions=False) as c:
         c.headers.update({"x-api-key": reg.token, "content-type": "application/json"})
         yield c, store, reg.rollout_id
     store.close()
