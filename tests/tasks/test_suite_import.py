@@ -102,7 +102,9 @@ def test_the_text_report_names_each_status_and_ends_with_the_summary(tmp_path):
     result = runner.invoke(app, ["tasks", "import", str(src), "--root", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert "BROKEN      tb1/no-tests terminal-bench" in result.output, result.output
-    assert "    local: needs its own image" in result.output, "an unsupported task says why, per backend"
+    assert "    not on local: needs its own image" in result.output, (
+        "an unsupported task says why, per backend"
+    )
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("imported 5 of 6 tasks as suite src"), f"the summary ends the report: {last}"
     assert "1 broken" in last and "1 unsupported" in last, last

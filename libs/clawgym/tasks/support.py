@@ -2,7 +2,8 @@
 
 A backend's rule is a function of the loaded `Task` in `BACKEND_RULES`; a new backend adds its
 own. The local backend's rule is `Task.unsupported` (the loaders' reading of the task's
-Dockerfile, compose file and image). Caveats are the places where a task runs differently from
+Dockerfile, compose file and image). Kubernetes has no rule yet: whether its pods see the
+packages provisioned for a task depends on the deployment's image, which a task cannot tell. Caveats are the places where a task runs differently from
 its own harness (the image is not built, its test runner is replaced, it has no solution); they
 are read off the loaded task, so they hold for every backend that runs the `Task` as loaded.
 
@@ -63,6 +64,12 @@ class TaskReport:
     caveats: tuple[str, ...] = ()
     reason: str | None = None  # broken: the load error; skipped: why; unsupported: each backend's
 
+    @property
+    def imported(self) -> bool:
+        """Whether `tasks import` copies it: every task that loads, an unsupported one too (a
+        backend added later may run it)."""
+        return self.status in ("ok", "caveats", "unsupported")
+
     def as_json(self) -> dict[str, object]:
         return {
             "task": self.task,
@@ -72,6 +79,7 @@ class TaskReport:
             "backends": dict(self.backends),
             "caveats": list(self.caveats),
             "reason": self.reason,
+            "imported": self.imported,
         }
 
 

@@ -103,7 +103,7 @@ def import_cmd(
         raise _fail(e) from e
     for report in plan.reports:
         if as_json:
-            print(json.dumps({**report.as_json(), "imported": report.status in _IMPORTED}), flush=True)
+            print(json.dumps(report.as_json()), flush=True)
         else:
             _show_report(report)
     try:
@@ -112,17 +112,8 @@ def import_cmd(
         raise _fail(e) from e
     summary = plan.summary()
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "suite": info.name,
-                    "path": str(info.path),
-                    "source": plan.source,
-                    "commit": plan.commit,
-                    **summary,
-                }
-            )
-        )
+        where = {"suite": info.name, "path": str(info.path), "source": plan.source, "commit": plan.commit}
+        print(json.dumps({**where, **summary}))
         return
     console.print(
         f"imported {summary['imported']} of {summary['found']} tasks as suite [bold]{info.name}[/bold] "
@@ -132,23 +123,20 @@ def import_cmd(
     )
 
 
-_IMPORTED = ("ok", "caveats", "unsupported")
 _COLORS = {"ok": "green", "caveats": "yellow", "unsupported": "yellow", "broken": "red", "skipped": "dim"}
 
 
 def _show_report(report) -> None:
     """One line per task: status, folder, layout (and id where it differs); then why, indented."""
     label = report.path if report.task == Path(report.path).name else f"{report.path} (id {report.task})"
-    color, mark = (
-        _COLORS[report.status],
-        report.status.upper() if report.status == "broken" else report.status,
-    )
+    color = _COLORS[report.status]
+    mark = report.status.upper() if report.status == "broken" else report.status
     console.print(f"[{color}]{mark:<11}[/{color}] {escape(label)} [dim]{report.format}[/dim]")
-    if report.status == "unsupported":
-        for backend, reason in report.backends.items():
-            console.print(f"    {backend}: {reason}", markup=False)
-    elif report.reason:
+    if report.status in ("broken", "skipped"):
         console.print(f"    {report.reason}", markup=False)
+    for backend, reason in report.backends.items():
+        if reason is not None:
+            console.print(f"    not on {backend}: {reason}", markup=False)
     for note in report.caveats:
         console.print(f"    caveat: {note}", markup=False)
 
