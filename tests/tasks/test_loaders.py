@@ -111,10 +111,22 @@ def test_formats_are_detected_and_every_sample_loads():
         ({"task.yaml": "instruction: x\n"}, "no tests/ folder"),
         ({"instruction.md": "x", "task.toml": "not = [toml"}, "not TOML"),
         ({"instruction.md": "x"}, "no tests/test.sh"),
+        (
+            {
+                "data_entry.json": json.dumps({"user_query": "x", "timeout_s": "soon"}),
+                "reward/reward.sh": "echo 1",
+            },
+            r"malformed clawgym task \(ValueError",
+        ),
+        (
+            {"instruction.md": "x", "task.toml": 'environment = "docker"'},
+            r"malformed harbor task \(AttributeError",
+        ),
     ],
 )
 def test_malformed_tasks_raise_a_format_error_naming_the_problem(tmp_path, files, message):
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     with pytest.raises(TaskFormatError, match=message):
         load_task(tmp_path)

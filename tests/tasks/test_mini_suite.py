@@ -64,7 +64,9 @@ def test_every_family_passes_its_oracle_and_fails_nop(tmp_path):
     assert not bad, f"unsound tasks: {bad[:2]}"
     assert summarize(checks) == {
         "tasks": len(sample),
+        "ok": len(sample),
         "oracle_passed": len(sample),
         "nop_failed": len(sample),
         "errors": 0,
+        "broken": 0,
     }

@@ -3,7 +3,9 @@
 Each run goes through the orchestrator's one rollout pipeline (`attempt.run_task`), without a store.
 A task without a solution is checked with nop only. A task the local backend cannot run
 (`Task.unsupported`, a package that cannot be provisioned) and a sandbox that breaks are counted
-as errors with their reason, never as a pass or a fail of the task.
+as errors with their reason, never as a pass or a fail of the task. A task folder that does not
+load is a `broken` check carrying its load error (`broken_check`), so one bad folder never stops
+the check of the others.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ from clawgym.harnesses.pseudo import Nop, Oracle
 from clawgym.orchestrator.attempt import AttemptResult, run_task
 from clawgym.orchestrator.failures import InfraFailure
 from clawgym.sandbox.interface import SandboxBackend
+from clawgym.tasks.loader import FoundTask
 from clawgym.tasks.model import Task
 from clawgym.tasks.provision import Provisioner
 
 
 @dataclass(frozen=True)
 class TaskCheck:
-    """One task's check. `oracle` is None for a task without a solution (or after an error)."""
+    """One task's check. `oracle` is None for a task without a solution (or after an error).
+    `broken`: the task did not load, `error` is the load error; nothing ran."""
 
     task_id: str
     oracle: AttemptResult | None = None
     nop: AttemptResult | None = None
     error: str | None = None
+    broken: bool = False
 
     @property
     def oracle_passed(self) -> bool:
@@ -49,8 +54,14 @@ class TaskCheck:
             "oracle_reward": None if self.oracle is None else self.oracle.verdict.reward,
             "nop_reward": None if self.nop is None else self.nop.verdict.reward,
             "error": self.error,
+            "broken": self.broken,
             "detail": None if self.ok or self.error else _detail(self),
         }
+
+
+def broken_check(found: FoundTask) -> TaskCheck:
+    """The check of a task folder that does not load: its load error, counted as broken."""
+    return TaskCheck(found.name, error=found.error or found.skipped or "not loaded", broken=True)
 
 
 def _detail(check: TaskCheck) -> str:
@@ -65,12 +76,15 @@ def _detail(check: TaskCheck) -> str:
 
 
 def summarize(checks: Sequence[TaskCheck]) -> dict[str, int]:
-    """The figures `clawgym tasks check --json` ends with."""
+    """The figures `clawgym tasks check --json` ends with. `errors` counts tasks that loaded but
+    could not run; `broken` those that did not load; `ok` those whose check passed."""
     return {
         "tasks": len(checks),
+        "ok": sum(c.ok for c in checks),
         "oracle_passed": sum(c.oracle_passed for c in checks),
         "nop_failed": sum(c.nop_failed for c in checks),
-        "errors": sum(c.error is not None for c in checks),
+        "errors": sum(c.error is not None and not c.broken for c in checks),
+        "broken": sum(c.broken for c in checks),
     }
 
 

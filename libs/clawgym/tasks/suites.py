@@ -1,18 +1,19 @@
 """Task suites: named folders of tasks. The bundled `mini` suite, plus suites imported by the user.
 
-An imported suite is `<suites root>/<name>/` holding a copy of each task folder and `suite.json`
-(name, format, task count, where it came from). A suite can also be named by any folder path.
+An imported suite is `<suites root>/<name>/` holding a copy of each task folder that loaded (at
+its path under the source) and `suite.json` (name, format or `mixed`, task count, where it came
+from, the import's report per task); `suite_import` writes it. A suite can also be named by any
+folder path.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from clawgym.errors import AlreadyExists, InvalidArgument, NotFound
-from clawgym.tasks.loader import find_task_dirs, format_name, load_task
+from clawgym.errors import NotFound
+from clawgym.tasks.loader import load_task
 from clawgym.tasks.mini.generate import mini_suite_dir
 
 SUITES_DIR = Path.home() / ".local" / "share" / "clawgym" / "suites"
@@ -60,40 +61,3 @@ def list_suites(root: str | Path | None = None, cache_dir: str | Path | None = N
     if root.is_dir():
         found += [_info(p, p.name) for p in sorted(root.iterdir()) if (p / "suite.json").is_file()]
     return found
-
-
-def import_suite(
-    fmt: str, src: str | Path, root: str | Path | None = None, name: str | None = None, replace: bool = False
-) -> SuiteInfo:
-    """Copies every task under `src` (in format `fmt`) into a suite; every task must load first."""
-    fmt = format_name(fmt)
-    src = Path(src)
-    if not src.is_dir():
-        raise InvalidArgument(f"{src}: not a directory")
-    dirs = find_task_dirs(src, fmt)
-    if not dirs:
-        raise InvalidArgument(f"{src}: no {fmt} tasks found")
-    tasks = [load_task(d, fmt) for d in dirs]  # fails before anything is copied
-    name = name or src.resolve().name
-    if name in BUNDLED or "/" in name or name.startswith("."):
-        raise InvalidArgument(f"{name!r} cannot name an imported suite")
-    folder_names = [d.name for d in dirs]
-    if len(set(folder_names)) != len(folder_names) or src in dirs:
-        raise InvalidArgument(f"{src}: task folders must be distinct subfolders with distinct names")
-    dest = (Path(root) if root is not None else SUITES_DIR) / name
-    if dest.exists():
-        if not replace:
-            raise AlreadyExists(f"suite {name!r} exists at {dest} (use replace)")
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    for task_dir in dirs:
-        shutil.copytree(task_dir, dest / task_dir.name, symlinks=True)
-    meta = {
-        "name": name,
-        "format": fmt,
-        "tasks": len(tasks),
-        "source": str(src.resolve()),
-        "unsupported": sum(t.unsupported is not None for t in tasks),
-    }
-    (dest / "suite.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return SuiteInfo(name, dest, fmt, len(tasks))

@@ -8,18 +8,19 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from clawgym.errors import ClawgymError
+from clawgym.errors import ClawgymError, InvalidArgument
 
 tasks_app = typer.Typer(
     help="Task suites: list, import, check (oracle passes, nop fails).", no_args_is_help=True
 )
-console = Console()
+console = Console(soft_wrap=True)  # long paths and reasons stay on one line, for grep
 
 
 def _fail(e: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/red] {e}")
+    console.print(f"[red]error:[/red] {escape(str(e))}")
     return typer.Exit(2)
 
 
@@ -61,24 +62,83 @@ def list_cmd(
 
 @tasks_app.command("import")
 def import_cmd(
-    fmt: str = typer.Argument(..., metavar="FORMAT", help="clawgym, terminal-bench (tb) or harbor (tb2)"),
-    src: Path = typer.Argument(..., help="a task folder, or a folder of task folders"),
-    name: str = typer.Option("", help="suite name (default: the folder's name)"),
+    src: str = typer.Argument(
+        ...,
+        help="a folder of tasks, one task folder, or a git repository: git+URL-OR-PATH[#REF][:PATH], "
+        "https://host/org/repo.git#REF:PATH, user@host:org/repo.git#:PATH (docs/task-suites.md)",
+    ),
+    old_src: str = typer.Argument(None, hidden=True, help="`tasks import FORMAT SRC`, the older form"),
+    fmt: str = typer.Option(
+        "",
+        "--format",
+        "-f",
+        help="import only tasks of this layout: clawgym, terminal-bench (tb) or harbor (tb2); "
+        "default: detected per task folder by its marker file",
+    ),
+    name: str = typer.Option("", help="suite name (default: the folder's, or the repository's, name)"),
     root: Path = typer.Option(
         None, help="where imported suites live (default ~/.local/share/clawgym/suites)"
     ),
     replace: bool = typer.Option(False, help="replace a suite of the same name"),
+    strict: bool = typer.Option(False, help="import nothing if any task is broken"),
+    git_cache: Path = typer.Option(
+        None, help="where git repositories are fetched (default ~/.cache/clawgym/git)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="a JSON line per task, then the summary object"),
 ) -> None:
-    """Import the tasks under SRC into a local suite (every task must load first)."""
-    from clawgym.tasks.suites import import_suite
+    """Import the tasks under SRC into a local suite, reporting each task.
+
+    Every task folder is reported: ok, caveats (runs, but not as in its own image), unsupported
+    (imported; per backend, why it cannot run), broken (not imported; the load error) or skipped
+    (another layout than --format). Broken tasks do not stop the import unless --strict.
+    """
+    from clawgym.tasks.loader import format_name
+    from clawgym.tasks.suite_import import plan_import, write_suite
 
     try:
-        info = import_suite(fmt, src, root, name or None, replace=replace)
+        if old_src is not None:
+            fmt, src = format_name(src), old_src  # the older `tasks import FORMAT SRC`
+        plan = plan_import(src, fmt or None, git_cache)
     except ClawgymError as e:
         raise _fail(e) from e
+    for report in plan.reports:
+        if as_json:
+            print(json.dumps(report.as_json()), flush=True)
+        else:
+            _show_report(report)
+    try:
+        info = write_suite(plan, root, name or None, replace=replace, strict=strict)
+    except ClawgymError as e:
+        raise _fail(e) from e
+    summary = plan.summary()
+    if as_json:
+        where = {"suite": info.name, "path": str(info.path), "source": plan.source, "commit": plan.commit}
+        print(json.dumps({**where, **summary}))
+        return
     console.print(
-        f"imported {info.tasks} {info.format} tasks as suite [bold]{info.name}[/bold] ({info.path})"
+        f"imported {summary['imported']} of {summary['found']} tasks as suite [bold]{info.name}[/bold] "
+        f"({escape(str(info.path))}): {summary['ok']} ok, {summary['caveats']} with caveats, "
+        f"{summary['unsupported']} unsupported, {summary['broken']} broken, {summary['skipped']} skipped"
+        + (f"; commit {plan.commit[:12]}" if plan.commit else "")
     )
+
+
+_COLORS = {"ok": "green", "caveats": "yellow", "unsupported": "yellow", "broken": "red", "skipped": "dim"}
+
+
+def _show_report(report) -> None:
+    """One line per task: status, folder, layout (and id where it differs); then why, indented."""
+    label = report.path if report.task == Path(report.path).name else f"{report.path} (id {report.task})"
+    color = _COLORS[report.status]
+    mark = report.status.upper() if report.status == "broken" else report.status
+    console.print(f"[{color}]{mark:<11}[/{color}] {escape(label)} [dim]{report.format}[/dim]")
+    if report.status in ("broken", "skipped"):
+        console.print(f"    {report.reason}", markup=False)
+    for backend, reason in report.backends.items():
+        if reason is not None:
+            console.print(f"    not on {backend}: {reason}", markup=False)
+    for note in report.caveats:
+        console.print(f"    caveat: {note}", markup=False)
 
 
 @tasks_app.command("check")
@@ -90,30 +150,50 @@ def check_cmd(
     root: Path = typer.Option(None, help="where imported suites live"),
     as_json: bool = typer.Option(False, "--json", help="a JSON line per task, then the summary object"),
 ) -> None:
-    """Per task: the oracle passes (if it has a solution) and nop fails, in local sandboxes."""
-    from clawgym.orchestrator.check import check_locally, summarize
-    from clawgym.tasks.loader import load_tasks
+    """Per task: the oracle passes (if it has a solution) and nop fails, in local sandboxes.
+
+    A task folder that does not load is reported as broken (its load error) and the others are
+    checked all the same; the summary always follows. Exit 1 when any task is not ok.
+    """
+    from clawgym.orchestrator.check import TaskCheck, broken_check, check_locally, summarize
+    from clawgym.tasks.loader import scan_tasks
     from clawgym.tasks.suites import resolve_suite
 
     try:
-        tasks = load_tasks(resolve_suite(suite, root), split=split or None)
+        folder = resolve_suite(suite, root)
+        found = scan_tasks(folder)
     except ClawgymError as e:
         raise _fail(e) from e
-    tasks = tasks[:limit] if limit else tasks
+    if not found:
+        raise _fail(InvalidArgument(f"{folder}: no task folders"))
+    # A broken task's split is unknown: it is kept whatever the split asked for.
+    found = [f for f in found if f.task is None or not split or f.task.split == split]
+    found = found[:limit] if limit else found
 
     def show(check) -> None:
         if as_json:
             print(json.dumps(check.as_json()), flush=True)
+        elif check.broken:
+            console.print(f"[red]BROKEN[/red] {escape(check.task_id)}  {escape(check.error)}")
         else:
             mark = "[green]ok[/green]" if check.ok else "[red]FAIL[/red]"
-            console.print(f"{mark} {check.task_id}" + (f"  {check.error}" if check.error else ""))
+            console.print(f"{mark} {check.task_id}" + (f"  {escape(check.error)}" if check.error else ""))
             if not check.ok and not check.error:
                 console.print(check.as_json()["detail"], markup=False)
 
-    checks = asyncio.run(check_locally(tasks, concurrency=concurrency, on_done=show))
-    summary = summarize(checks)
+    broken = [broken_check(f) for f in found if f.task is None]
+    for check in broken:
+        show(check)
+    tasks = [f.task for f in found if f.task is not None]
+    try:
+        checks = asyncio.run(check_locally(tasks, concurrency=concurrency, on_done=show)) if tasks else []
+    except ClawgymError as e:  # no sandbox backend at all (bwrap missing, say): every task errs
+        checks = [TaskCheck(t.id, error=f"{type(e).__name__}: {e}") for t in tasks]
+        for check in checks:
+            show(check)
+    summary = summarize([*broken, *checks])
     if as_json:
         print(json.dumps(summary))
     else:
-        console.print(summary)
-    raise typer.Exit(0 if all(c.ok for c in checks) else 1)
+        console.print("summary: " + ", ".join(f"{key} {value}" for key, value in summary.items()))
+    raise typer.Exit(0 if all(c.ok for c in [*broken, *checks]) else 1)
