@@ -9,6 +9,10 @@ Eval rollouts are registered under a run of their own (`eval_run`), never the tr
 trainer watching its run's `groups.ready` stream never trains on evaluation groups. The results
 are recorded against the training run (`record_eval`), one row per harness.
 
+Every model call of an evaluation must have been served by the version evaluated (the version
+recorded per call and per generated token): an evaluation that saw another version is refused
+(`FailedPrecondition` naming the call), never reported as that version's Pass@1.
+
 A rollout that ended without a task outcome (an infrastructure failure after its retries, or a
 cancel) counts as a sample that did not pass, and is counted in `infra_failures` so a broken
 sandbox is never mistaken for a weak policy.
@@ -21,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from clawgym.errors import InvalidArgument
+from clawgym.errors import FailedPrecondition, InvalidArgument
 from clawgym.evaluation.passk import PassAtK, TaskCounts, estimate
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
 from clawgym.store.interface import TrajectoryStore
@@ -90,6 +94,18 @@ class EvalResult:
 def eval_run(store: TrajectoryStore, name: str, config: dict | None = None) -> str:
     """A fresh run to register evaluation rollouts under (see the module doc); returns its id."""
     return store.create_run(f"{name}-eval-{uuid.uuid4().hex[:6]}", {"kind": "eval", **(config or {})}).id
+
+
+def check_served_version(store: TrajectoryStore, finals: Sequence[RolloutStatus], version: int) -> None:
+    """FailedPrecondition unless every call of these rollouts (and each of its tokens) came from `version`."""
+    for s in finals:
+        for call in store.list_calls(s.rollout_id):
+            seen = {int(call.policy_version), *(int(v) for v in set(call.output_versions.tolist()))}
+            if seen != {version}:
+                raise FailedPrecondition(
+                    f"evaluation of v{version} refused: call {call.seq} of rollout {s.rollout_id} "
+                    f"(task {s.task_id}, harness {s.harness}) was served by version(s) {sorted(seen)}"
+                )
 
 
 def summarize(spec: EvalSpec, finals: Sequence[RolloutStatus], version: int, eval_run_id: str) -> EvalResult:
@@ -161,6 +177,7 @@ async def evaluate(
             on_status(status)
         if status.ended:
             finals.append(status)
+    check_served_version(store, finals, version)
     result = summarize(spec, finals, version, run_id)
     result.seconds = time.monotonic() - started
     if record_run_id:
