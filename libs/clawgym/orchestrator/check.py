@@ -1,7 +1,8 @@
 """Validates task suites: per task, the oracle (reference solution) passes and nop fails.
 
 Each run goes through the orchestrator's one rollout pipeline (`attempt.run_task`), without a store.
-A task without a solution is checked with nop only. A task the local backend cannot run
+A task without a solution is checked with nop only. A hybrid task's rubric is not judged here (no
+judge is asked): the oracle must pass, and nop fail, its code checks; `oracle_breakdown` says so. A task the local backend cannot run
 (`Task.unsupported`, a package that cannot be provisioned) and a sandbox that breaks are counted
 as errors with their reason, never as a pass or a fail of the task.
 """
@@ -50,6 +51,8 @@ class TaskCheck:
             "nop_reward": None if self.nop is None else self.nop.verdict.reward,
             "error": self.error,
             "detail": None if self.ok or self.error else _detail(self),
+            # hybrid tasks: checked by their code part (no judge here); the breakdown says so
+            **({"oracle_breakdown": self.oracle.breakdown} if self.oracle and self.oracle.breakdown else {}),
         }
 
 

@@ -206,7 +206,7 @@ def judgment_from_proto(m: pb.Judgment) -> Judgment:
         prompt=list_from_json("prompt_json", m.prompt_json),
         raw_answer=m.raw_answer,
         score=m.score if m.HasField("score") else None,
-        rule_scores={k: float(v) for k, v in from_json("rule_scores_json", m.rule_scores_json).items()},
+        rule_scores=from_json("rule_scores_json", m.rule_scores_json),  # the store validates the values
         error=m.error,
         latency_s=m.latency_s,
         attempts=m.attempts,
