@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from clawgym.errors import AlreadyExists, InvalidArgument, NotFound
+from clawgym.tasks.clawgym_jsonl import convert_jsonl
 from clawgym.tasks.loader import find_task_dirs, format_name, load_task
 from clawgym.tasks.mini.generate import mini_suite_dir
 
@@ -65,9 +67,20 @@ def list_suites(root: str | Path | None = None, cache_dir: str | Path | None = N
 def import_suite(
     fmt: str, src: str | Path, root: str | Path | None = None, name: str | None = None, replace: bool = False
 ) -> SuiteInfo:
-    """Copies every task under `src` (in format `fmt`) into a suite; every task must load first."""
+    """Copies every task under `src` (in format `fmt`) into a suite; every task must load first.
+    A ClawGym `.jsonl` of task rows (ClawGym-Bench's benchmark_data.jsonl) is converted first
+    (`clawgym_jsonl`); the suite is named after the file."""
     fmt = format_name(fmt)
     src = Path(src)
+    if fmt == "clawgym" and src.is_file() and src.suffix == ".jsonl":
+        with tempfile.TemporaryDirectory(prefix="clawgym-import-") as tmp:
+            folder = Path(tmp) / src.stem
+            convert_jsonl(src, folder)
+            info = import_suite(fmt, folder, root, name or src.stem, replace=replace)
+        meta_path = info.path / "suite.json"
+        meta = json.loads(meta_path.read_text())
+        meta_path.write_text(json.dumps({**meta, "source": str(src.resolve())}, indent=2) + "\n")
+        return info
     if not src.is_dir():
         raise InvalidArgument(f"{src}: not a directory")
     dirs = find_task_dirs(src, fmt)

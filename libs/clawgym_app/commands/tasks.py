@@ -62,7 +62,9 @@ def list_cmd(
 @tasks_app.command("import")
 def import_cmd(
     fmt: str = typer.Argument(..., metavar="FORMAT", help="clawgym, terminal-bench (tb) or harbor (tb2)"),
-    src: Path = typer.Argument(..., help="a task folder, or a folder of task folders"),
+    src: Path = typer.Argument(
+        ..., help="a task folder, a folder of task folders, or (clawgym) a .jsonl of ClawGym task rows"
+    ),
     name: str = typer.Option("", help="suite name (default: the folder's name)"),
     root: Path = typer.Option(
         None, help="where imported suites live (default ~/.local/share/clawgym/suites)"
