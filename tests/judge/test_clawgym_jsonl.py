@@ -16,11 +16,14 @@ from clawgym.tasks.model import TaskFormatError
 from clawgym_app.cli import app
 
 FIXTURE = Path(__file__).parent / "data" / "hybrid-summary"
+# a sub-score named "score" is one sub-score among others for ClawGym (a plain mean), not the reward
 CODE_ONLY_CHECK = """import json, sys
 from pathlib import Path
 answer = Path(sys.argv[1]) / "output" / "answer.txt"
+print("checking", answer)
 print(json.dumps({"exists": float(answer.is_file()),
-                  "correct": float(answer.is_file() and answer.read_text().strip() == "12")}))
+                  "correct": float(answer.is_file() and answer.read_text().strip() == "12"),
+                  "score": 0.0}))
 """
 
 
@@ -69,7 +72,7 @@ def test_benchmark_rows_import_as_tasks_that_load_and_check_without_a_judge(tmp_
     assert hybrid.metadata["metadata"] == {"category": "meeting_notes", "macro_category": "Content & Domain",
                                            "grading_type": "hybrid"}  # fmt: skip
     assert code_only.rubric is None and code_only.metadata["metadata"]["grading_type"] == "automated"
-    assert hybrid.workdir == "/root/.openclaw/workspace" and hybrid.verifier.kind == "check_py"
+    assert hybrid.workdir == "/root/.openclaw/workspace" and hybrid.verifier.kind == "reward_sh"
     assert (suite / "task_0000" / "input_files" / "input" / "notes.txt").is_file()
     assert not (suite / "task_0000" / "input_files" / "reward").exists(), "the checker is not in the workspace"
     assert json.loads((suite / "suite.json").read_text())["source"] == str(src.resolve())
@@ -86,7 +89,10 @@ def test_benchmark_rows_import_as_tasks_that_load_and_check_without_a_judge(tmp_
         (suite / task / "solution" / "solve.sh").write_text(solve)
     result = runner.invoke(app, ["tasks", "check", str(suite), "--json"])
     lines = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
-    assert lines[-1] == {"tasks": 2, "oracle_passed": 2, "nop_failed": 2, "errors": 0}, result.output
+    by_task = {line["task"]: line for line in lines[:-1]}
+    assert by_task["task_0000"]["oracle_reward"] == 1.0 and by_task["task_0000"]["ok"]
+    assert by_task["sum-scores"]["oracle_reward"] == pytest.approx(2 / 3), "ClawGym's mean of the sub-scores"
+    assert lines[-1]["nop_failed"] == 2 and lines[-1]["errors"] == 0, result.output
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,11 @@ One row::
      "category": "...", "macro_category": "...", "action": [...]}
 
 becomes `data_entry.json` (`user_query` = prompt, the rubric's `rules`, `metadata.grading_type`
-hybrid or automated), `input_files/` (everything not under reward/) and `reward/check.py`
-(reward/test.py, which prints a JSON dict of sub-scores for the workspace given as its argument;
-the reward is their mean, as ClawGym's reward.sh computes it). The checker is never in the
-workspace while the agent works: it is copied in only after the harness exits.
+hybrid or automated), `input_files/` (everything not under reward/), `reward/check.py`
+(reward/test.py, which prints a JSON dict of sub-scores for the workspace given as its argument)
+and `reward/reward.sh`, ClawGym's own wrapper: the reward is the plain mean of the sub-scores (a
+bare number passes through). `hook_code` is not run: it always names that checker. The checker is
+never in the workspace while the agent works: it is copied in only after the harness exits.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ from clawgym.tasks.model import TaskFormatError
 
 WORKSPACE = "/root/.openclaw/workspace"  # where ClawGym's tasks are worked on (hook_code's argument)
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
+# ClawGym-Agents' reward.sh (data/build_dataset_from_hf.py): the checker's sub-scores, averaged
+REWARD_SH = """#!/usr/bin/env bash
+set -euo pipefail
+python3 "$(dirname "$0")/check.py" "${1:-.}" | python3 -c '
+import json, sys
+data = json.loads(sys.stdin.read().strip().splitlines()[-1])
+print(sum(float(v) for v in data.values()) / len(data) if isinstance(data, dict) and data
+      else float(data) if isinstance(data, (int, float)) else 0.0)'
+"""
 
 
 def _task_id(row: dict[str, Any], index: int) -> str:
@@ -81,6 +91,7 @@ def write_task(row: dict[str, Any], index: int, dest: Path, where: str) -> Path:
         raise TaskFormatError(f"{where}: no reward/test.py code checker in input_files")
     (folder / "reward").mkdir(parents=True, exist_ok=True)
     (folder / "reward" / "check.py").write_text(checker)
+    (folder / "reward" / "reward.sh").write_text(REWARD_SH)
     rules = row.get("rules", row.get("rule"))
     metadata = {k: row[k] for k in ("category", "macro_category", "action") if k in row}
     metadata["grading_type"] = "hybrid" if rules else "automated"
