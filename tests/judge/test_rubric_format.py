@@ -7,11 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from clawgym.judge.evidence import Evidence, cut
+from clawgym.judge.evidence import Evidence, cut, final_message
 from clawgym.judge.parse import UnparseableAnswer, parse_answer
 from clawgym.judge.prompt import build_messages
+from clawgym.records import Call
 from clawgym.tasks.loader import load_task
 from clawgym.tasks.model import TaskFormatError
 from clawgym.tasks.rubric import Rubric, RubricRule
@@ -133,3 +135,26 @@ def test_the_prompt_holds_instruction_rubric_files_and_output_and_says_what_is_m
     assert build_messages("Write a.md.", RUBRIC, evidence) == [system, user], "deterministic"
     long = cut("x" * 50 + "y" * 50, 20)
     assert long.startswith("x" * 10) and long.endswith("y" * 10) and "80 characters left out" in long
+
+
+def _call(protocol: str, seq: int, response: dict) -> Call:
+    empty = np.zeros(0, np.int32)
+    return Call("r", seq, protocol, {}, response, empty, empty, np.zeros(0, np.float32), empty, 0, "stop")
+
+
+def test_the_agents_last_answer_is_read_from_its_last_call_in_each_protocol() -> None:
+    chat = {"choices": [{"message": {"role": "assistant", "content": "done: summary.md written"}}]}
+    anthropic = {"content": [{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "All set."},
+                             {"type": "tool_use", "id": "t", "name": "x", "input": {}}]}  # fmt: skip
+    responses = {"output": [{"type": "reasoning"}, {"type": "message", "content": [
+        {"type": "output_text", "text": "Finished.", "annotations": []}]}]}  # fmt: skip
+    assert final_message([_call("openai_chat", 1, chat), _call("openai_chat", 0, {"choices": []})]) == (
+        "done: summary.md written"
+    ), "the call with the highest seq"
+    assert final_message([_call("anthropic_messages", 0, anthropic)]) == "All set."
+    assert final_message([_call("openai_responses", 0, responses)]) == "Finished."
+    assert final_message([_call("openai_chat", 0, {"choices": [{"message": {"content": None}}]})]) == ""
+    assert final_message([]) == ""
+    [_, user] = build_messages("Write a.md.", RUBRIC, Evidence({}, "log tail", "All set."))
+    assert "## The agent's last answer\nAll set." in user["content"]
+    assert "## The harness's final output (tail)\nlog tail" in user["content"]

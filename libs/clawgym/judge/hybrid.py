@@ -32,7 +32,7 @@ def combine(task: Task, code: Verdict, outcome: JudgeOutcome | None) -> tuple[Ve
         return code, breakdown
     assert outcome.score is not None, "a failed judgment has no score to combine"
     reward = rubric.code_weight * code.reward + rubric.rubric_weight * outcome.score
-    reward = min(1.0, max(0.0, reward))
+    reward = min(1.0, max(0.0, round(reward, 12)))  # 0.7 x 1 + 0.3 x 1 is 1, not 0.999…
     breakdown = {
         "code": code.reward,
         "rubric": outcome.score,

@@ -43,7 +43,8 @@ def build_messages(instruction: str, rubric: Rubric, evidence: Evidence) -> list
             f"## What you are shown\n{rubric.eval_input}" if rubric.eval_input else "",
             f"## Rubric\nScore every rule at one of: {options}.\n\n" + "\n\n".join(rules),
             "## The agent's output files\n" + ("\n\n".join(files) if files else "(none named by the rubric)"),
-            f"## The agent's final output (tail)\n{evidence.final_output.strip() or '(empty)'}",
+            f"## The agent's last answer\n{evidence.final_message.strip()}" if evidence.final_message.strip() else "",
+            f"## The harness's final output (tail)\n{evidence.final_output.strip() or '(empty)'}",
             "## Answer\nReply with exactly one JSON object: a `scores` object mapping every rule name "
             f"above to its score, and a short `reason`. For example:\n{json.dumps(example)}",
         )

@@ -84,6 +84,8 @@ class AttemptPlan:
     env: Mapping[str, str] = field(default_factory=dict)  # provisioned packages (PYTHONPATH, PATH)
     image: str = ""
     resources: Resources | None = None
+    # the text of the rollout's last model answer, from the store (the judge's evidence)
+    final_message: Callable[[], Awaitable[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,14 @@ class AttemptRunner:
                     )
                 except Exception as e:
                     raise classify(e, failures.SANDBOX) from e
+                if plan.final_message is not None:
+                    try:
+                        final = await plan.final_message()
+                    except Exception as e:
+                        raise classify(e, failures.INTERNAL) from e
+                    evidence = dataclasses.replace(
+                        evidence, final_message=judge_evidence.cut(final, self.judge.cfg.max_file_chars)
+                    )
         finally:
             t0 = time.monotonic()
             await self._destroy(sandbox)

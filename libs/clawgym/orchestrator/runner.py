@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from clawgym.errors import AlreadyExists, ClawgymError, FailedPrecondition
 from clawgym.harnesses.base import HarnessAdapter
 from clawgym.harnesses.registry import ALIASES
+from clawgym.judge import evidence as judge_evidence
 from clawgym.judge.client import Judge, JudgeOutcome
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.attempt import AttemptPlan, AttemptResult, AttemptRunner, ProxyProbe
@@ -262,6 +263,7 @@ class Orchestrator:
                     env=provisioned.env,
                     image=self.cfg.sandbox_images.get(slot.adapter.name, ""),
                     resources=self._resources,
+                    final_message=lambda rollout_id=slot.rollout_id: self._final_message(rollout_id),
                 )
 
                 async def running(sandbox_id: str) -> None:
@@ -290,6 +292,10 @@ class Orchestrator:
         finally:
             if waiting:
                 self.metrics.waiting.dec()
+
+    async def _final_message(self, rollout_id: str) -> str:
+        """The text of the rollout's last model answer (the judge's evidence), "" if none."""
+        return judge_evidence.final_message(await self._store(self.store.list_calls, rollout_id))
 
     async def _check_reached_model(self, slot: _Slot) -> None:
         """A model-calling harness that ended without one call recorded never reached the policy
