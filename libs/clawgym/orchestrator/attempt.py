@@ -264,14 +264,13 @@ class AttemptRunner:
         timings: dict[str, float],
     ) -> tuple[Verdict, dict[str, Any], JudgeOutcome | None]:
         """The hybrid verdict; JudgeFailed when the judge was asked and gave no score."""
-        if evidence is None or self.judge is None:
+        if evidence is None or self.judge is None or task.rubric is None:
             _, breakdown = combine(task, code, None)
-            if code.failed_closed:
+            if code.failed_closed:  # the harness tampered with /tests: nothing is scored, no judge asked
                 breakdown["rubric_status"] = f"{NOT_JUDGED}: the code checks failed closed"
-                breakdown["weights"] = task.rubric.weights if task.rubric else breakdown["weights"]
             return code, breakdown, None
         t0 = time.monotonic()
-        outcome = await self.judge.judge(task.instruction, task.rubric, evidence)  # type: ignore[arg-type]
+        outcome = await self.judge.judge(task.instruction, task.rubric, evidence)
         timings["judge_s"] = time.monotonic() - t0
         self.metrics.judge_calls.labels("ok" if outcome.ok else "failed").inc()
         if not outcome.ok:
