@@ -56,6 +56,9 @@ class Rollout:
     sandbox: str
     timings: dict[str, float]
     created_at: float
+    # where the reward came from, for hybrid tasks: {"code": .., "rubric": .., "weights": {..}, ..};
+    # None for a code-only reward
+    reward_breakdown: dict[str, Any] | None = None
 
 
 @dataclass
@@ -117,3 +120,26 @@ class GroupReady:
     group_id: str
     run_id: str
     message_id: str = ""
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """An LLM judge's scoring of one rollout's rubric, recorded beside the rollout.
+
+    `score` is None when the judge failed (`error` says how: unreachable, timed out, an HTTP
+    error, or an answer that could not be parsed); the raw answer is kept whatever happened.
+    """
+
+    rollout_id: str
+    model: str
+    base_url: str
+    prompt: list[dict[str, Any]]  # the chat messages sent
+    raw_answer: str
+    score: float | None  # the rubric's score in [0, 1]
+    rule_scores: dict[str, float]
+    error: str
+    latency_s: float
+    attempts: int = 1
+    code_score: float | None = None  # the code checks' reward it is combined with
+    id: str = ""  # assigned by the store
+    created_at: float = 0.0  # assigned by the store

@@ -111,8 +111,17 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             passed=request.passed if request.HasField("passed") else None,
             error=request.error,
             timings=convert.from_json("timings_json", request.timings_json),
+            breakdown=convert.optional_from_json("reward_breakdown_json", request.reward_breakdown_json),
         )
         return convert.rollout_to_proto(rollout)
+
+    @unary
+    def RecordJudgment(self, request: pb.Judgment, context: grpc.ServicerContext) -> pb.RecordJudgmentResponse:
+        return pb.RecordJudgmentResponse(id=self.store.record_judgment(convert.judgment_from_proto(request)))
+
+    @unary
+    def GetJudgment(self, request: pb.GetJudgmentRequest, context: grpc.ServicerContext) -> pb.Judgment:
+        return convert.judgment_to_proto(self.store.get_judgment(request.rollout_id))
 
     @unary
     def RecordCall(self, request: pb.Call, context: grpc.ServicerContext) -> pb.RecordCallResponse:

@@ -43,3 +43,18 @@ def test_report_without_steps_draws_only_what_has_data(tmp_path):
     path = write_report(report, tmp_path)
     assert [p.name for p in tmp_path.glob("*.png")] == ["reward_pass_rate.png"], "no step metrics: one plot"
     assert "## Training steps" not in path.read_text(), "no step table without steps"
+
+
+def test_a_report_says_which_part_of_hybrid_rewards_came_from_code_and_which_from_the_judge(tmp_path):
+    metrics = {"version": 2, "suite": "clawgym-bench", "tasks": 2, "samples": 4, "pass@1": 0.25,
+               "pass@1_ci95": [0.05, 0.7], "mean_reward": 0.6,
+               "hybrid": {"judged": 3, "mean_code": 0.5, "mean_rubric": 0.8333, "not_judged": 0,
+                          "judge_failures": 1}}  # fmt: skip
+    point = EvalPoint.from_metrics(metrics, "reference", label="after")
+    assert point.hybrid == metrics["hybrid"]
+    text = write_report(RunReport("hybrid", "run-3", evals=[point]), tmp_path).read_text()
+    assert "## Hybrid rewards (code checks + rubric judge)" in text
+    assert "| after | 2 | reference | 3 | 0.500 | 0.833 | 0 | 1 |" in text
+    plain = write_report(RunReport("plain", "run-4", evals=[EvalPoint.from_metrics(
+        {**metrics, "hybrid": None}, "reference")]), tmp_path / "plain").read_text()  # fmt: skip
+    assert "Hybrid rewards" not in plain

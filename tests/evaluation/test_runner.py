@@ -54,3 +54,22 @@ def test_a_harness_with_no_ended_rollout_is_an_error_not_a_zero():
 def test_spec_refuses_k_above_the_samples():
     with pytest.raises(InvalidArgument, match="k <= samples"):
         EvalSpec("mini", ["a"], samples=2, ks=(1, 4)).validate()
+
+
+def test_hybrid_rewards_say_how_much_came_from_the_code_and_from_the_rubric():
+    spec = EvalSpec("clawgym-bench", ["h", "c"], harnesses=("reference",), samples=2)
+    weights = {"code": 0.7, "rubric": 0.3}
+    finals = [
+        RolloutStatus("r1", "g", "h", "reference", "finished", 0.925, False,
+                      breakdown={"code": 1.0, "rubric": 0.75, "weights": weights}),
+        RolloutStatus("r2", "g", "h", "reference", "finished", 0.15, False,
+                      breakdown={"code": 0.0, "rubric": 0.5, "weights": weights}),
+        RolloutStatus("r3", "g", "c", "reference", "finished", 1.0, True),  # code only: not hybrid
+        RolloutStatus("r4", "g", "c", "reference", "failed", failure="judge"),
+    ]  # fmt: skip
+    ref = summarize(spec, finals, version=0, eval_run_id="run").harnesses["reference"]
+    assert ref.hybrid == {"judged": 2, "mean_code": 0.5, "mean_rubric": 0.625, "not_judged": 0,
+                          "judge_failures": 1}  # fmt: skip
+    assert ref.metrics("clawgym-bench", 0)["hybrid"] == ref.hybrid
+    assert ref.infra_failures == 1, "a judge failure is an infrastructure failure: no reward"
+    assert "hybrid" not in summarize(spec, finals[2:3], 0, "run").harnesses["reference"].metrics("s", 0)

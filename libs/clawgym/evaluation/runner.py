@@ -63,6 +63,8 @@ class HarnessEval:
     mean_reward: float
     infra_failures: int
     rewards: dict[str, list[float]] = field(default_factory=dict)  # task id → rewards of its samples
+    # hybrid tasks' rollouts: where their rewards came from (None when the harness ran none)
+    hybrid: dict[str, float | int | None] | None = None
 
     def metrics(self, suite: str, version: int) -> dict:
         """The JSON recorded with `record_eval` (and written into reports)."""
@@ -77,7 +79,36 @@ class HarnessEval:
             **{f"pass@{k}_ci95": list(p.ci95) for k, p in self.pass_at.items()},
             "ci_method": {str(k): p.method for k, p in self.pass_at.items()},
             "per_task": {t.task_id: [t.n, t.c] for t in self.counts},
+            **({"hybrid": self.hybrid} if self.hybrid else {}),
         }
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def hybrid_summary(finals: Sequence[RolloutStatus]) -> dict[str, float | int | None] | None:
+    """The code and rubric parts of one harness's hybrid rewards: their means over the judged
+    rollouts, how many were scored without a judge, and how many the judge failed (no reward)."""
+    code, rubric, not_judged, judge_failed = [], [], 0, 0
+    for s in finals:
+        if s.state == "failed" and s.failure == "judge" and not s.retrying:
+            judge_failed += 1
+        elif s.state == "finished" and s.breakdown:
+            if s.breakdown.get("rubric") is None:
+                not_judged += 1
+            else:
+                code.append(float(s.breakdown["code"]))
+                rubric.append(float(s.breakdown["rubric"]))
+    if not (code or not_judged or judge_failed):
+        return None
+    return {
+        "judged": len(rubric),
+        "mean_code": _mean(code),
+        "mean_rubric": _mean(rubric),
+        "not_judged": not_judged,
+        "judge_failures": judge_failed,
+    }
 
 
 @dataclass
@@ -139,6 +170,7 @@ def summarize(spec: EvalSpec, finals: Sequence[RolloutStatus], version: int, eva
             mean_reward=sum(all_rewards) / len(all_rewards),
             infra_failures=infra[harness],
             rewards={t: rewards[(harness, t)] for t in spec.task_ids if rewards[(harness, t)]},
+            hybrid=hybrid_summary([s for s in finals if s.harness == harness]),
         )
     return EvalResult(spec.suite, version, results, eval_run_id)
 

@@ -7,6 +7,12 @@ metrics, and a sandbox that is destroyed whatever happens, cancellation included
 of the store, retries or limits (the runner's). `run_task` runs one attempt outside a batch
 (`clawgym tasks check`, benches, tests). A harness that exits non-zero or times out is a task
 outcome: the verifier still runs and decides the reward.
+
+A hybrid task (one with a rubric) is then scored by the LLM judge, if one is configured: the files
+its rules name are read before the sandbox goes, the judge is asked once the sandbox is destroyed
+(its own timeout and retries, `clawgym.judge`), and the reward is the weighted sum
+(`judge.hybrid`). A judge that fails raises `JudgeFailed` (kind `judge`) carrying its prompt and
+answer. Without a judge the rubric is not judged and the code checks alone give the reward.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from clawgym.harnesses.base import HarnessAdapter, Launch, RunContext
+from clawgym.judge import evidence as judge_evidence
+from clawgym.judge.client import Judge, JudgeOutcome
+from clawgym.judge.hybrid import NOT_JUDGED, combine
 from clawgym.orchestrator import failures
-from clawgym.orchestrator.failures import InfraFailure, classify
+from clawgym.orchestrator.failures import InfraFailure, JudgeFailed, classify
 from clawgym.orchestrator.metrics import OrchestratorMetrics
 from clawgym.sandbox.interface import Resources, Sandbox, SandboxBackend, SandboxSpec
 from clawgym.tasks.model import Task
@@ -74,6 +84,8 @@ class AttemptPlan:
     env: Mapping[str, str] = field(default_factory=dict)  # provisioned packages (PYTHONPATH, PATH)
     image: str = ""
     resources: Resources | None = None
+    # the text of the rollout's last model answer, from the store (the judge's evidence)
+    final_message: Callable[[], Awaitable[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,9 @@ class AttemptResult:
     harness_timed_out: bool
     harness_output: str
     timings: dict[str, float]
+    # hybrid tasks: where the reward came from (`judge.hybrid`) and the judge's outcome, if asked
+    breakdown: dict[str, Any] | None = None
+    judgment: JudgeOutcome | None = None
 
 
 def from_image(adapter: HarnessAdapter, launch: Launch) -> Launch:
@@ -128,9 +143,11 @@ class AttemptRunner:
         metrics: OrchestratorMetrics,
         probe: ProxyProbe,
         install_harnesses: bool = True,
+        judge: Judge | None = None,
     ) -> None:
         self.backend, self.metrics, self.probe = backend, metrics, probe
         self.install_harnesses = install_harnesses
+        self.judge = judge  # None: hybrid tasks are scored by their code checks alone
 
     async def run(
         self,
@@ -210,13 +227,61 @@ class AttemptRunner:
             except Exception as e:
                 raise classify(e, failures.SANDBOX) from e
             timings["verify_s"] = time.monotonic() - t0
+            evidence = None
+            if task.rubric is not None and self.judge is not None and not verdict.failed_closed:
+                try:
+                    evidence = await judge_evidence.collect(
+                        task, sandbox, output, self.judge.cfg.max_file_chars
+                    )
+                except Exception as e:
+                    raise classify(e, failures.SANDBOX) from e
+                if plan.final_message is not None:
+                    try:
+                        final = await plan.final_message()
+                    except Exception as e:
+                        raise classify(e, failures.INTERNAL) from e
+                    evidence = dataclasses.replace(
+                        evidence, final_message=judge_evidence.cut(final, self.judge.cfg.max_file_chars)
+                    )
         finally:
             t0 = time.monotonic()
             await self._destroy(sandbox)
             active.dec()
             timings["destroy_s"] = time.monotonic() - t0
+        breakdown, judgment = None, None
+        if task.rubric is not None:
+            verdict, breakdown, judgment = await self._score_rubric(task, verdict, evidence, timings)
         timings["total_s"] = time.monotonic() - started
-        return AttemptResult(verdict, result.exit_code, result.timed_out, output, timings)
+        return AttemptResult(
+            verdict, result.exit_code, result.timed_out, output, timings, breakdown, judgment
+        )
+
+    async def _score_rubric(
+        self,
+        task: Task,
+        code: Verdict,
+        evidence: judge_evidence.Evidence | None,
+        timings: dict[str, float],
+    ) -> tuple[Verdict, dict[str, Any], JudgeOutcome | None]:
+        """The hybrid verdict; JudgeFailed when the judge was asked and gave no score."""
+        if evidence is None or self.judge is None or task.rubric is None:
+            _, breakdown = combine(task, code, None)
+            if code.failed_closed:  # the harness tampered with /tests: nothing is scored, no judge asked
+                breakdown["rubric_status"] = f"{NOT_JUDGED}: the code checks failed closed"
+            return code, breakdown, None
+        t0 = time.monotonic()
+        outcome = await self.judge.judge(task.instruction, task.rubric, evidence)
+        timings["judge_s"] = time.monotonic() - t0
+        self.metrics.judge_calls.labels("ok" if outcome.ok else "failed").inc()
+        if not outcome.ok:
+            raise JudgeFailed(
+                f"the rubric judge ({outcome.model} at {outcome.base_url}) failed after "
+                f"{outcome.attempts} tries: {outcome.error} (code checks: reward {code.reward:.4f})",
+                outcome,
+                code.reward,
+            )
+        verdict, breakdown = combine(task, code, outcome)
+        return verdict, breakdown, outcome
 
     async def _destroy(self, sandbox: Sandbox) -> None:
         """Destroys the sandbox even while this attempt is being cancelled (again), then returns."""
@@ -260,12 +325,16 @@ async def run_task(
     env: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
     proxy_check_timeout_s: float = 10.0,
+    judge: Judge | None = None,
 ) -> AttemptResult:
-    """One attempt of `adapter` on `task` outside any batch or store: the orchestrator's pipeline."""
+    """One attempt of `adapter` on `task` outside any batch or store: the orchestrator's pipeline.
+    `judge` scores hybrid tasks' rubrics; without one their code checks alone decide."""
 
     async def nothing(*_: object) -> None:
         return None
 
-    runner = AttemptRunner(backend, OrchestratorMetrics(), ProxyProbe(proxy_check_timeout_s))
+    runner = AttemptRunner(
+        backend, OrchestratorMetrics(), ProxyProbe(proxy_check_timeout_s), judge=judge
+    )
     plan = AttemptPlan(task, adapter, token, proxy_url, model, labels or {}, env or {})
     return await runner.run(plan, nothing, nothing)

@@ -1,7 +1,8 @@
 """Validates task suites: per task, the oracle (reference solution) passes and nop fails.
 
 Each run goes through the orchestrator's one rollout pipeline (`attempt.run_task`), without a store.
-A task without a solution is checked with nop only. A task the local backend cannot run
+A task without a solution is checked with nop only. A hybrid task's rubric is not judged here (no
+judge is asked): the oracle must pass, and nop fail, its code checks; `oracle_breakdown` says so. A task the local backend cannot run
 (`Task.unsupported`, a package that cannot be provisioned) and a sandbox that breaks are counted
 as errors with their reason, never as a pass or a fail of the task. A task folder that does not
 load is a `broken` check carrying its load error (`broken_check`), so one bad folder never stops
@@ -56,6 +57,8 @@ class TaskCheck:
             "error": self.error,
             "broken": self.broken,
             "detail": None if self.ok or self.error else _detail(self),
+            # hybrid tasks: checked by their code part (no judge here); the breakdown says so
+            **({"oracle_breakdown": self.oracle.breakdown} if self.oracle and self.oracle.breakdown else {}),
         }
 
 

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from clawgym.errors import InvalidArgument
+from clawgym.judge.config import JudgeConfig
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.interface import Resources
 from clawgym.section import Section
@@ -88,6 +89,11 @@ class OrchestratorConfig(Section):
     sandbox_labels: dict[str, str] = Field(
         default_factory=dict,
         description="labels put on every sandbox (the chart's NetworkPolicy selects them)",
+    )
+    judge: JudgeConfig = Field(
+        default_factory=JudgeConfig,
+        description="the LLM judge of hybrid tasks' rubrics (any OpenAI-compatible endpoint); "
+        "without a base_url hybrid tasks are scored by their code checks alone",
     )
     sandbox_resources: dict[str, dict[str, str | int | float]] = Field(
         default_factory=dict,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from clawgym.generated.v1 import orchestrator_pb2 as pb
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus
+from clawgym.store.convert import optional_from_json, optional_to_json
 
 
 def batch_to_proto(batch: Batch) -> pb.RunRolloutsRequest:
@@ -43,6 +44,7 @@ def status_to_proto(status: RolloutStatus) -> pb.RolloutStatus:
         retrying=status.retrying,
         attempt=status.attempt,
         batch_id=status.batch_id,
+        reward_breakdown_json=optional_to_json("breakdown", status.breakdown),
     )
     if status.reward is not None:
         msg.reward = status.reward
@@ -65,4 +67,5 @@ def status_from_proto(msg: pb.RolloutStatus) -> RolloutStatus:
         retrying=msg.retrying,
         attempt=msg.attempt,
         batch_id=msg.batch_id,
+        breakdown=optional_from_json("reward_breakdown_json", msg.reward_breakdown_json),
     )

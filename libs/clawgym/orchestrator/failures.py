@@ -21,8 +21,12 @@ PROXY = "proxy"
 INSTALL = "install"  # the harness CLI is not installed and could not be installed
 UNSUPPORTED = "unsupported"  # the task or its sandbox spec cannot run on this backend
 INTERNAL = "internal"  # a bug: an unexpected exception (logged with its traceback)
+# a hybrid task's LLM judge failed after its own retries (unreachable, timed out, an HTTP error, or
+# an answer without a score for every rule): the rubric part is unknown, so the rollout has no
+# reward. Not retried (the harness would run again for the same judge); the judgment is recorded.
+JUDGE = "judge"
 
-KINDS = (SANDBOX, HARNESS_START, PROXY, INSTALL, UNSUPPORTED, INTERNAL)
+KINDS = (SANDBOX, HARNESS_START, PROXY, INSTALL, UNSUPPORTED, INTERNAL, JUDGE)
 RETRIED = frozenset({SANDBOX, HARNESS_START, PROXY, INSTALL})  # may pass on a fresh attempt
 # exit codes of a shell (or setpriv / kubectl exec) whose command could not be executed at all
 NOT_EXECUTED = (126, 127)
@@ -38,6 +42,14 @@ class InfraFailure(Exception):
     @property
     def retried(self) -> bool:
         return self.kind in RETRIED
+
+
+class JudgeFailed(InfraFailure):
+    """The judge of a hybrid task's rubric failed; carries what it was asked and answered."""
+
+    def __init__(self, message: str, outcome: object, code_score: float) -> None:
+        super().__init__(JUDGE, message)
+        self.outcome, self.code_score = outcome, code_score
 
 
 def classify(e: BaseException, stage: str) -> InfraFailure:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from clawgym.errors import InvalidArgument
 
@@ -86,6 +86,8 @@ class RolloutStatus:
     attempt: int = 1
     batch_id: str = ""
     timings: dict[str, float] = field(default_factory=dict)  # in-process only (the store has them too)
+    # hybrid tasks: where the reward came from ({"code", "rubric", "weights", …}; the store has it too)
+    breakdown: dict[str, Any] | None = None
 
     @property
     def ended(self) -> bool:

@@ -46,13 +46,19 @@ class OrchestratorMetrics:
         )
         self.failures = Counter(
             "clawgym_orchestrator_failures",
-            "Infrastructure failures by kind (sandbox, harness_start, proxy, install, unsupported, internal)",
+            "Infrastructure failures by kind (sandbox, harness_start, proxy, install, unsupported, internal, judge)",
             ["kind"],
             registry=r,
         )
         self.waiting = Gauge(
             "clawgym_orchestrator_waiting_rollouts",
             "Registered rollouts waiting for a concurrency slot",
+            registry=r,
+        )
+        self.judge_calls = Counter(
+            "clawgym_orchestrator_judge_calls",
+            "Hybrid tasks' rubric judgments by outcome (ok, failed)",
+            ["outcome"],
             registry=r,
         )
         self.reaped = Counter(

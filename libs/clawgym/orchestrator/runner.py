@@ -26,14 +26,16 @@ from typing import Any, TypeVar
 from clawgym.errors import AlreadyExists, ClawgymError, FailedPrecondition
 from clawgym.harnesses.base import HarnessAdapter
 from clawgym.harnesses.registry import ALIASES
+from clawgym.judge import evidence as judge_evidence
+from clawgym.judge.client import Judge, JudgeOutcome
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.attempt import AttemptPlan, AttemptResult, AttemptRunner, ProxyProbe
 from clawgym.orchestrator.catalog import Catalog
 from clawgym.orchestrator.config import OrchestratorConfig
-from clawgym.orchestrator.failures import InfraFailure, classify
+from clawgym.orchestrator.failures import InfraFailure, JudgeFailed, classify
 from clawgym.orchestrator.interface import Batch, RolloutStatus
 from clawgym.orchestrator.metrics import OrchestratorMetrics
-from clawgym.records import RolloutSpec
+from clawgym.records import Judgment, RolloutSpec
 from clawgym.sandbox.interface import HARNESS_LABEL, SandboxBackend, check_labels, label_value
 from clawgym.store.interface import TrajectoryStore
 from clawgym.tasks.model import Task
@@ -119,8 +121,9 @@ class Orchestrator:
         self.cfg, self.store, self.backend = cfg, store, backend
         self.catalog = catalog or Catalog(cfg.suites_dir, cfg.harness_cache_dir, cfg.harness_timeout_s)
         self.metrics = metrics or OrchestratorMetrics()
+        self.judge = Judge(cfg.judge) if cfg.judge.enabled else None
         self.runner = AttemptRunner(
-            backend, self.metrics, ProxyProbe(cfg.proxy_check_timeout_s), cfg.install_harnesses
+            backend, self.metrics, ProxyProbe(cfg.proxy_check_timeout_s), cfg.install_harnesses, self.judge
         )
         self._global = asyncio.Semaphore(cfg.max_concurrent_rollouts)
         self._per_harness = {
@@ -152,6 +155,8 @@ class Orchestrator:
         for batch_id in list(self._batches):
             await self.cancel(batch_id)
         await self.backend.close()
+        if self.judge is not None:
+            await self.judge.close()
         self._store_threads.shutdown(wait=False)
 
     # --- the service ----------------------------------------------------------------------------
@@ -258,6 +263,7 @@ class Orchestrator:
                     env=provisioned.env,
                     image=self.cfg.sandbox_images.get(slot.adapter.name, ""),
                     resources=self._resources,
+                    final_message=lambda rollout_id=slot.rollout_id: self._final_message(rollout_id),
                 )
 
                 async def running(sandbox_id: str) -> None:
@@ -287,6 +293,10 @@ class Orchestrator:
             if waiting:
                 self.metrics.waiting.dec()
 
+    async def _final_message(self, rollout_id: str) -> str:
+        """The text of the rollout's last model answer (the judge's evidence), "" if none."""
+        return judge_evidence.final_message(await self._store(self.store.list_calls, rollout_id))
+
     async def _check_reached_model(self, slot: _Slot) -> None:
         """A model-calling harness that ended without one call recorded never reached the policy
         (the proxy was down, restarting or unreachable): its reward says nothing about the policy."""
@@ -313,13 +323,37 @@ class Orchestrator:
         detail = (
             "" if verdict.passed else _clean(f"{verdict.detail}\n--- harness ---\n{result.harness_output}")
         )
+        if result.judgment is not None:
+            await self._record_judgment(slot, result.judgment, code_score=result.breakdown["code"])
         await self._end(state, slot, "finished", reward=verdict.reward, passed=verdict.passed, timings=timings,
-                        detail=detail)  # fmt: skip
+                        detail=detail, breakdown=result.breakdown)  # fmt: skip
+
+    async def _record_judgment(self, slot: _Slot, outcome: JudgeOutcome, code_score: float | None) -> None:
+        """Records the judge's prompt, answer and score beside the rollout, before it ends."""
+        judgment = Judgment(
+            rollout_id=slot.rollout_id,
+            model=outcome.model,
+            base_url=outcome.base_url,
+            prompt=outcome.messages,
+            raw_answer=outcome.raw_answer,
+            score=outcome.score,
+            rule_scores=dict(outcome.rule_scores),
+            error=_clean(outcome.error),
+            latency_s=outcome.latency_s,
+            attempts=outcome.attempts,
+            code_score=code_score,
+        )
+        try:
+            await self._store(self.store.record_judgment, judgment)
+        except Exception:
+            log.exception("rollout %s: recording its judgment failed", slot.rollout_id)
 
     async def _fail(self, state: _BatchState, slot: _Slot, failure: InfraFailure) -> bool:
         """Ends the slot's rollout as failed; registers its replacement first when attempts are left."""
         self.metrics.failures.labels(failure.kind).inc()
         log.warning("rollout %s (attempt %d) failed: %s", slot.rollout_id, slot.attempt, failure)
+        if isinstance(failure, JudgeFailed) and isinstance(failure.outcome, JudgeOutcome):
+            await self._record_judgment(slot, failure.outcome, failure.code_score)
         replacement = None
         if failure.retried and slot.attempt < self.cfg.max_attempts:
             spec = RolloutSpec(slot.group_id, slot.task.id, slot.adapter.name, state.batch.policy_version)
@@ -349,6 +383,7 @@ class Orchestrator:
         failure: str = "",
         retrying: bool = False,
         timings: dict[str, float] | None = None,
+        breakdown: dict[str, Any] | None = None,
     ) -> None:
         """Records the end of the slot's current rollout (once) and emits its status."""
         if slot.ended:
@@ -357,12 +392,13 @@ class Orchestrator:
         error = _clean(error)
         try:
             await self._store(
-                self.store.finish_rollout, slot.rollout_id, status, reward, passed, error, timings or {}
-            )
+                self.store.finish_rollout, slot.rollout_id, status, reward, passed, error, timings or {},
+                breakdown,
+            )  # fmt: skip
         except FailedPrecondition:
             log.warning("rollout %s had ended already in the store; keeping that outcome", slot.rollout_id)
         except Exception:
             log.exception("rollout %s: recording its end (%s) failed", slot.rollout_id, status)
         self.metrics.rollouts.labels(slot.adapter.name, status).inc()
         state.emit(slot, status, reward=reward, passed=passed, error=error or detail, failure=failure,
-                   retrying=retrying, timings=dict(timings or {}))  # fmt: skip
+                   retrying=retrying, timings=dict(timings or {}), breakdown=breakdown)  # fmt: skip

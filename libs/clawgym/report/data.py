@@ -27,6 +27,8 @@ class EvalPoint:
     mean_reward: float = 0.0
     infra_failures: int = 0
     label: str = ""  # "before", "after", "step 10", …
+    # hybrid tasks: {"judged", "mean_code", "mean_rubric", "not_judged", "judge_failures"} or None
+    hybrid: dict[str, Any] | None = None
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, Any], harness: str, label: str = "") -> EvalPoint:
@@ -45,6 +47,7 @@ class EvalPoint:
             mean_reward=float(metrics.get("mean_reward", 0.0)),
             infra_failures=int(metrics.get("infra_failures", 0)),
             label=label,
+            hybrid=metrics.get("hybrid") or None,
         )
 
 

@@ -77,6 +77,17 @@ def render(report: RunReport, images: list[Path]) -> str:
             for e in report.evals
         ]
         out += ["## Evaluations", "", *_table(header, rows), ""]
+        hybrid = [e for e in report.evals if e.hybrid]
+        if hybrid:  # which part of the hybrid tasks' rewards came from the code, which from the judge
+            rows = [
+                [e.label, str(e.version), e.harness, str(h["judged"]), _cell(h["mean_code"], "{:.3f}"),
+                 _cell(h["mean_rubric"], "{:.3f}"), str(h["not_judged"]), str(h["judge_failures"])]
+                for e in hybrid
+                for h in [e.hybrid or {}]
+            ]  # fmt: skip
+            header = ["when", "version", "harness", "judged", "mean code part", "mean rubric part",
+                      "not judged", "judge failures"]  # fmt: skip
+            out += ["## Hybrid rewards (code checks + rubric judge)", "", *_table(header, rows), ""]
     if report.stages:
         total = sum(report.stages.values())
         rows = [

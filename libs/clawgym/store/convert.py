@@ -17,6 +17,7 @@ from clawgym.records import (
     Checkpoint,
     Group,
     GroupReady,
+    Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
@@ -43,6 +44,32 @@ def from_json(field: str, text: str) -> dict[str, Any]:
         raise InvalidArgument(f"{field} is not valid JSON: {e}") from e
     if not isinstance(value, dict):
         raise InvalidArgument(f"{field} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def optional_to_json(field: str, value: dict[str, Any] | None) -> str:
+    """"" for None (e.g. no reward breakdown), else the JSON object."""
+    return "" if value is None else to_json(field, value)
+
+
+def optional_from_json(field: str, text: str) -> dict[str, Any] | None:
+    return from_json(field, text) if text else None
+
+
+def list_to_json(field: str, value: list[Any]) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"{field} is not JSON-serialisable: {e}") from e
+
+
+def list_from_json(field: str, text: str) -> list[Any]:
+    try:
+        value = json.loads(text) if text else []
+    except ValueError as e:
+        raise InvalidArgument(f"{field} is not valid JSON: {e}") from e
+    if not isinstance(value, list):
+        raise InvalidArgument(f"{field} must hold a JSON list, got {type(value).__name__}")
     return value
 
 
@@ -119,6 +146,7 @@ def rollout_to_proto(r: Rollout) -> pb.Rollout:
         sandbox=r.sandbox,
         timings_json=to_json("timings", r.timings),
         created_at=r.created_at,
+        reward_breakdown_json=optional_to_json("reward_breakdown", r.reward_breakdown),
     )
     if r.reward is not None:
         m.reward = r.reward
@@ -141,6 +169,49 @@ def rollout_from_proto(m: pb.Rollout) -> Rollout:
         policy_version_start=m.policy_version_start,
         sandbox=m.sandbox,
         timings=from_json("timings_json", m.timings_json),
+        created_at=m.created_at,
+        reward_breakdown=optional_from_json("reward_breakdown_json", m.reward_breakdown_json),
+    )
+
+
+# --- judgments ---
+
+
+def judgment_to_proto(j: Judgment) -> pb.Judgment:
+    m = pb.Judgment(
+        rollout_id=j.rollout_id,
+        model=j.model,
+        base_url=j.base_url,
+        prompt_json=list_to_json("prompt", j.prompt),
+        raw_answer=j.raw_answer,
+        rule_scores_json=to_json("rule_scores", j.rule_scores),
+        error=j.error,
+        latency_s=j.latency_s,
+        attempts=j.attempts,
+        id=j.id,
+        created_at=j.created_at,
+    )
+    if j.score is not None:
+        m.score = j.score
+    if j.code_score is not None:
+        m.code_score = j.code_score
+    return m
+
+
+def judgment_from_proto(m: pb.Judgment) -> Judgment:
+    return Judgment(
+        rollout_id=m.rollout_id,
+        model=m.model,
+        base_url=m.base_url,
+        prompt=list_from_json("prompt_json", m.prompt_json),
+        raw_answer=m.raw_answer,
+        score=m.score if m.HasField("score") else None,
+        rule_scores=from_json("rule_scores_json", m.rule_scores_json),  # the store validates the values
+        error=m.error,
+        latency_s=m.latency_s,
+        attempts=m.attempts,
+        code_score=m.code_score if m.HasField("code_score") else None,
+        id=m.id,
         created_at=m.created_at,
     )
 

@@ -17,6 +17,7 @@ from clawgym.records import (
     Checkpoint,
     Group,
     GroupReady,
+    Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
@@ -105,6 +106,7 @@ class StoreClient:
         passed: bool | None = None,
         error: str = "",
         timings: dict[str, float] | None = None,
+        breakdown: dict[str, Any] | None = None,
     ) -> Rollout:
         reply = self._call(
             self._stub.FinishRollout,
@@ -115,8 +117,18 @@ class StoreClient:
             passed=passed,
             error=error,
             timings_json=convert.to_json("timings", timings),
+            reward_breakdown_json=convert.optional_to_json("breakdown", breakdown),
         )
         return convert.rollout_from_proto(reply)
+
+    # --- judgments ---
+
+    def record_judgment(self, judgment: Judgment) -> str:
+        return self._call(self._stub.RecordJudgment, convert.judgment_to_proto(judgment)).id
+
+    def get_judgment(self, rollout_id: str) -> Judgment:
+        reply = self._call(self._stub.GetJudgment, pb.GetJudgmentRequest, rollout_id=rollout_id)
+        return convert.judgment_from_proto(reply)
 
     # --- calls ---
 

@@ -13,6 +13,7 @@ from clawgym.records import (
     Checkpoint,
     Group,
     GroupReady,
+    Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
@@ -39,7 +40,19 @@ class TrajectoryStore(Protocol):
         passed: bool | None = None,
         error: str = "",
         timings: dict[str, float] | None = None,
-    ) -> Rollout: ...
+        breakdown: dict[str, Any] | None = None,
+    ) -> Rollout:
+        """Ends a rollout; `breakdown` says where a hybrid reward came from (None: code only)."""
+        ...
+
+    # --- judgments (hybrid tasks' rubric scorings, one per rollout) ---
+    def record_judgment(self, judgment: Judgment) -> str:
+        """Records the judge's prompt, answer and score beside the rollout; AlreadyExists for a second."""
+        ...
+
+    def get_judgment(self, rollout_id: str) -> Judgment:
+        """The rollout's judgment; NotFound if it has none (a code-only or unjudged reward)."""
+        ...
 
     # --- calls ---
     def record_call(self, call: Call) -> str: ...

@@ -96,6 +96,8 @@ class RolloutRow(Base):
     policy_version_start: Mapped[int] = mapped_column(BigInteger)
     sandbox: Mapped[str] = mapped_column(Text)
     timings: Mapped[dict[str, Any]]
+    # hybrid tasks: {"code": .., "rubric": .., "weights": {..}, ..}; NULL for a code-only reward
+    reward_breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # sha256 hex of the API token: `resolve_token`'s lookup
     token_hash: Mapped[str] = mapped_column(String(64), index=True, unique=True)
     created_at: Mapped[float] = mapped_column(Double)
@@ -127,6 +129,26 @@ class CallRow(Base):
     latency_s: Mapped[float] = mapped_column(Double)
     created_at: Mapped[float] = mapped_column(Double)
     temperature: Mapped[float | None] = mapped_column(Double, nullable=True)  # sampling temperature
+
+
+class JudgmentRow(Base):
+    """An LLM judge's scoring of one rollout's rubric: what it was asked, what it answered, the score."""
+
+    __tablename__ = "judgments"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    rollout_id: Mapped[str] = mapped_column(ID, ForeignKey("rollouts.id"), unique=True)
+    model: Mapped[str] = mapped_column(Text)
+    base_url: Mapped[str] = mapped_column(Text)
+    prompt: Mapped[list[Any]] = mapped_column(JSON)  # the chat messages sent
+    raw_answer: Mapped[str] = mapped_column(Text)
+    score: Mapped[float | None] = mapped_column(Double, nullable=True)  # NULL: the judge failed
+    rule_scores: Mapped[dict[str, Any]]
+    error: Mapped[str] = mapped_column(Text)
+    latency_s: Mapped[float] = mapped_column(Double)
+    attempts: Mapped[int] = mapped_column(Integer)
+    code_score: Mapped[float | None] = mapped_column(Double, nullable=True)
+    created_at: Mapped[float] = mapped_column(Double)
 
 
 class CheckpointRow(Base):

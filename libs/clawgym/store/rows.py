@@ -5,8 +5,8 @@ not queries, and not validation of input (`clawgym.store.validate`).
 """
 
 from clawgym import arrays
-from clawgym.records import Call, Checkpoint, Rollout, Run
-from clawgym.store.models import CallRow, CheckpointRow, RolloutRow, RunRow
+from clawgym.records import Call, Checkpoint, Judgment, Rollout, Run
+from clawgym.store.models import CallRow, CheckpointRow, JudgmentRow, RolloutRow, RunRow
 
 
 def run_record(row: RunRow) -> Run:
@@ -29,6 +29,25 @@ def rollout_record(row: RolloutRow) -> Rollout:
         policy_version_start=row.policy_version_start,
         sandbox=row.sandbox,
         timings=dict(row.timings),
+        created_at=row.created_at,
+        reward_breakdown=None if row.reward_breakdown is None else dict(row.reward_breakdown),
+    )
+
+
+def judgment_record(row: JudgmentRow) -> Judgment:
+    return Judgment(
+        rollout_id=row.rollout_id,
+        model=row.model,
+        base_url=row.base_url,
+        prompt=list(row.prompt),
+        raw_answer=row.raw_answer,
+        score=row.score,
+        rule_scores={k: float(v) for k, v in row.rule_scores.items()},
+        error=row.error,
+        latency_s=row.latency_s,
+        attempts=row.attempts,
+        code_score=row.code_score,
+        id=row.id,
         created_at=row.created_at,
     )
 

@@ -41,6 +41,7 @@ from clawgym.records import (
     Checkpoint,
     Group,
     GroupReady,
+    Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
@@ -52,7 +53,16 @@ from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE, EventBus
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.database import create_store_engine, read_only
 from clawgym.store.migrations import migrate
-from clawgym.store.models import CallRow, CheckpointRow, EvalRow, GroupRow, RolloutRow, RunRow, TrainStepRow
+from clawgym.store.models import (
+    CallRow,
+    CheckpointRow,
+    EvalRow,
+    GroupRow,
+    JudgmentRow,
+    RolloutRow,
+    RunRow,
+    TrainStepRow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +192,10 @@ class SqlStore:
         passed: bool | None = None,
         error: str = "",
         timings: dict[str, float] | None = None,
+        breakdown: dict[str, Any] | None = None,
     ) -> Rollout:
         status = validate.name("status", status, ENDED_ROLLOUT_STATES)
+        checked_breakdown = None if breakdown is None else validate.json_object("breakdown", breakdown)[0]
         reward = validate.number("reward", reward, optional=True)
         if passed is not None and not isinstance(passed, bool):
             raise InvalidArgument(f"passed must be a bool or None, got {passed!r}")
@@ -195,6 +207,7 @@ class SqlStore:
                 raise FailedPrecondition(f"rollout {rollout_id} has ended already ({row.status})")
             row.status, row.reward, row.passed, row.error = status, reward, passed, error
             row.timings, row.ended_at = checked_timings, time.time()
+            row.reward_breakdown = checked_breakdown
             group_ready = self._count_ended(s, row.group_id, row.ended_at)
         record = rows.rollout_record(row)
         fields = {
@@ -228,6 +241,24 @@ class SqlStore:
         except exc.IntegrityError as e:
             raise AlreadyExists(f"call {call.rollout_id}#{call.seq} is recorded already") from e
         return call_id
+
+    # --- judgments ---
+
+    def record_judgment(self, judgment: Judgment) -> str:
+        values = validate.judgment_values(judgment)
+        judgment_id = _new_id()
+        with self._unique(f"a judgment of rollout {judgment.rollout_id}"), self._write() as s:
+            self._rollout(s, judgment.rollout_id, lock=True)
+            s.execute(insert(JudgmentRow).values(id=judgment_id, created_at=time.time(), **values))
+        return judgment_id
+
+    def get_judgment(self, rollout_id: str) -> Judgment:
+        with self._read() as s:
+            self._rollout(s, rollout_id)
+            row = s.scalar(select(JudgmentRow).where(JudgmentRow.rollout_id == rollout_id))
+            if row is None:
+                raise NotFound(f"rollout {rollout_id} has no judgment")
+            return rows.judgment_record(row)
 
     def list_calls(self, rollout_id: str) -> list[Call]:
         with self._read() as s:

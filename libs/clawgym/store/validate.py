@@ -13,7 +13,7 @@ from typing import Any
 
 from clawgym import arrays
 from clawgym.errors import InvalidArgument
-from clawgym.records import FINISH_REASONS, PROTOCOLS, Call
+from clawgym.records import FINISH_REASONS, PROTOCOLS, Call, Judgment
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -73,6 +73,31 @@ def timings(value: Any) -> dict[str, float]:
     """Rollout phase durations: {"harness_s": 12.5, …}."""
     checked, _ = json_object("timings", value)
     return {text("timings key", k): number(f"timings[{k!r}]", v) for k, v in checked.items()}  # type: ignore[misc]
+
+
+def judgment_values(j: Judgment) -> dict[str, Any]:
+    """The judgments row of a `Judgment` (InvalidArgument for a bad field)."""
+    prompt = j.prompt
+    if not isinstance(prompt, list):
+        raise InvalidArgument(f"prompt must be a list of messages, got {type(prompt).__name__}")
+    json_object("prompt", {"messages": prompt})
+    rule_scores, _ = json_object("rule_scores", j.rule_scores)
+    score = number("score", j.score, optional=True)
+    if score is not None and not 0.0 <= score <= 1.0:
+        raise InvalidArgument(f"score must be in [0, 1], got {score}")
+    return {
+        "rollout_id": text("rollout_id", j.rollout_id),
+        "model": text("model", j.model, required=False),
+        "base_url": text("base_url", j.base_url, required=False),
+        "prompt": prompt,
+        "raw_answer": text("raw_answer", j.raw_answer, required=False),
+        "score": score,
+        "rule_scores": {text("rule name", k): number(f"rule_scores[{k!r}]", v) for k, v in rule_scores.items()},
+        "error": text("error", j.error, required=False),
+        "latency_s": number("latency_s", j.latency_s),
+        "attempts": integer("attempts", j.attempts),
+        "code_score": number("code_score", j.code_score, optional=True),
+    }
 
 
 def call_values(call: Call, max_bytes: int = DEFAULT_MAX_CALL_BYTES) -> dict[str, Any]:

@@ -9,6 +9,12 @@
         check.py          `python3 check.py WORKDIR` prints a JSON dict of sub-scores
       solution/solve.sh the reference solution, run in WORKDIR (optional; used by the oracle)
 
+A hybrid task (ClawGym-Bench: 0.7 x code checks + 0.3 x rubric) also carries its rubric in
+data_entry.json (`tasks.rubric`): `"rules": [...]` as benchmark rows have it, the whole
+`"llm_rubric": {...}` object, or `metadata.rule` as ClawGym-Agents' dataset builder writes it;
+`"rubric_weight"` (default 0.3) overrides the rubric's share. `metadata.grading_type: "hybrid"`
+without a rubric is an error.
+
 Fields of data_entry.json other than those above are kept as metadata.
 """
 
@@ -27,9 +33,11 @@ from clawgym.tasks.model import (
     TaskFormatError,
     VerifierSpec,
 )
+from clawgym.tasks.rubric import RUBRIC_WEIGHT, Rubric, parse_rubric
 
 FORMAT = "clawgym"
-_KNOWN = {"id", "task_id", "user_query", "input_mount_dir", "split", "timeout_s", "threshold"}
+_KNOWN = {"id", "task_id", "user_query", "input_mount_dir", "split", "timeout_s", "threshold", "rules",
+          "llm_rubric", "rubric_weight"}  # fmt: skip
 
 
 def is_clawgym_task(path: Path) -> bool:
@@ -72,6 +80,8 @@ def load_clawgym_task(path: Path) -> Task:
     if "threshold" in entry:
         verifier = _with_threshold(verifier, entry["threshold"], entry_file)
 
+    rubric = _rubric(entry, entry_file)
+
     inputs = path / "input_files"
     solution = path / "solution"
     has_solution = (solution / "solve.sh").is_file()
@@ -88,7 +98,22 @@ def load_clawgym_task(path: Path) -> Task:
         split=split,
         agent_timeout_s=float(entry.get("timeout_s", 900.0)),
         metadata={k: v for k, v in entry.items() if k not in _KNOWN},
+        rubric=rubric,
     )
+
+
+def _rubric(entry: dict, where: Path) -> Rubric | None:
+    metadata = entry.get("metadata") if isinstance(entry.get("metadata"), dict) else {}
+    sources = [entry.get("llm_rubric"), entry.get("rules"), metadata.get("rule"), metadata.get("rules")]
+    given = [s for s in sources if s not in (None, [])]
+    if len(given) > 1:
+        raise TaskFormatError(f"{where}: give the rubric once (llm_rubric, rules or metadata.rule)")
+    rubric = parse_rubric(
+        given[0] if given else None, where, rubric_weight=entry.get("rubric_weight", RUBRIC_WEIGHT)
+    )
+    if rubric is None and metadata.get("grading_type") == "hybrid":
+        raise TaskFormatError(f"{where}: grading_type is hybrid but the task has no rubric rules")
+    return rubric
 
 
 def _with_threshold(verifier: VerifierSpec, value: object, where: Path) -> VerifierSpec:

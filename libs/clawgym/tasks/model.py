@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from clawgym.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from clawgym.tasks.rubric import Rubric
 
 # Sandbox paths shared by every format. Terminal-Bench and Harbor scripts name them literally.
 TESTS_DIR = "/tests"  # verifier files, copied in only after the harness exits
@@ -90,6 +93,8 @@ class Task:
     split: Split = ""
     agent_timeout_s: float = 900.0
     metadata: Mapping[str, object] = field(default_factory=dict)
+    # hybrid tasks: the part of the reward an LLM judge scores (`tasks.rubric`, `clawgym.judge`)
+    rubric: Rubric | None = None
 
     @property
     def has_solution(self) -> bool:

@@ -11,6 +11,7 @@ whole import. Nothing is written until every task has been read. Running tasks i
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clawgym.errors import AlreadyExists, InvalidArgument
-from clawgym.tasks.git_source import checkout, parse_source
+from clawgym.tasks.clawgym_jsonl import convert_jsonl
+from clawgym.tasks.git_source import GIT_CACHE_DIR, checkout, parse_source
 from clawgym.tasks.loader import FoundTask, scan_tasks
 from clawgym.tasks.suites import BUNDLED, SUITES_DIR, SuiteInfo
 from clawgym.tasks.support import TaskReport, report_task
@@ -59,6 +61,9 @@ def plan_import(src: str | Path, fmt: str | None = None, cache_dir: str | Path |
         got = checkout(git, cache_dir)
         folder, commit, shown = got.path, got.commit, git.shown()
         default_name = Path(git.path).name if git.path else _repo_name(git.url)
+    elif Path(src).is_file() and Path(src).suffix == ".jsonl":  # ClawGym-Bench's task rows
+        folder, commit, shown = _converted_rows(Path(src), cache_dir), "", str(Path(src).resolve())
+        default_name = Path(src).stem
     else:
         folder, commit, shown = Path(src), "", str(Path(src).resolve())
         if not folder.is_dir():
@@ -128,6 +133,23 @@ def write_suite(
         if staging.exists():
             shutil.rmtree(staging)
     return SuiteInfo(name, dest, meta["format"], len(tasks))
+
+
+def _converted_rows(src: Path, cache_dir: str | Path | None) -> Path:
+    """The task folders of a ClawGym `.jsonl` (`clawgym_jsonl`), converted once per content into
+    the cache beside the git checkouts (a bad row raises, naming its line, before anything is written)."""
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+    cache = (Path(cache_dir) if cache_dir is not None else GIT_CACHE_DIR).parent / "jsonl"
+    folder = cache / f"{src.stem}-{digest}"
+    if not folder.is_dir():
+        staging = cache / f".{folder.name}.{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            convert_jsonl(src, staging)
+            staging.rename(folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
 
 
 def _mark_unsafe(found: list[FoundTask], folder: Path) -> list[FoundTask]:

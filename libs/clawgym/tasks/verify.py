@@ -64,6 +64,7 @@ class Verdict:
     passed: bool
     detail: str = ""
     scores: Mapping[str, float] = field(default_factory=dict)
+    failed_closed: bool = False  # the harness tampered with the verifier's context: no part is scored
 
 
 # --- putting files in ---------------------------------------------------------------------------
@@ -218,7 +219,7 @@ async def verify(
     spec = task.verifier
     problem = await prepare_verifier(task, sandbox)
     if problem is not None:
-        return Verdict(0.0, False, f"{problem}; the attempt fails closed")
+        return Verdict(0.0, False, f"{problem}; the attempt fails closed", failed_closed=True)
     run = {"env": verifier_env(task, sandbox.spec, env), "cwd": task.workdir, "timeout_s": spec.timeout_s}
 
     if spec.kind == "pytest":

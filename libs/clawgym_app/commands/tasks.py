@@ -64,8 +64,9 @@ def list_cmd(
 def import_cmd(
     src: str = typer.Argument(
         ...,
-        help="a folder of tasks, one task folder, or a git repository: git+URL-OR-PATH[#REF][:PATH], "
-        "https://host/org/repo.git#REF:PATH, user@host:org/repo.git#:PATH (docs/task-suites.md)",
+        help="a folder of tasks, one task folder, a ClawGym .jsonl of task rows, or a git repository: "
+        "git+URL-OR-PATH[#REF][:PATH], https://host/org/repo.git#REF:PATH, user@host:org/repo.git#:PATH "
+        "(docs/task-suites.md)",
     ),
     old_src: str = typer.Argument(None, hidden=True, help="`tasks import FORMAT SRC`, the older form"),
     fmt: str = typer.Option(

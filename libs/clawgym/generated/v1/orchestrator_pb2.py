@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63lawgym/v1/orchestrator.proto\x12\nclawgym.v1\"C\n\x0eRolloutRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07harness\x18\x02 \x01(\t\x12\x0f\n\x07samples\x18\x03 \x01(\r\"\x9e\x01\n\x12RunRolloutsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\r\n\x05suite\x18\x03 \x01(\t\x12,\n\x08rollouts\x18\x04 \x03(\x0b\x32\x1a.clawgym.v1.RolloutRequest\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x11\n\tproxy_url\x18\x06 \x01(\t\"\xfb\x01\n\rRolloutStatus\x12\x12\n\nrollout_id\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0f\n\x07harness\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x13\n\x06reward\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06passed\x18\x07 \x01(\x08H\x01\x88\x01\x01\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x0f\n\x07\x66\x61ilure\x18\t \x01(\t\x12\x10\n\x08retrying\x18\n \x01(\x08\x12\x0f\n\x07\x61ttempt\x18\x0b \x01(\r\x12\x10\n\x08\x62\x61tch_id\x18\x0c \x01(\tB\t\n\x07_rewardB\t\n\x07_passed\"5\n\rCancelRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x12\n\nrollout_id\x18\x02 \x01(\t\"#\n\x0e\x43\x61ncelResponse\x12\x11\n\tcancelled\x18\x01 \x01(\r2\x9b\x01\n\x0cOrchestrator\x12J\n\x0bRunRollouts\x12\x1e.clawgym.v1.RunRolloutsRequest\x1a\x19.clawgym.v1.RolloutStatus0\x01\x12?\n\x06\x43\x61ncel\x12\x19.clawgym.v1.CancelRequest\x1a\x1a.clawgym.v1.CancelResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63lawgym/v1/orchestrator.proto\x12\nclawgym.v1\"C\n\x0eRolloutRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07harness\x18\x02 \x01(\t\x12\x0f\n\x07samples\x18\x03 \x01(\r\"\x9e\x01\n\x12RunRolloutsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\t\x12\r\n\x05suite\x18\x03 \x01(\t\x12,\n\x08rollouts\x18\x04 \x03(\x0b\x32\x1a.clawgym.v1.RolloutRequest\x12\x16\n\x0epolicy_version\x18\x05 \x01(\x03\x12\x11\n\tproxy_url\x18\x06 \x01(\t\"\x9a\x02\n\rRolloutStatus\x12\x12\n\nrollout_id\x18\x01 \x01(\t\x12\x10\n\x08group_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0f\n\x07harness\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x13\n\x06reward\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12\x13\n\x06passed\x18\x07 \x01(\x08H\x01\x88\x01\x01\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x0f\n\x07\x66\x61ilure\x18\t \x01(\t\x12\x10\n\x08retrying\x18\n \x01(\x08\x12\x0f\n\x07\x61ttempt\x18\x0b \x01(\r\x12\x10\n\x08\x62\x61tch_id\x18\x0c \x01(\t\x12\x1d\n\x15reward_breakdown_json\x18\r \x01(\tB\t\n\x07_rewardB\t\n\x07_passed\"5\n\rCancelRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x12\n\nrollout_id\x18\x02 \x01(\t\"#\n\x0e\x43\x61ncelResponse\x12\x11\n\tcancelled\x18\x01 \x01(\r2\x9b\x01\n\x0cOrchestrator\x12J\n\x0bRunRollouts\x12\x1e.clawgym.v1.RunRolloutsRequest\x1a\x19.clawgym.v1.RolloutStatus0\x01\x12?\n\x06\x43\x61ncel\x12\x19.clawgym.v1.CancelRequest\x1a\x1a.clawgym.v1.CancelResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,11 +36,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNROLLOUTSREQUEST']._serialized_start=115
   _globals['_RUNROLLOUTSREQUEST']._serialized_end=273
   _globals['_ROLLOUTSTATUS']._serialized_start=276
-  _globals['_ROLLOUTSTATUS']._serialized_end=527
-  _globals['_CANCELREQUEST']._serialized_start=529
-  _globals['_CANCELREQUEST']._serialized_end=582
-  _globals['_CANCELRESPONSE']._serialized_start=584
-  _globals['_CANCELRESPONSE']._serialized_end=619
-  _globals['_ORCHESTRATOR']._serialized_start=622
-  _globals['_ORCHESTRATOR']._serialized_end=777
+  _globals['_ROLLOUTSTATUS']._serialized_end=558
+  _globals['_CANCELREQUEST']._serialized_start=560
+  _globals['_CANCELREQUEST']._serialized_end=613
+  _globals['_CANCELRESPONSE']._serialized_start=615
+  _globals['_CANCELRESPONSE']._serialized_end=650
+  _globals['_ORCHESTRATOR']._serialized_start=653
+  _globals['_ORCHESTRATOR']._serialized_end=808
 # @@protoc_insertion_point(module_scope)

@@ -33,7 +33,7 @@ class RunRolloutsRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., suite: _Optional[str] = ..., rollouts: _Optional[_Iterable[_Union[RolloutRequest, _Mapping]]] = ..., policy_version: _Optional[int] = ..., proxy_url: _Optional[str] = ...) -> None: ...
 
 class RolloutStatus(_message.Message):
-    __slots__ = ("rollout_id", "group_id", "task_id", "harness", "state", "reward", "passed", "error", "failure", "retrying", "attempt", "batch_id")
+    __slots__ = ("rollout_id", "group_id", "task_id", "harness", "state", "reward", "passed", "error", "failure", "retrying", "attempt", "batch_id", "reward_breakdown_json")
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class RolloutStatus(_message.Message):
     RETRYING_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    REWARD_BREAKDOWN_JSON_FIELD_NUMBER: _ClassVar[int]
     rollout_id: str
     group_id: str
     task_id: str
@@ -58,7 +59,8 @@ class RolloutStatus(_message.Message):
     retrying: bool
     attempt: int
     batch_id: str
-    def __init__(self, rollout_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., state: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., failure: _Optional[str] = ..., retrying: _Optional[bool] = ..., attempt: _Optional[int] = ..., batch_id: _Optional[str] = ...) -> None: ...
+    reward_breakdown_json: str
+    def __init__(self, rollout_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., state: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., failure: _Optional[str] = ..., retrying: _Optional[bool] = ..., attempt: _Optional[int] = ..., batch_id: _Optional[str] = ..., reward_breakdown_json: _Optional[str] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("batch_id", "rollout_id")

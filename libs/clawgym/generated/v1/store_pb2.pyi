@@ -97,7 +97,7 @@ class StartRolloutRequest(_message.Message):
     def __init__(self, rollout_id: _Optional[str] = ..., sandbox: _Optional[str] = ...) -> None: ...
 
 class Rollout(_message.Message):
-    __slots__ = ("id", "run_id", "group_id", "task_id", "harness", "status", "reward", "passed", "error", "policy_version_start", "sandbox", "timings_json", "created_at")
+    __slots__ = ("id", "run_id", "group_id", "task_id", "harness", "status", "reward", "passed", "error", "policy_version_start", "sandbox", "timings_json", "created_at", "reward_breakdown_json")
     ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class Rollout(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_JSON_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    REWARD_BREAKDOWN_JSON_FIELD_NUMBER: _ClassVar[int]
     id: str
     run_id: str
     group_id: str
@@ -124,23 +125,68 @@ class Rollout(_message.Message):
     sandbox: str
     timings_json: str
     created_at: float
-    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., policy_version_start: _Optional[int] = ..., sandbox: _Optional[str] = ..., timings_json: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+    reward_breakdown_json: str
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., policy_version_start: _Optional[int] = ..., sandbox: _Optional[str] = ..., timings_json: _Optional[str] = ..., created_at: _Optional[float] = ..., reward_breakdown_json: _Optional[str] = ...) -> None: ...
 
 class FinishRolloutRequest(_message.Message):
-    __slots__ = ("rollout_id", "status", "reward", "passed", "error", "timings_json")
+    __slots__ = ("rollout_id", "status", "reward", "passed", "error", "timings_json", "reward_breakdown_json")
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    REWARD_BREAKDOWN_JSON_FIELD_NUMBER: _ClassVar[int]
     rollout_id: str
     status: str
     reward: float
     passed: bool
     error: str
     timings_json: str
-    def __init__(self, rollout_id: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., timings_json: _Optional[str] = ...) -> None: ...
+    reward_breakdown_json: str
+    def __init__(self, rollout_id: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., timings_json: _Optional[str] = ..., reward_breakdown_json: _Optional[str] = ...) -> None: ...
+
+class Judgment(_message.Message):
+    __slots__ = ("rollout_id", "model", "base_url", "prompt_json", "raw_answer", "score", "rule_scores_json", "error", "latency_s", "attempts", "code_score", "id", "created_at")
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RAW_ANSWER_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    RULE_SCORES_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CODE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    model: str
+    base_url: str
+    prompt_json: str
+    raw_answer: str
+    score: float
+    rule_scores_json: str
+    error: str
+    latency_s: float
+    attempts: int
+    code_score: float
+    id: str
+    created_at: float
+    def __init__(self, rollout_id: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., prompt_json: _Optional[str] = ..., raw_answer: _Optional[str] = ..., score: _Optional[float] = ..., rule_scores_json: _Optional[str] = ..., error: _Optional[str] = ..., latency_s: _Optional[float] = ..., attempts: _Optional[int] = ..., code_score: _Optional[float] = ..., id: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class RecordJudgmentResponse(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetJudgmentRequest(_message.Message):
+    __slots__ = ("rollout_id",)
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    def __init__(self, rollout_id: _Optional[str] = ...) -> None: ...
 
 class Call(_message.Message):
     __slots__ = ("id", "rollout_id", "seq", "protocol", "request_json", "response_json", "prompt_ids", "output_ids", "output_logprobs", "output_versions", "policy_version", "finish_reason", "latency_s", "headers_json", "created_at", "temperature")

@@ -79,6 +79,16 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.Call.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.RecordCallResponse.FromString,
                 _registered_method=True)
+        self.RecordJudgment = channel.unary_unary(
+                '/clawgym.v1.Store/RecordJudgment',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.Judgment.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.RecordJudgmentResponse.FromString,
+                _registered_method=True)
+        self.GetJudgment = channel.unary_unary(
+                '/clawgym.v1.Store/GetJudgment',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.GetJudgmentRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.Judgment.FromString,
+                _registered_method=True)
         self.ListCalls = channel.unary_unary(
                 '/clawgym.v1.Store/ListCalls',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.ListCallsRequest.SerializeToString,
@@ -178,6 +188,19 @@ class StoreServicer:
     def RecordCall(self, request, context):
         """Durable once this returns. ALREADY_EXISTS for a repeated (rollout, seq).
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordJudgment(self, request, context):
+        """The LLM judge's scoring of a hybrid task's rubric, beside the rollout (one per rollout).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJudgment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -283,6 +306,16 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.RecordCall,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.Call.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.RecordCallResponse.SerializeToString,
+            ),
+            'RecordJudgment': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordJudgment,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.Judgment.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.RecordJudgmentResponse.SerializeToString,
+            ),
+            'GetJudgment': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJudgment,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.GetJudgmentRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.Judgment.SerializeToString,
             ),
             'ListCalls': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCalls,
@@ -568,6 +601,60 @@ class Store:
             '/clawgym.v1.Store/RecordCall',
             clawgym_dot_v1_dot_store__pb2.Call.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.RecordCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordJudgment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/RecordJudgment',
+            clawgym_dot_v1_dot_store__pb2.Judgment.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.RecordJudgmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJudgment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/GetJudgment',
+            clawgym_dot_v1_dot_store__pb2.GetJudgmentRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.Judgment.FromString,
             options,
             channel_credentials,
             insecure,
