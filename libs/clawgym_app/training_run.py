@@ -26,6 +26,7 @@ from clawgym.evaluation.select import eval_spec
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
 from clawgym.report.summary import before_after
+from clawgym.tracking import Tracker, eval_scalars, step_scalars
 from clawgym.trainer.loop import Trainer
 from clawgym_app.progress import RolloutBar, Stopwatch, make_progress
 from clawgym_app.resume import PriorRun
@@ -92,6 +93,7 @@ class TrainingRun:
             self.cfg.evaluation, self.cfg.trainer.suite, [h.name for h in self.cfg.trainer.harnesses]
         )
         self.trainer: Trainer | None = None
+        self.tracker = Tracker()  # opened once the trainer knows its run id
 
     # --- the run ---
 
@@ -105,6 +107,10 @@ class TrainingRun:
                 progress.remove_task(task)
             outcome = RunOutcome(self.trainer.run_id, self.trainer.version)
             try:
+                self.tracker = Tracker.open(
+                    self.cfg.tracking, self.run_dir, run_id=self.trainer.run_id, name=self.cfg.trainer.run_name,
+                    config=self.cfg.model_dump(mode="json"),
+                )  # fmt: skip
                 if self.prior is not None:
                     self._resume(progress, outcome)
                 if e.at_start and not any(ev.label == "before" for ev in outcome.evals):
@@ -115,6 +121,7 @@ class TrainingRun:
                 ):
                     outcome.evals.append(self._evaluate(progress, "after", "eval after"))
             finally:
+                self.tracker.close()
                 self.trainer.close()
         outcome.version = self.trainer.version
         with self.clock.stage("report"):
@@ -173,6 +180,7 @@ class TrainingRun:
             self.relay.target = None
             progress.remove_task(bar.task)
             m = trainer.status.metrics
+            self.tracker.log(trainer.version, step_scalars(m))
             info = (
                 f"reward {m.get('reward', math.nan):.2f} · pass {m.get('pass_rate', math.nan):.2f} · "
                 f"{durations[-1]:.0f} s/step"
@@ -197,6 +205,9 @@ class TrainingRun:
             f"{h}: Pass@1 {r.pass_at[1].value:.3f}" for h, r in result.harnesses.items() if 1 in r.pass_at
         ]
         progress.update(bar.task, info=" · ".join(parts))
+        for harness, h in result.harnesses.items():
+            pass_at = {k: p.value for k, p in h.pass_at.items()}
+            self.tracker.log(result.version, eval_scalars(harness, pass_at, h.mean_reward))
         return LabelledEval(label, result)
 
     # --- results ---
