@@ -10,7 +10,7 @@ import pytest
 
 from clawgym.errors import FailedPrecondition
 from clawgym.tracking import TrackingConfig, eval_scalars, step_scalars
-from clawgym.tracking.writers import WandbSink
+from clawgym.tracking.writers import WandbSink, check_available
 from clawgym.trainer.metrics import STEP_KEYS
 
 
@@ -113,3 +113,5 @@ def test_wandb_without_the_package_is_a_clear_error(monkeypatch, tmp_path):
     cfg = TrackingConfig(wandb={"project": "p", "mode": "offline"})
     with pytest.raises(FailedPrecondition, match=r"clawgym\[wandb\]"):
         WandbSink(cfg, "run", "name", tmp_path, {})
+    with pytest.raises(FailedPrecondition, match=r"clawgym\[wandb\]"):
+        check_available(cfg)  # what `clawgym train` checks before loading the model

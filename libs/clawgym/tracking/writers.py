@@ -21,6 +21,19 @@ TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 
 
+def check_available(cfg: TrackingConfig) -> None:
+    """FailedPrecondition now, before a run loads anything, for a tracker whose package is missing."""
+    import importlib.util
+
+    if cfg.wandb.project and importlib.util.find_spec("wandb") is None:
+        raise FailedPrecondition(_NO_WANDB)
+    if cfg.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise FailedPrecondition("tracking.tensorboard needs the tensorboard package (a clawgym dependency)")
+
+
+_NO_WANDB = "tracking.wandb.project is set but wandb is not installed: pip install 'clawgym[wandb]'"
+
+
 class MetricSink(Protocol):
     def log(self, step: int, scalars: dict[str, float]) -> None: ...
     def close(self) -> None: ...
@@ -53,9 +66,7 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            raise FailedPrecondition(
-                "tracking.wandb.project is set but wandb is not installed: pip install 'clawgym[wandb]'"
-            ) from None
+            raise FailedPrecondition(_NO_WANDB) from None
         w = cfg.wandb
         folder.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(

@@ -37,6 +37,7 @@ def command(
     """Train a policy with GRPO or PPO through the config's harness mix; evaluate; write the report."""
     from clawgym.config import load_config
     from clawgym.report.run_folder import LOG_FILE, new_run_dir
+    from clawgym.tracking.writers import check_available
     from clawgym_app.logs import log_to_file, quiet_libraries
     from clawgym_app.resume import check_resume, find_prior_run, named_run
     from clawgym_app.runtime import Runtime, is_embedded
@@ -48,6 +49,7 @@ def command(
         cfg = load_config(config)
         if steps:
             cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"steps": steps})})
+        check_available(cfg.tracking)
         if resume and not named_run(cfg.trainer)[0]:
             check_resume(cfg.trainer, None, resume)  # no run recorded at all: say so before loading anything
         folder = Path(run_dir) if run_dir else new_run_dir()
