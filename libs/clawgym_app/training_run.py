@@ -140,11 +140,16 @@ class TrainingRun:
             v = result.version
             label = "before" if v == 0 else "after" if v >= steps else f"step {v}"
             outcome.evals.append(LabelledEval(label, result))
+            self._track_eval(result, replay=True)
+        for step in steps_from_store(self.rt.store, self.trainer.run_id):
+            self.tracker.log(step["step"], step_scalars(step), replay=True)
         kept = ", ".join(f"{ev.label} (v{ev.result.version})" for ev in outcome.evals) or "none"
-        self.console.print(
+        note = (
             f"resumed run {self.trainer.run_id} at version {version} (step {version} of {steps}); "
             f"recorded evaluations kept: {kept}"
         )
+        self.console.print(note)
+        outcome.notes.append(f"{note}. Stage times and minutes are this process's only.")
         every = self.cfg.evaluation.every_steps
         done = {ev.result.version for ev in outcome.evals}
         if every and 0 < version < steps and version % every == 0 and version not in done:
@@ -205,10 +210,13 @@ class TrainingRun:
             f"{h}: Pass@1 {r.pass_at[1].value:.3f}" for h, r in result.harnesses.items() if 1 in r.pass_at
         ]
         progress.update(bar.task, info=" · ".join(parts))
+        self._track_eval(result)
+        return LabelledEval(label, result)
+
+    def _track_eval(self, result: EvalResult, replay: bool = False) -> None:
         for harness, h in result.harnesses.items():
             pass_at = {k: p.value for k, p in h.pass_at.items()}
-            self.tracker.log(result.version, eval_scalars(harness, pass_at, h.mean_reward))
-        return LabelledEval(label, result)
+            self.tracker.log(result.version, eval_scalars(harness, pass_at, h.mean_reward), replay=replay)
 
     # --- results ---
 

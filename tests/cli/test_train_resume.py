@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from tests.cli.conftest import CLAWGYM
+from tests.cli.conftest import CLAWGYM, tensorboard_scalars
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +40,7 @@ def test_a_killed_train_resumed_with_resume_finishes_without_training_a_group_tw
         trainer={"run_name": "resume", "steps": STEPS, "group_size": 2, "groups_per_step": 2,
                  "algorithm": {"lr": 1e-4}, "sweep_interval_s": 1.0},
         evaluation={"tasks": 2},
+        tracking={"tensorboard": True},
     )  # fmt: skip
     db_path = tmp_path / "store.db"
     first = subprocess.Popen(
@@ -90,6 +91,11 @@ def test_a_killed_train_resumed_with_resume_finishes_without_training_a_group_tw
     assert evals == [0, STEPS], f"'before' once (the first process), 'after' once (the resumed one): {evals}"
     report = (tmp_path / "run3" / "report.md").read_text()
     assert report.count("| reference | mini |") == 2, "the resumed run's report lists both evaluations"
+    logged = tensorboard_scalars(tmp_path / "run3" / "tensorboard")
+    assert logged["loss"].keys() == set(range(1, STEPS + 1)), (
+        f"the resumed run's TensorBoard has every step, the first process's replayed: {logged['loss']}"
+    )
+    assert logged["eval/reference/pass@1"].keys() == {0, STEPS}, "and both evaluations"
 
 
 def test_resume_with_nothing_to_resume_is_a_clear_error(clawgym, run_config):

@@ -12,14 +12,7 @@ from clawgym.errors import FailedPrecondition
 from clawgym.tracking import TrackingConfig, eval_scalars, step_scalars
 from clawgym.tracking.writers import WandbSink, check_available
 from clawgym.trainer.metrics import STEP_KEYS
-
-
-def _tensorboard_scalars(logdir: Path) -> dict[str, dict[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})  # 0: keep every point
-    acc.Reload()
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+from tests.cli.conftest import tensorboard_scalars
 
 
 def _wandb_history(path: Path) -> tuple[str, dict[str, dict[int, float]]]:
@@ -81,7 +74,7 @@ def test_train_writes_tensorboard_and_wandb_with_the_reports_names_and_values(
         pass_at = {int(k): v for k, v in e["pass_at"].items()}
         for name, value in eval_scalars(e["harness"], pass_at, e["mean_reward"]).items():
             expected.setdefault(name, {})[e["version"]] = value
-    logged = _tensorboard_scalars(tmp_path / "run" / "tensorboard")
+    logged = tensorboard_scalars(tmp_path / "run" / "tensorboard")
 
     assert {"loss", "reward", "approx_kl", "entropy", "harness/reference/pass_rate", "eval/reference/pass@1"} <= set(
         logged

@@ -35,6 +35,9 @@ _NO_WANDB = "tracking.wandb.project is set but wandb is not installed: pip insta
 
 
 class MetricSink(Protocol):
+    # whether the sink holds nothing of this run yet (a resumed run then replays its earlier steps)
+    fresh: bool
+
     def log(self, step: int, scalars: dict[str, float]) -> None: ...
     def close(self) -> None: ...
 
@@ -48,6 +51,7 @@ class TensorBoardSink:
         except ImportError as e:  # torch's writer needs the `tensorboard` package
             raise FailedPrecondition(f"tracking.tensorboard needs the tensorboard package: {e}") from e
         self.logdir = logdir
+        self.fresh = not any(logdir.glob("events.out.tfevents.*"))
         self.writer = SummaryWriter(log_dir=str(logdir))
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
@@ -68,6 +72,7 @@ class WandbSink:
         except ImportError:
             raise FailedPrecondition(_NO_WANDB) from None
         w = cfg.wandb
+        self.fresh = False  # resume="allow" continues the W&B run, which has the earlier steps
         folder.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
             project=w.project, entity=w.entity or None, mode=w.mode, id=run_id, name=name, resume="allow",
@@ -104,8 +109,10 @@ class Tracker:
             raise
         return cls(sinks)
 
-    def log(self, step: int, scalars: dict[str, float]) -> None:
-        for sink in list(self.sinks):
+    def log(self, step: int, scalars: dict[str, float], *, replay: bool = False) -> None:
+        """Hands `scalars` of `step` to every sink; `replay`: an earlier process's step (a resumed
+        run's), only to the sinks that do not hold it yet."""
+        for sink in [s for s in self.sinks if s.fresh or not replay]:
             try:
                 sink.log(step, scalars)
             except Exception:
