@@ -101,7 +101,8 @@ class Tracker:
         sinks: list[MetricSink] = []
         try:
             if cfg.tensorboard:
-                sinks.append(TensorBoardSink(Path(cfg.tensorboard_dir) if cfg.tensorboard_dir else run_dir / TENSORBOARD_DIR))
+                logdir = Path(cfg.tensorboard_dir) if cfg.tensorboard_dir else run_dir / TENSORBOARD_DIR
+                sinks.append(TensorBoardSink(logdir))
             if cfg.wandb.project:
                 sinks.append(WandbSink(cfg, run_id, name, run_dir / WANDB_DIR, config or {}))
         except BaseException:
