@@ -29,6 +29,7 @@ from clawgym.rpc import RpcConfig
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.section import Section
 from clawgym.store.config import StoreConfig
+from clawgym.tracking.config import TrackingConfig
 from clawgym.trainer.config import TrainerConfig
 
 ENV_PREFIX = "CLAWGYM_"
@@ -49,6 +50,9 @@ class ClawgymConfig(Section):
         default_factory=EvaluationConfig, description="held-out evaluation: tasks, Pass@k, how often, harnesses"
     )
     rpc: RpcConfig = Field(default_factory=RpcConfig, description="the secret gRPC calls between services carry")
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig, description="experiment trackers: TensorBoard, Weights & Biases"
+    )
 
     @model_validator(mode="after")
     def _trainer_sees_the_sampling_temperature(self) -> "ClawgymConfig":

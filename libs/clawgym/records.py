@@ -114,6 +114,18 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class EvalRecord:
+    """One recorded evaluation of a run: policy `version` on `suite` through `harness`; `metrics` is
+    what `HarnessEval.metrics` wrote (pass@k, intervals, per-task counts)."""
+
+    run_id: str
+    version: int
+    suite: str
+    harness: str
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class GroupReady:
     """A bus notification that every rollout of a group has ended."""
 

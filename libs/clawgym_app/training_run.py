@@ -3,7 +3,9 @@
 Owns the order of a run as a person sees it: evaluate the initial policy (held-out tasks, through
 the harnesses it trains with), train step after step (evaluating every `evaluation.every_steps`),
 evaluate the final policy, write the report. Stops early, between steps, when a time budget would
-not leave room for the final evaluation. The parts come from a `Runtime` (embedded or services);
+not leave room for the final evaluation. A resumed run (`prior`, see `clawgym_app.resume`) picks up
+at the trainer's newest checkpoint with the evaluations the store recorded: the initial policy is
+not evaluated again, and the report covers the whole run. The parts come from a `Runtime` (embedded or services);
 the headline figures and their statistics are the library's (`clawgym.report.summary`).
 """
 
@@ -19,13 +21,15 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from clawgym.evaluation.runner import EvalResult
+from clawgym.evaluation.runner import EvalResult, recorded_results
 from clawgym.evaluation.select import eval_spec
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
 from clawgym.report.summary import before_after
+from clawgym.tracking import Tracker, eval_scalars, step_scalars
 from clawgym.trainer.loop import Trainer
 from clawgym_app.progress import RolloutBar, Stopwatch, make_progress
+from clawgym_app.resume import PriorRun
 from clawgym_app.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -73,6 +77,7 @@ class TrainingRun:
         title: str = "clawgym run",
         deadline: float | None = None,
         settings: dict[str, Any] | None = None,
+        prior: PriorRun | None = None,
     ) -> None:
         self.rt = runtime
         self.cfg = runtime.cfg
@@ -81,12 +86,14 @@ class TrainingRun:
         self.title = title
         self.deadline = deadline  # time.monotonic() by which the whole run should be done
         self.settings = settings or {}
+        self.prior = prior  # the run this one continues (`clawgym train --resume`)
         self.clock = Stopwatch()
         self.relay = _Relay()
         self.spec = eval_spec(
             self.cfg.evaluation, self.cfg.trainer.suite, [h.name for h in self.cfg.trainer.harnesses]
         )
         self.trainer: Trainer | None = None
+        self.tracker = Tracker()  # opened once the trainer knows its run id
 
     # --- the run ---
 
@@ -100,7 +107,13 @@ class TrainingRun:
                 progress.remove_task(task)
             outcome = RunOutcome(self.trainer.run_id, self.trainer.version)
             try:
-                if e.at_start:
+                self.tracker = Tracker.open(
+                    self.cfg.tracking, self.run_dir, run_id=self.trainer.run_id, name=self.cfg.trainer.run_name,
+                    config=self.cfg.model_dump(mode="json"),
+                )  # fmt: skip
+                if self.prior is not None:
+                    self._resume(progress, outcome)
+                if e.at_start and not any(ev.label == "before" for ev in outcome.evals):
                     outcome.evals.append(self._evaluate(progress, "before", "eval before"))
                 self._train(progress, outcome)
                 if e.at_end and (
@@ -108,6 +121,7 @@ class TrainingRun:
                 ):
                     outcome.evals.append(self._evaluate(progress, "after", "eval after"))
             finally:
+                self.tracker.close()
                 self.trainer.close()
         outcome.version = self.trainer.version
         with self.clock.stage("report"):
@@ -116,6 +130,30 @@ class TrainingRun:
             outcome.report = self.write_report(outcome)
         outcome.stages = dict(self.clock.stages)
         return outcome
+
+    def _resume(self, progress: Progress, outcome: RunOutcome) -> None:
+        """Takes over the recorded evaluations (version 0 is "before", the last version "after", others
+        "step N") and says where the run resumed; evaluates the resumed version if its periodic
+        evaluation was interrupted."""
+        steps, version = self.cfg.trainer.steps, self.trainer.version
+        for result in recorded_results(self.rt.store.list_evals(self.trainer.run_id)):
+            v = result.version
+            label = "before" if v == 0 else "after" if v >= steps else f"step {v}"
+            outcome.evals.append(LabelledEval(label, result))
+            self._track_eval(result, replay=True)
+        for step in steps_from_store(self.rt.store, self.trainer.run_id):
+            self.tracker.log(step["step"], step_scalars(step), replay=True)
+        kept = ", ".join(f"{ev.label} (v{ev.result.version})" for ev in outcome.evals) or "none"
+        note = (
+            f"resumed run {self.trainer.run_id} at version {version} (step {version} of {steps}); "
+            f"recorded evaluations kept: {kept}"
+        )
+        self.console.print(note)
+        outcome.notes.append(f"{note}. Stage times and minutes are this process's only.")
+        every = self.cfg.evaluation.every_steps
+        done = {ev.result.version for ev in outcome.evals}
+        if every and 0 < version < steps and version % every == 0 and version not in done:
+            outcome.evals.append(self._evaluate(progress, f"step {version}", "eval during training"))
 
     def _train(self, progress: Progress, outcome: RunOutcome) -> None:
         t = self.cfg.trainer
@@ -147,6 +185,7 @@ class TrainingRun:
             self.relay.target = None
             progress.remove_task(bar.task)
             m = trainer.status.metrics
+            self.tracker.log(trainer.version, step_scalars(m))
             info = (
                 f"reward {m.get('reward', math.nan):.2f} · pass {m.get('pass_rate', math.nan):.2f} · "
                 f"{durations[-1]:.0f} s/step"
@@ -171,7 +210,13 @@ class TrainingRun:
             f"{h}: Pass@1 {r.pass_at[1].value:.3f}" for h, r in result.harnesses.items() if 1 in r.pass_at
         ]
         progress.update(bar.task, info=" · ".join(parts))
+        self._track_eval(result)
         return LabelledEval(label, result)
+
+    def _track_eval(self, result: EvalResult, replay: bool = False) -> None:
+        for harness, h in result.harnesses.items():
+            pass_at = {k: p.value for k, p in h.pass_at.items()}
+            self.tracker.log(result.version, eval_scalars(harness, pass_at, h.mean_reward), replay=replay)
 
     # --- results ---
 

@@ -183,6 +183,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self.store.record_eval(request.run_id, request.version, request.suite, request.harness, metrics)
         return request
 
+    @unary
+    def ListEvals(self, request: pb.ListEvalsRequest, context: grpc.ServicerContext) -> pb.ListEvalsResponse:
+        return pb.ListEvalsResponse(evals=[convert.eval_to_proto(e) for e in self.store.list_evals(request.run_id)])
+
 
 def create_server(
     cfg: StoreConfig, host: str | None = None, store: TrajectoryStore | None = None, *, secret: str

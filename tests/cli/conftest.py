@@ -2,6 +2,7 @@
 
 - `clawgym(*args)`: runs the installed `clawgym` console script, returns the CompletedProcess.
 - `run_config(**sections)`: writes a run.yaml (SQLite store and checkpoints under tmp_path) and returns its path.
+- `tensorboard_scalars(logdir)`: what a run's TensorBoard event files hold, read back by TensorBoard.
 """
 
 from __future__ import annotations
@@ -41,3 +42,12 @@ def run_config(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def tensorboard_scalars(logdir: Path) -> dict[str, dict[int, float]]:
+    """tag -> {step: value} of every scalar in the event files under `logdir`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})  # 0: keep every point
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}

@@ -112,6 +112,9 @@ def test_a_run_goes_through_the_grpc_store_and_its_group_comes_back(client: Stor
     assert [c.uri for c in client.list_checkpoints(run.id)] == ["file:///ckpt/1"], "checkpoints over gRPC"
     client.record_train_step(run.id, 5, {"loss": 0.1})
     client.record_eval(run.id, 1, "mini", "reference", {"pass@1": 0.5})
+    assert [(e.version, e.harness, e.metrics) for e in client.list_evals(run.id)] == [
+        (1, "reference", {"pass@1": 0.5})
+    ], "evaluations over gRPC"
     assert client.set_run_status(run.id, "finished").status == "finished", "run status over gRPC"
 
 

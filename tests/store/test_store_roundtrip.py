@@ -112,6 +112,10 @@ def test_a_run_round_trips_runs_rollouts_calls_groups_and_checkpoints(store: Sql
     )
     store.record_train_step(run.id, 10, {"loss": 0.5, "kl": 0.01})
     store.record_eval(run.id, 2, "mini", "reference", {"pass@1": 0.4})
+    store.record_eval(run.id, 0, "mini", "reference", {"pass@1": 0.1})
+    assert [(e.version, e.metrics) for e in store.list_evals(run.id)] == [
+        (2, {"pass@1": 0.4}), (0, {"pass@1": 0.1})
+    ], "evaluations are listed in the order they were recorded, their metrics unchanged"  # fmt: skip
     with pytest.raises(AlreadyExists):
         store.record_train_step(run.id, 10, {"loss": 0.4})
 

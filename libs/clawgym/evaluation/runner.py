@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from clawgym.errors import FailedPrecondition, InvalidArgument
 from clawgym.evaluation.passk import PassAtK, TaskCounts, estimate
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
+from clawgym.records import EvalRecord
 from clawgym.store.interface import TrajectoryStore
 
 
@@ -82,6 +83,22 @@ class HarnessEval:
             **({"hybrid": self.hybrid} if self.hybrid else {}),
         }
 
+    @classmethod
+    def from_metrics(cls, harness: str, metrics: dict) -> HarnessEval:
+        """Back from what `metrics` recorded (a resumed run's earlier evaluations); the per-sample
+        rewards are not recorded, so `rewards` is empty."""
+        counts = [TaskCounts(t, int(n), int(c)) for t, (n, c) in metrics["per_task"].items()]
+        methods = metrics.get("ci_method", {})
+        ks = sorted(int(k.split("@")[1]) for k in metrics if k.startswith("pass@") and not k.endswith("_ci95"))
+        pass_at = {
+            k: PassAtK(k, float(metrics[f"pass@{k}"]), tuple(metrics[f"pass@{k}_ci95"]), len(counts),
+                       sum(t.n for t in counts), str(methods.get(str(k), "")))
+            for k in ks
+        }  # fmt: skip
+        return cls(
+            harness, counts, pass_at, float(metrics.get("mean_reward", 0.0)), int(metrics.get("infra_failures", 0))
+        )
+
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
@@ -120,6 +137,16 @@ class EvalResult:
     harnesses: dict[str, HarnessEval]
     eval_run_id: str
     seconds: float = 0.0
+
+
+def recorded_results(records: Sequence[EvalRecord]) -> list[EvalResult]:
+    """A run's recorded evaluations (`list_evals`) as results, one per (version, suite) in recorded
+    order; their `eval_run_id` and `seconds` were not recorded (empty, 0)."""
+    results: dict[tuple[int, str], EvalResult] = {}
+    for r in records:
+        result = results.setdefault((r.version, r.suite), EvalResult(r.suite, r.version, {}, ""))
+        result.harnesses[r.harness] = HarnessEval.from_metrics(r.harness, r.metrics)
+    return list(results.values())
 
 
 def eval_run(store: TrajectoryStore, name: str, config: dict | None = None) -> str:

@@ -15,6 +15,7 @@ from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.records import (
     Call,
     Checkpoint,
+    EvalRecord,
     Group,
     GroupReady,
     Judgment,
@@ -342,3 +343,14 @@ def checkpoint_from_proto(m: pb.Checkpoint) -> Checkpoint:
         created_at=m.created_at,
         group_ids=tuple(m.group_ids),
     )
+
+
+def eval_to_proto(e: EvalRecord) -> pb.Eval:
+    return pb.Eval(
+        run_id=e.run_id, version=e.version, suite=e.suite, harness=e.harness,
+        metrics_json=to_json("metrics", e.metrics),
+    )  # fmt: skip
+
+
+def eval_from_proto(m: pb.Eval) -> EvalRecord:
+    return EvalRecord(m.run_id, m.version, m.suite, m.harness, from_json("metrics_json", m.metrics_json))

@@ -15,6 +15,7 @@ from clawgym.generated.v1.store_pb2_grpc import StoreStub
 from clawgym.records import (
     Call,
     Checkpoint,
+    EvalRecord,
     Group,
     GroupReady,
     Judgment,
@@ -186,3 +187,7 @@ class StoreClient:
     ) -> None:
         fields = {"run_id": run_id, "version": version, "suite": suite, "harness": harness}
         self._call(self._stub.RecordEval, pb.Eval, **fields, metrics_json=convert.to_json("metrics", metrics))
+
+    def list_evals(self, run_id: str) -> list[EvalRecord]:
+        reply = self._call(self._stub.ListEvals, pb.ListEvalsRequest, run_id=run_id)
+        return [convert.eval_from_proto(e) for e in reply.evals]

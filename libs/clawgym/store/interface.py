@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from clawgym.records import (
     Call,
     Checkpoint,
+    EvalRecord,
     Group,
     GroupReady,
     Judgment,
@@ -79,3 +80,6 @@ class TrajectoryStore(Protocol):
     def record_eval(
         self, run_id: str, version: int, suite: str, harness: str, metrics: dict[str, Any]
     ) -> None: ...
+    def list_evals(self, run_id: str) -> list[EvalRecord]:
+        """The run's recorded evaluations in the order they were recorded (what a resumed run reports)."""
+        ...

@@ -39,6 +39,7 @@ from clawgym.records import (
     RUN_STATES,
     Call,
     Checkpoint,
+    EvalRecord,
     Group,
     GroupReady,
     Judgment,
@@ -417,6 +418,12 @@ class SqlStore:
         with self._write() as s:
             self._run(s, run_id)
             s.add(row)
+
+    def list_evals(self, run_id: str) -> list[EvalRecord]:
+        with self._read() as s:
+            self._run(s, run_id)
+            rows = s.scalars(select(EvalRow).where(EvalRow.run_id == run_id).order_by(EvalRow.id))
+            return [EvalRecord(r.run_id, r.version, r.suite, r.harness, dict(r.metrics)) for r in rows]
 
     # --- internals ---
 

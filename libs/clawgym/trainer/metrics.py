@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 STEP_KEYS = (
     "loss", "policy_loss", "value_loss", "approx_kl", "clipfrac", "entropy", "explained_variance",
     "kl_ref", "grad_norm", "lr", "logprob_mismatch", "kl_engine_train", "policy_lag", "sharing_ratio",
-    "tokens", "tokens_per_s", "step_s", "rollout_wait_s", "groups", "groups_dropped", "rollouts",
+    "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s", "groups", "groups_dropped", "rollouts",
     "reward", "pass_rate", "version",
 )  # fmt: skip
 

@@ -349,3 +349,15 @@ class Eval(_message.Message):
     harness: str
     metrics_json: str
     def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., suite: _Optional[str] = ..., harness: _Optional[str] = ..., metrics_json: _Optional[str] = ...) -> None: ...
+
+class ListEvalsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListEvalsResponse(_message.Message):
+    __slots__ = ("evals",)
+    EVALS_FIELD_NUMBER: _ClassVar[int]
+    evals: _containers.RepeatedCompositeFieldContainer[Eval]
+    def __init__(self, evals: _Optional[_Iterable[_Union[Eval, _Mapping]]] = ...) -> None: ...

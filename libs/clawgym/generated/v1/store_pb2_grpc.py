@@ -129,6 +129,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.Eval.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.Eval.FromString,
                 _registered_method=True)
+        self.ListEvals = channel.unary_unary(
+                '/clawgym.v1.Store/ListEvals',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListEvalsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListEvalsResponse.FromString,
+                _registered_method=True)
 
 
 class StoreServicer:
@@ -259,6 +264,13 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEvals(self, request, context):
+        """A run's recorded evaluations, in the order they were recorded (a resumed run's report).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -356,6 +368,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.RecordEval,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.Eval.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.Eval.SerializeToString,
+            ),
+            'ListEvals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvals,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListEvalsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListEvalsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -871,6 +888,33 @@ class Store:
             '/clawgym.v1.Store/RecordEval',
             clawgym_dot_v1_dot_store__pb2.Eval.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.Eval.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListEvals',
+            clawgym_dot_v1_dot_store__pb2.ListEvalsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListEvalsResponse.FromString,
             options,
             channel_credentials,
             insecure,
