@@ -1,8 +1,8 @@
 """Validates task suites: per task, the oracle (reference solution) passes and nop fails.
 
 Each run goes through the orchestrator's one rollout pipeline (`attempt.run_task`), without a store.
-A task without a solution is checked with nop only. A task the local backend cannot run
-(`Task.unsupported`, a package that cannot be provisioned) and a sandbox that breaks are counted
+A task without a solution is checked with nop only. A task the backend cannot run
+(`Task.unsupported_by`, a package that cannot be provisioned) and a sandbox that breaks are counted
 as errors with their reason, never as a pass or a fail of the task.
 """
 
@@ -16,6 +16,7 @@ from clawgym.errors import ClawgymError
 from clawgym.harnesses.pseudo import Nop, Oracle
 from clawgym.orchestrator.attempt import AttemptResult, run_task
 from clawgym.orchestrator.failures import InfraFailure
+from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.interface import SandboxBackend
 from clawgym.tasks.model import Task
 from clawgym.tasks.provision import Provisioner
@@ -77,7 +78,7 @@ def summarize(checks: Sequence[TaskCheck]) -> dict[str, int]:
 async def check_task(task: Task, backend: SandboxBackend, provisioner: Provisioner) -> TaskCheck:
     """The oracle (if the task has a solution) then nop, each in a fresh sandbox."""
     try:
-        provisioned = await asyncio.to_thread(provisioner.for_task, task)
+        provisioned = await asyncio.to_thread(provisioner.for_task, task, task_images=backend.task_images)
         oracle = await run_task(Oracle(), task, backend, env=provisioned.env) if task.has_solution else None
         nop = await run_task(Nop(), task, backend, env=provisioned.env)
     except (ClawgymError, InfraFailure) as e:
@@ -106,14 +107,19 @@ async def check_tasks(
 
 
 async def check_locally(
-    tasks: Sequence[Task], concurrency: int = 4, on_done: Callable[[TaskCheck], None] | None = None
+    tasks: Sequence[Task],
+    concurrency: int = 4,
+    on_done: Callable[[TaskCheck], None] | None = None,
+    cfg: SandboxConfig | None = None,
 ) -> list[TaskCheck]:
-    """`check_tasks` in local sandboxes that see the provisioned packages (read-only)."""
-    from clawgym.sandbox import SandboxConfig, make_sandbox_backend
+    """`check_tasks` in sandboxes of `cfg` (default: local ones) that see the provisioned packages
+    (read-only); `cfg.backend: docker` checks each task in its own image."""
+    from clawgym.sandbox import make_sandbox_backend
     from clawgym.tasks.provision import PROVISION_DIR
 
-    cfg = SandboxConfig()
+    cfg = (cfg or SandboxConfig()).model_copy(deep=True)
     cfg.local.ro_paths = [*cfg.local.ro_paths, str(PROVISION_DIR)]
+    cfg.docker.ro_paths = [*cfg.docker.ro_paths, str(PROVISION_DIR)]
     backend = make_sandbox_backend(cfg)
     try:
         return await check_tasks(tasks, backend, Provisioner(), concurrency=concurrency, on_done=on_done)

@@ -89,13 +89,23 @@ def check_cmd(
     concurrency: int = typer.Option(4, help="tasks checked at once"),
     root: Path = typer.Option(None, help="where imported suites live"),
     as_json: bool = typer.Option(False, "--json", help="a JSON line per task, then the summary object"),
+    backend: str = typer.Option(
+        "",
+        help="sandbox backend: local (the default) or docker (each task in its own image, built "
+        "from its Dockerfile); empty: the config's sandbox.backend",
+    ),
+    config: Path = typer.Option(
+        None, "-c", "--config", help="a run config whose `sandbox` section is used (and CLAWGYM_SANDBOX__*)"
+    ),
 ) -> None:
-    """Per task: the oracle passes (if it has a solution) and nop fails, in local sandboxes."""
+    """Per task: the oracle passes (if it has a solution) and nop fails, in sandboxes (local by default)."""
+    from clawgym.config import load_config
     from clawgym.orchestrator.check import check_locally, summarize
     from clawgym.tasks.loader import load_tasks
     from clawgym.tasks.suites import resolve_suite
 
     try:
+        sandbox = load_config(config, flags={"sandbox": {"backend": backend}} if backend else None).sandbox
         tasks = load_tasks(resolve_suite(suite, root), split=split or None)
     except ClawgymError as e:
         raise _fail(e) from e
@@ -110,7 +120,10 @@ def check_cmd(
             if not check.ok and not check.error:
                 console.print(check.as_json()["detail"], markup=False)
 
-    checks = asyncio.run(check_locally(tasks, concurrency=concurrency, on_done=show))
+    try:
+        checks = asyncio.run(check_locally(tasks, concurrency=concurrency, on_done=show, cfg=sandbox))
+    except ClawgymError as e:  # the backend cannot start (no bubblewrap, no Docker engine)
+        raise _fail(e) from e
     summary = summarize(checks)
     if as_json:
         print(json.dumps(summary))

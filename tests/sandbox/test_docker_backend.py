@@ -1,0 +1,383 @@
+"""The docker sandbox backend on the real engine (../shared/docker-local): a Terminal-Bench task in
+its own image (oracle passes, nop fails), the image cache, teardown, limits and network isolation.
+
+No registry answers here, so the task's `FROM` (Terminal-Bench's python base) is a local stand-in
+built FROM `localhost/debian:bookworm` with python3 and tagged with that name, once per machine;
+the backend itself builds as on any machine (a user's pulls the real base).
+"""
+
+import asyncio
+import ipaddress
+import json
+import secrets
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from clawgym.harnesses.pseudo import Oracle
+from clawgym.orchestrator.attempt import run_task
+from clawgym.orchestrator.check import check_task
+from clawgym.sandbox import DockerSandboxConfig, ImageBuild, Resources, SandboxConfig, SandboxSpec
+from clawgym.sandbox.docker import DockerBackend
+from clawgym.tasks.loader import load_task
+from clawgym.tasks.provision import Provisioner
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+TASK = REPO / "tests" / "tasks" / "data" / "terminal-bench" / "build-sum-tool"
+LOCAL_BASE = "localhost/debian:bookworm"
+STANDIN = "clawgym-test/python3:bookworm"  # python3 + pytest on the local base: task base and relay
+TB_BASE = "ghcr.io/laude-institute/t-bench/python-3-13:20250620"  # what the task's FROM names
+ROLLOUT = "clawgym.dev/rollout"
+
+
+def docker(*args: str, check: bool = True, timeout: float = 600) -> str:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"docker {' '.join(args[:3])} failed: {done.stderr[-1500:]}"
+    return done.stdout
+
+
+def has_image(name: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
+
+
+def containers(label: str) -> list[str]:
+    return docker("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}").split()
+
+
+@pytest.fixture(scope="session")
+def standin() -> str:
+    """The python3 stand-in image, also tagged as the Terminal-Bench base (unless that exists)."""
+    try:
+        engine = subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        engine = False
+    if not engine:
+        pytest.skip("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
+    if not has_image(STANDIN):
+        if not has_image(LOCAL_BASE):
+            pytest.skip(f"no {LOCAL_BASE} (../shared/docker-local/docker-local all builds it)")
+        dockerfile = (
+            f"FROM {LOCAL_BASE}\nRUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install"
+            " -y -qq --no-install-recommends python3 python3-pytest && rm -rf /var/lib/apt/lists/*\n"
+        )
+        done = subprocess.run(
+            ["docker", "build", "-q", "--label", "clawgym.dev/test=standin", "-t", STANDIN, "-"],
+            input=dockerfile, capture_output=True, text=True, timeout=900,
+            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "DOCKER_BUILDKIT": "0"},
+        )  # fmt: skip
+        assert done.returncode == 0, f"building the stand-in failed: {done.stderr[-1500:]}"
+    if not has_image(TB_BASE):
+        docker("tag", STANDIN, TB_BASE)
+    return STANDIN
+
+
+@pytest.fixture
+def make_backend(standin: str, tmp_path: Path) -> Iterator[Callable[..., DockerBackend]]:
+    """Docker backends with a fresh owner each (so reap never touches anyone else's containers)."""
+    owner = f"test-{secrets.token_hex(4)}"
+    made: list[DockerBackend] = []
+
+    def make(**docker_cfg) -> DockerBackend:
+        fields = {
+            "image": standin,
+            "relay_image": standin,
+            "state_dir": str(tmp_path / "state"),
+            **docker_cfg,
+        }
+        cfg = DockerSandboxConfig(**fields)
+        backend = DockerBackend(SandboxConfig(backend="docker", owner=owner, docker=cfg))
+        made.append(backend)
+        return backend
+
+    yield make
+    leftovers = containers(f"clawgym.dev/owner={owner}")
+    if leftovers:
+        docker("rm", "--force", *leftovers, check=False)
+    assert not leftovers, f"a test left containers behind: {leftovers}"
+
+
+def tiny_task(tmp_path: Path, solution: str, marker: str = "") -> Path:
+    """A Terminal-Bench task FROM the stand-in that builds in a second (`marker` makes it new)."""
+    task = tmp_path / "tiny-task"
+    (task / "tests").mkdir(parents=True)
+    (task / "task.yaml").write_text("instruction: write /app/out.txt\nmax_agent_timeout_sec: 300\n")
+    (task / "Dockerfile").write_text(f"FROM {STANDIN}\nWORKDIR /app\nRUN echo '{marker}' > /app/marker\n")
+    (task / "solution.sh").write_text(f"#!/bin/bash\n{solution}\n")
+    (task / "tests" / "test_out.py").write_text(
+        "from pathlib import Path\n\ndef test_out():\n    assert Path('/app/out.txt').read_text() == 'ok\\n'\n"
+    )
+    return task
+
+
+# --- the task in its own image ---
+
+
+def test_a_terminal_bench_task_with_its_own_dockerfile_passes_with_oracle_and_fails_with_nop(make_backend):
+    """The Dockerfile builds the task's data and tool (a RUN the local backend refuses); in its
+    image the oracle's solution uses them and passes, and doing nothing fails."""
+    task = load_task(TASK)
+    assert task.unsupported and "not a package install" in task.unsupported, "local sandboxes refuse it"
+    backend = make_backend()
+
+    async def scenario():
+        try:
+            return await check_task(task, backend, Provisioner())
+        finally:
+            await backend.close()
+
+    check = asyncio.run(scenario())
+    assert check.error is None, f"the docker backend runs the task: {check.error}"
+    assert check.oracle is not None and check.oracle.verdict.reward == 1.0, (
+        f"the oracle passes in the task's image: {check.oracle.verdict.detail if check.oracle else ''}"
+        f" | harness: {check.oracle.harness_output if check.oracle else ''}"
+    )
+    assert check.nop is not None and not check.nop.verdict.passed, (
+        f"nop fails: {check.nop.verdict.detail if check.nop else ''}"
+    )
+    assert check.ok
+    assert check.nop.verdict.reward == 0.5 and "1/2 tests passed" in check.nop.verdict.detail, (
+        "under nop the image's own built data is there (one test passes), only the answer is missing"
+    )
+
+
+# --- the image cache ---
+
+
+def test_an_unchanged_task_image_is_built_once_even_for_concurrent_rollouts(make_backend, tmp_path):
+    task = tiny_task(tmp_path, "echo ok > /app/out.txt", marker=secrets.token_hex(8))
+    build = ImageBuild(str(task / "Dockerfile"), str(task), name="cache-test")
+    spec = SandboxSpec(workdir="/app", build=build, network="none")
+    first = make_backend()
+
+    async def create_three(backend: DockerBackend) -> list[str]:
+        sandboxes = await asyncio.gather(*(backend.create(spec) for _ in range(3)))
+        try:
+            return [(await s.get_file("/app/marker")).decode() for s in sandboxes] + [sandboxes[0].image]
+        finally:
+            await backend.close()
+
+    *markers, image = asyncio.run(create_three(first))
+    try:
+        assert first.images.builds == 1, (
+            f"three concurrent rollouts of one new task build once: {first.images.builds}"
+        )
+        assert len(set(markers)) == 1 and markers[0].strip(), "each sandbox runs the built image"
+        built_id = docker("image", "inspect", "--format", "{{.Id}}", image).strip()
+        second = make_backend()  # a new process, as far as the cache is concerned
+        *_, again = asyncio.run(create_three(second))
+        assert second.images.builds == 0, "an unchanged task is never rebuilt"
+        assert again == image and docker("image", "inspect", "--format", "{{.Id}}", image).strip() == built_id
+        (task / "solution.sh").write_text("#!/bin/bash\necho changed\n")
+        third = make_backend()
+        *_, changed = asyncio.run(create_three(third))
+        assert third.images.builds == 1 and changed != image, "a changed context is a new image"
+        assert not has_image(image), "the image of the old content was removed once replaced"
+    finally:
+        docker("image", "rm", "--force", image, check=False)
+        docker(
+            "image",
+            "rm",
+            "--force",
+            *docker("image", "ls", "-q", "clawgym-task/cache-test").split(),
+            check=False,
+        )
+
+
+# --- teardown ---
+
+
+def test_no_container_is_left_after_a_run_or_a_cancelled_one(make_backend, tmp_path):
+    backend = make_backend()
+    task = load_task(tiny_task(tmp_path, "sleep 300", marker="teardown"))
+    run_label = f"{ROLLOUT}=teardown-{secrets.token_hex(4)}"
+
+    async def scenario() -> list[str]:
+        attempt = asyncio.ensure_future(
+            run_task(Oracle(), task, backend, labels={ROLLOUT: run_label.split("=")[1]})
+        )
+        seen: list[str] = []
+        for _ in range(600):
+            seen = containers(run_label)
+            if seen:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the solution is sleeping in it now
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+        await backend.close()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen, "the rollout's container carried its rollout label while it ran"
+    assert containers(run_label) == [], "a cancelled rollout's container is removed before the cancel returns"
+
+    done_label = f"{ROLLOUT}=done-{secrets.token_hex(4)}"
+    finished = load_task(tiny_task(tmp_path / "ok", "echo ok > /app/out.txt", marker="teardown"))
+
+    async def a_run():
+        try:
+            return await run_task(Oracle(), finished, backend, labels={ROLLOUT: done_label.split("=")[1]})
+        finally:
+            await backend.close()
+
+    assert asyncio.run(a_run()).verdict.passed
+    assert containers(done_label) == [], "a finished rollout leaves no container"
+
+
+def test_reap_removes_the_owners_stale_containers_and_nobody_elses(make_backend, standin):
+    backend = make_backend()
+    labels = [
+        "--label",
+        "app.kubernetes.io/managed-by=clawgym",
+        "--label",
+        f"clawgym.dev/owner={backend.owner}",
+    ]
+    other = ["--label", "app.kubernetes.io/managed-by=clawgym", "--label", "clawgym.dev/owner=someone-else"]
+    stale = f"clawgym-stale-{secrets.token_hex(4)}"
+    theirs = f"clawgym-theirs-{secrets.token_hex(4)}"
+    docker("run", "-d", "--name", stale, *labels, "--network", "none", standin, "sleep", "300")
+    docker("run", "-d", "--name", theirs, *other, "--network", "none", standin, "sleep", "300")
+    try:
+
+        async def scenario() -> tuple[int, list[str]]:
+            live = await backend.create(SandboxSpec(workdir="/app", network="none"))
+            try:
+                reaped = await backend.reap()
+                left = containers(f"clawgym.dev/owner={backend.owner}")
+                assert live.id in left, "reap keeps what this backend holds"
+                return reaped, left
+            finally:
+                await backend.close()
+
+        reaped, left = asyncio.run(scenario())
+        assert reaped == 1 and stale not in left, "the crashed predecessor's container is removed"
+        assert len(left) == 1, f"the sandbox this backend holds is kept: {left}"
+        assert theirs in containers("clawgym.dev/owner=someone-else"), (
+            "another owner's running container stays"
+        )
+    finally:
+        docker("rm", "--force", stale, theirs, check=False)
+
+
+# --- limits and network ---
+
+
+def test_resources_become_the_containers_limits(make_backend):
+    backend = make_backend()
+    resources = Resources(cpus=0.5, memory_mb=256, processes=64, open_files=1024)
+
+    async def scenario():
+        sandbox = await backend.create(SandboxSpec(workdir="/app", resources=resources, network="none"))
+        try:
+            config = json.loads(docker("inspect", sandbox.id))[0]["HostConfig"]
+            over = await sandbox.exec(
+                ["python3", "-c", "b = bytearray(400 << 20); print(len(b))"], timeout_s=60
+            )
+            fork_bomb = await sandbox.exec("for i in $(seq 200); do sleep 5 & done; wait", timeout_s=20)
+            return config, fork_bomb, over
+        finally:
+            await backend.close()
+
+    config, fork_bomb, over = asyncio.run(scenario())
+    assert config["Memory"] == 256 << 20 and config["MemorySwap"] == 256 << 20, "memory_mb, no swap beyond"
+    assert config["NanoCpus"] == 500_000_000 and config["PidsLimit"] == 64
+    assert {"Name": "nofile", "Hard": 1024, "Soft": 1024} in config["Ulimits"]
+    assert config["CapDrop"] == ["ALL"] and "NET_RAW" not in config["CapAdd"]
+    assert config["NetworkMode"] == "none"
+    assert b"Resource temporarily unavailable" in fork_bomb.stderr or fork_bomb.exit_code != 0, (
+        f"processes caps the container's pids: {fork_bomb}"
+    )
+    assert over.exit_code == 137, f"a process over memory_mb is OOM-killed: {over}"
+
+
+PROBE = r"""
+import json, socket, sys, urllib.request
+proxy, host_port, gateway = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out = {"proxy": urllib.request.urlopen(proxy + "/healthz", timeout=5).read().decode()}
+def reach(host, port):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        return "reached"
+    except OSError as e:
+        return type(e).__name__
+out["host_loopback"] = reach("127.0.0.1", host_port)
+out["gateway"] = reach(gateway, host_port)
+try:
+    socket.getaddrinfo("deb.debian.org", 80)
+    out["dns"] = "resolved"
+except OSError as e:
+    out["dns"] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def test_the_agent_reaches_the_proxy_and_nothing_else(make_backend, standin):
+    """The proxy (on this host's loopback) answers through the relay; the host's other ports (on
+    its loopback and on the bridge gateway), and DNS, are unreachable. A control container on the
+    default bridge reaches the gateway port, so the probe can tell."""
+    ipam = json.loads(docker("network", "inspect", "bridge", "--format", "{{json .IPAM.Config}}"))[0]
+    gateway = ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
+    backend = make_backend()
+
+    async def scenario():
+        async def proxy(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\nconnection: close\r\n\r\nproxy-ok")
+            await writer.drain()
+            writer.close()
+
+        async def other(reader, writer):
+            writer.close()
+
+        proxy_server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+        other_server = await asyncio.start_server(other, "0.0.0.0", 0)  # every host address
+        proxy_url = f"http://127.0.0.1:{proxy_server.sockets[0].getsockname()[1]}"
+        other_port = other_server.sockets[0].getsockname()[1]
+        try:
+            sandbox = await backend.create(SandboxSpec(workdir="/app", proxy_url=proxy_url))
+            inside = backend.sandbox_proxy_url(proxy_url)
+            probe = await sandbox.exec(
+                ["python3", "-c", PROBE, inside, str(other_port), gateway], timeout_s=60
+            )
+            control = await asyncio.to_thread(
+                docker, "run", "--rm", "--network", "bridge", standin, "python3", "-c",
+                f"import socket; socket.create_connection(({gateway!r}, {other_port}), timeout=5); print('reached')",
+            )  # fmt: skip
+            labels = json.loads(docker("inspect", sandbox.id))[0]["Config"]["Labels"]
+            return probe, control, labels
+        finally:
+            await backend.close()
+            proxy_server.close()
+            other_server.close()
+
+    probe, control, labels = asyncio.run(scenario())
+    assert probe.exit_code == 0, f"the probe ran: {probe}"
+    seen = json.loads(probe.stdout.decode().splitlines()[-1])
+    assert seen["proxy"] == "proxy-ok", f"the proxy answers through the relay: {seen}"
+    assert seen["host_loopback"] != "reached", "the host's loopback services are not the sandbox's"
+    assert seen["gateway"] != "reached", f"the host is unreachable over the bridge: {seen}"
+    assert seen["dns"] != "resolved", "no name resolves: no way out"
+    assert control.strip() == "reached", "the control container reaches the port, so the probe can tell"
+    assert labels["clawgym.dev/egress"] == "proxy" and labels["clawgym.dev/owner"] == backend.owner
+
+
+def test_a_dead_relay_image_fails_the_sandbox_and_leaves_nothing(make_backend):
+    backend = make_backend(relay_image="clawgym-test/no-such-image:0")
+
+    async def scenario():
+        try:
+            await backend.create(SandboxSpec(workdir="/app", proxy_url="http://127.0.0.1:9"))
+        finally:
+            await backend.close()
+
+    from clawgym.sandbox import SandboxFailed
+
+    with pytest.raises(SandboxFailed, match="relay helper"):
+        asyncio.run(scenario())
+    assert containers(f"clawgym.dev/owner={backend.owner}") == [], "the half-made sandbox is removed"
