@@ -10,6 +10,7 @@ import asyncio
 import ipaddress
 import json
 import secrets
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -142,6 +143,24 @@ def test_a_terminal_bench_task_with_its_own_dockerfile_passes_with_oracle_and_fa
     assert check.ok
     assert check.nop.verdict.reward == 0.5 and "1/2 tests passed" in check.nop.verdict.detail, (
         "under nop the image's own built data is there (one test passes), only the answer is missing"
+    )
+
+
+def test_clawgym_tasks_check_runs_a_suite_in_the_docker_backend(standin, tmp_path):
+    """What a user runs to check such a suite: `clawgym tasks check SUITE --backend docker`."""
+    from typer.testing import CliRunner
+
+    from clawgym_app.cli import app
+
+    suite = tmp_path / "suite"
+    shutil.copytree(TASK, suite / TASK.name)
+    result = CliRunner().invoke(app, ["tasks", "check", str(suite), "--backend", "docker", "--json"])
+    lines = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert lines and lines[-1] == {"tasks": 1, "oracle_passed": 1, "nop_failed": 1, "errors": 0}, result.output
+    assert result.exit_code == 0, "every task checked out"
+    local = CliRunner().invoke(app, ["tasks", "check", str(suite), "--json"])
+    assert "not a package install" in local.output and local.exit_code == 1, (
+        "the local backend still refuses it, saying why"
     )
 
 

@@ -168,7 +168,8 @@ class DockerBackend:
         return args
 
     def mounted_ro_paths(self) -> list[Path]:
-        return [path for path in self.ro_paths if path.exists()]
+        # unique: a path given twice (check_locally adds the provision dir) is a duplicate mount
+        return list(dict.fromkeys(path for path in self.ro_paths if path.exists()))
 
     async def image_path(self, image: str) -> list[str]:
         """The PATH entries the image's ENV sets (kept behind a harness's own PATH)."""
