@@ -156,11 +156,45 @@ def test_clawgym_tasks_check_runs_a_suite_in_the_docker_backend(standin, tmp_pat
     shutil.copytree(TASK, suite / TASK.name)
     result = CliRunner().invoke(app, ["tasks", "check", str(suite), "--backend", "docker", "--json"])
     lines = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
-    assert lines and lines[-1] == {"tasks": 1, "oracle_passed": 1, "nop_failed": 1, "errors": 0}, result.output
+    assert lines and lines[-1] == {"tasks": 1, "oracle_passed": 1, "nop_failed": 1, "errors": 0}, (
+        result.output
+    )
     assert result.exit_code == 0, "every task checked out"
     local = CliRunner().invoke(app, ["tasks", "check", str(suite), "--json"])
     assert "not a package install" in local.output and local.exit_code == 1, (
         "the local backend still refuses it, saying why"
+    )
+
+
+def test_the_reference_harness_solves_the_task_in_its_image_through_the_relay(make_backend):
+    """The agent's script is put into the container and run by the image's python3; its model calls
+    reach the (scripted) proxy on this host only through the relay, carrying the rollout token."""
+    from clawgym.harnesses.registry import get_harness
+    from tests.harnesses.conftest import ScriptedChatServer
+
+    task = load_task(TASK)
+    backend = make_backend()
+    with ScriptedChatServer() as server:
+        server.replies = ["```bash\nsumlines numbers.txt > answer.txt\n```", "DONE"]
+
+        async def scenario():
+            try:
+                return await run_task(
+                    get_harness("reference"),
+                    task,
+                    backend,
+                    proxy_url=server.url,
+                    token="tok-7",
+                    model="policy",
+                )
+            finally:
+                await backend.close()
+
+        outcome = asyncio.run(scenario())
+    assert outcome.verdict.passed, f"verifier: {outcome.verdict.detail}\n{outcome.harness_output}"
+    assert len(server.requests) == 2 and server.headers[0]["authorization"] == "Bearer tok-7"
+    assert "exit code 0" in server.requests[1]["messages"][-1]["content"], (
+        "the image's tool ran in the container's workdir"
     )
 
 
@@ -400,3 +434,22 @@ def test_a_dead_relay_image_fails_the_sandbox_and_leaves_nothing(make_backend):
     with pytest.raises(SandboxFailed, match="relay helper"):
         asyncio.run(scenario())
     assert containers(f"clawgym.dev/owner={backend.owner}") == [], "the half-made sandbox is removed"
+
+
+def test_a_prebuilt_image_that_cannot_be_pulled_fails_the_sandbox_saying_so(make_backend):
+    """A task's prebuilt image (Harbor's docker_image) is pulled as `docker run` would; no registry
+    answers here, so the pull fails, as an infrastructure failure naming it."""
+    from clawgym.sandbox import SandboxFailed
+
+    backend = make_backend()
+
+    async def scenario():
+        try:
+            await backend.create(
+                SandboxSpec(workdir="/app", image="clawgym-test/no-such-image:0", network="none")
+            )
+        finally:
+            await backend.close()
+
+    with pytest.raises(SandboxFailed, match="pulling clawgym-test/no-such-image:0"):
+        asyncio.run(scenario())

@@ -117,9 +117,8 @@ class Orchestrator:
         metrics: OrchestratorMetrics | None = None,
     ) -> None:
         self.cfg, self.store, self.backend = cfg, store, backend
-        self.catalog = catalog or Catalog(
-            cfg.suites_dir, cfg.harness_cache_dir, cfg.harness_timeout_s, task_images=backend.task_images
-        )
+        self.catalog = catalog or Catalog(cfg.suites_dir, cfg.harness_cache_dir, cfg.harness_timeout_s)
+        self.catalog.task_images = backend.task_images  # which tasks it can run is the backend's call
         self.metrics = metrics or OrchestratorMetrics()
         self.runner = AttemptRunner(
             backend, self.metrics, ProxyProbe(cfg.proxy_check_timeout_s), cfg.install_harnesses

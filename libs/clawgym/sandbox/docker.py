@@ -174,9 +174,13 @@ class DockerBackend:
     async def image_path(self, image: str) -> list[str]:
         """The PATH entries the image's ENV sets (kept behind a harness's own PATH)."""
         if image not in self._image_paths:
-            out = await self.cli.check(
-                ["image", "inspect", "--format", "{{json .Config.Env}}", image], what=f"inspecting {image}"
-            )
+            inspect = ["image", "inspect", "--format", "{{json .Config.Env}}", image]
+            found = await self.cli.run(inspect, timeout_s=60)
+            if not found.ok:  # a prebuilt image (a task's docker_image, docker.image) not here yet
+                await self.cli.check(
+                    ["pull", "--quiet", image], what=f"pulling {image}", timeout_s=self.d.build_timeout_s
+                )
+            out = await self.cli.check(inspect, what=f"inspecting {image}")
             env = dict(item.partition("=")[::2] for item in json.loads(out or b"null") or [])
             self._image_paths[image] = [p for p in env.get("PATH", "").split(":") if p]
         return self._image_paths[image]
