@@ -323,7 +323,7 @@ def test_reap_removes_the_owners_stale_containers_and_nobody_elses(make_backend,
 
 def test_resources_become_the_containers_limits(make_backend):
     backend = make_backend()
-    resources = Resources(cpus=0.5, memory_mb=256, processes=64, open_files=1024)
+    resources = Resources(cpus=0.5, memory_mb=256, processes=64, open_files=1024, disk_mb=100)
 
     async def scenario():
         sandbox = await backend.create(SandboxSpec(workdir="/app", resources=resources, network="none"))
@@ -332,21 +332,33 @@ def test_resources_become_the_containers_limits(make_backend):
             over = await sandbox.exec(
                 ["python3", "-c", "b = bytearray(400 << 20); print(len(b))"], timeout_s=60
             )
-            fork_bomb = await sandbox.exec("for i in $(seq 200); do sleep 5 & done; wait", timeout_s=20)
-            return config, fork_bomb, over
+            # holds every pid it can get until the timeout, so even the kill needs room (docker update)
+            fork_bomb = await sandbox.exec("for i in $(seq 200); do sleep 60 & done; wait", timeout_s=3)
+            await sandbox.reset_dir("/tmp")  # kills what the fork bomb left
+            slow = await sandbox.exec("setsid sleep 301 & sleep 302", timeout_s=1)
+            left = await sandbox.exec("cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+            return config, fork_bomb, over, slow, left.stdout.decode()
+
         finally:
             await backend.close()
 
-    config, fork_bomb, over = asyncio.run(scenario())
+    config, fork_bomb, over, slow, left = asyncio.run(scenario())
     assert config["Memory"] == 256 << 20 and config["MemorySwap"] == 256 << 20, "memory_mb, no swap beyond"
     assert config["NanoCpus"] == 500_000_000 and config["PidsLimit"] == 64
     assert {"Name": "nofile", "Hard": 1024, "Soft": 1024} in config["Ulimits"]
     assert config["CapDrop"] == ["ALL"] and "NET_RAW" not in config["CapAdd"]
     assert config["NetworkMode"] == "none"
-    assert b"Resource temporarily unavailable" in fork_bomb.stderr or fork_bomb.exit_code != 0, (
+    assert b"Resource temporarily unavailable" in fork_bomb.stderr or b"Cannot fork" in fork_bomb.stderr, (
         f"processes caps the container's pids: {fork_bomb}"
     )
     assert over.exit_code == 137, f"a process over memory_mb is OOM-killed: {over}"
+    assert slow.timed_out and "sleep 30" not in left, (
+        f"a timeout kills every process the exec started, the one that left its session too: {left}"
+    )
+    if backend.disk_quota:
+        assert config["StorageOpt"] == {"size": "100m"}, "disk_mb caps the container's filesystem"
+    else:  # overlay2 on extfs (this machine): the engine refuses --storage-opt size=
+        assert backend.disk_quota is False and not config.get("StorageOpt"), "no cap, and a warning"
 
 
 PROBE = r"""

@@ -324,8 +324,27 @@ class DockerSandbox:
         return await self.cli.run(argv, timeout_s=FILE_OP_TIMEOUT_S, stdin=stdin)
 
     async def _kill_all(self) -> None:
+        """Every process but PID 1. A sandbox at its pids limit (a fork bomb) leaves no room for the
+        killing shell: the limit is raised for the kill, then put back."""
         with contextlib.suppress(SandboxFailed):
-            await self._root_sh(KILL_ALL)
+            if (await self._root_sh(KILL_ALL)).ok:
+                return
+            limit = self.spec.resources.processes
+            await self.cli.run(["update", "--pids-limit", str(limit + 16), self.id], timeout_s=60)
+            try:
+                await self._root_sh(KILL_ALL)
+            finally:
+                await self.cli.run(["update", "--pids-limit", str(limit), self.id], timeout_s=60)
+
+    async def _root_sh_after_kill(self, script: str, *args: str) -> ExecResult:
+        """`_root_sh` right after `_kill_all`: PID 1 may still be reaping the killed (their pids
+        count until then), so a shell that cannot start yet is tried again."""
+        for pause in (0.05, 0.2, 0.5, 1.0, 2.0):
+            result = await self._root_sh(script, *args)
+            if result.ok:
+                return result
+            await asyncio.sleep(pause)
+        return await self._root_sh(script, *args)
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         full = {"HOME": self.spec.home, "TMPDIR": "/tmp", **self.spec.env, **(env or {})}
@@ -440,7 +459,7 @@ class DockerSandbox:
         # the read-only binds (harness cache, provisioned packages) may sit in HOME: kept whole
         binds = [str(p) for p in self.backend.mounted_ro_paths() if str(p).startswith(top)]
         await self._kill_all()  # a process left running could refill the directory
-        result = await self._root_sh(_RESET, sandbox_path(path), *nested, *binds)
+        result = await self._root_sh_after_kill(_RESET, sandbox_path(path), *nested, *binds)
         if not result.ok:
             raise SandboxFailed(f"cannot empty {path} in sandbox {self.id}: {error_text(result)}")
 
