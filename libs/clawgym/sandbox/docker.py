@@ -2,9 +2,10 @@
 
 A sandbox is a container `<name_prefix>-<hex>` of `spec.build`'s image (built once per content,
 `docker_images`), else `spec.image`, else `sandbox.docker.image`. Its PID 1 is a `sh` loop that only
-keeps it alive for the sandbox's lifetime (plus a minute; a container its orchestrator forgot stops
-by itself) and reaps orphans; every command arrives through `docker exec`, files through
-`docker cp` (tar streams; links are never followed out of the container). The writable
+keeps it alive for the sandbox's lifetime (plus a minute: a container its orchestrator forgot ends
+and is removed by the engine, `--rm`) and reaps orphans; every command arrives through
+`docker exec`, files through `docker cp` (tar streams; links are never followed out of the
+container). The writable
 directories (workdir, HOME, /tmp, task mounts) are directories of the container's own filesystem,
 so what the image built there (`RUN make` in /app) is what the task starts with, as in
 Terminal-Bench. The image needs `sh` (and `python3` for Python harnesses and pytest verifiers).
@@ -139,7 +140,8 @@ class DockerBackend:
     def run_args(self, name: str, spec: SandboxSpec, image: str, disk: bool) -> list[str]:
         """`docker run` of the sandbox container (detached; PID 1 only keeps it alive)."""
         r = spec.resources
-        args = ["run", "--detach", "--name", name, "--hostname", "sandbox", "--network", "none"]
+        # --rm: when PID 1 ends (the lifetime ran out) the engine removes the container itself
+        args = ["run", "--detach", "--rm", "--name", name, "--hostname", "sandbox", "--network", "none"]
         for key, value in self.labels(name, spec).items():
             args += ["--label", f"{key}={value}"]
         args += ["--memory", f"{r.memory_mb}m", "--memory-swap", f"{r.memory_mb}m"]
