@@ -24,14 +24,12 @@ from clawgym.sandbox import DockerSandboxConfig, ImageBuild, Resources, SandboxC
 from clawgym.sandbox.docker import DockerBackend
 from clawgym.tasks.loader import load_task
 from clawgym.tasks.provision import Provisioner
+from tests.sandbox.docker_standin import STANDIN, ensure_standin, has_image
 
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tests" / "tasks" / "data" / "terminal-bench" / "build-sum-tool"
-LOCAL_BASE = "localhost/debian:bookworm"
-STANDIN = "clawgym-test/python3:bookworm"  # python3 + pytest on the local base: task base and relay
-TB_BASE = "ghcr.io/laude-institute/t-bench/python-3-13:20250620"  # what the task's FROM names
 ROLLOUT = "clawgym.dev/rollout"
 
 
@@ -42,39 +40,13 @@ def docker(*args: str, check: bool = True, timeout: float = 600) -> str:
     return done.stdout
 
 
-def has_image(name: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", name], capture_output=True).returncode == 0
-
-
 def containers(label: str) -> list[str]:
     return docker("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}").split()
 
 
 @pytest.fixture(scope="session")
 def standin() -> str:
-    """The python3 stand-in image, also tagged as the Terminal-Bench base (unless that exists)."""
-    try:
-        engine = subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        engine = False
-    if not engine:
-        pytest.skip("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
-    if not has_image(STANDIN):
-        if not has_image(LOCAL_BASE):
-            pytest.skip(f"no {LOCAL_BASE} (../shared/docker-local/docker-local all builds it)")
-        dockerfile = (
-            f"FROM {LOCAL_BASE}\nRUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install"
-            " -y -qq --no-install-recommends python3 python3-pytest && rm -rf /var/lib/apt/lists/*\n"
-        )
-        done = subprocess.run(
-            ["docker", "build", "-q", "--label", "clawgym.dev/test=standin", "-t", STANDIN, "-"],
-            input=dockerfile, capture_output=True, text=True, timeout=900,
-            env={"PATH": "/usr/bin:/bin:/usr/local/bin", "DOCKER_BUILDKIT": "0"},
-        )  # fmt: skip
-        assert done.returncode == 0, f"building the stand-in failed: {done.stderr[-1500:]}"
-    if not has_image(TB_BASE):
-        docker("tag", STANDIN, TB_BASE)
-    return STANDIN
+    return ensure_standin()
 
 
 @pytest.fixture
