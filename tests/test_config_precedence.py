@@ -20,6 +20,7 @@ FIELDS = [
     ("inference", "prefill_chunk", "--prefill-chunk", 64, "128", "256"),
     ("proxy", "max_new_tokens", "--max-new-tokens", 10, "20", "30"),
     ("sandbox", "kubernetes.namespace", "--kubernetes.namespace", "from-yaml", "from-env", "from-flag"),
+    ("sandbox", "docker.relay_image", "--docker.relay-image", "from-yaml", "from-env", "from-flag"),
     ("trainer", "algorithm.lr", "--algorithm.lr", 0.001, "0.002", "0.003"),
     ("orchestrator", "retry_backoff_s", "--retry-backoff-s", 1.5, "2.5", "3.5"),
     ("evaluation", "samples", "--samples", 2, "3", "4"),

@@ -89,6 +89,33 @@ def test_harbor_task_with_its_own_image_is_unsupported():
     task = load_task(DATA / "harbor" / "custom-image")
     assert task.unsupported == "needs its own image 'registry.example.com/custom/service:1.2'"
     assert not task.has_solution
+    assert task.image is not None and task.image.name == "registry.example.com/custom/service:1.2"
+    assert task.unsupported_by(task_images=True) is None, "a backend that runs task images runs it"
+
+
+def test_a_task_whose_dockerfile_builds_things_loads_with_the_reason_and_its_image():
+    """The local backend refuses a RUN that is no package install; the task still loads, carrying
+    the Dockerfile and context a backend that builds task images (docker) runs it from."""
+    src = DATA / "terminal-bench" / "build-sum-tool"
+    task = load_task(src)
+    assert task.unsupported is not None and "RUN step is not a package install" in task.unsupported, (
+        f"the local reason names the RUN line: {task.unsupported}"
+    )
+    assert task.image is not None
+    assert (task.image.dockerfile, task.image.context) == (src / "Dockerfile", src)
+    assert task.image.unsupported is None, "its compose file has one service: the image can run it"
+    assert task.unsupported_by(task_images=False) == task.unsupported
+    assert task.unsupported_by(task_images=True) is None
+    own = task.in_own_image()
+    assert own.files == () and own.setup == () and own.env == {}, (
+        "in its own image nothing of the Dockerfile is replayed (the image holds its COPYs and ENV)"
+    )
+    assert own.workdir == "/app" and own.verifier == task.verifier
+
+
+def test_a_second_compose_service_stops_even_a_backend_that_builds_the_image():
+    task = load_task(DATA / "terminal-bench" / "needs-postgres")
+    assert task.unsupported_by(task_images=True) == "needs services besides the task container: client, db"
 
 
 def test_formats_are_detected_and_every_sample_loads():
@@ -96,7 +123,7 @@ def test_formats_are_detected_and_every_sample_loads():
     assert detect_format(DATA / "terminal-bench" / "csv-total") == "terminal-bench"
     assert detect_format(DATA / "harbor" / "count-words") == "harbor"
     assert detect_format(DATA) is None
-    assert len(find_task_dirs(DATA)) == 8, "every sample task folder is found, none of their subfolders"
+    assert len(find_task_dirs(DATA)) == 9, "every sample task folder is found, none of their subfolders"
     assert [t.id for t in load_tasks(DATA / "clawgym", split="test")] == ["make-notes-dir"]
 
 

@@ -28,13 +28,15 @@ def json_lines(output: str) -> list[dict]:
 
 
 def mixed_source(folder: Path) -> Path:
-    """ClawGym, TB1 and Harbor tasks side by side, one unsupported and one broken (TB1 without
-    its test file)."""
+    """ClawGym, TB1 and Harbor tasks side by side: one that only its own image runs (the docker
+    backend, not local), one that no backend runs (it needs a compose service) and one broken
+    (TB1 without its test file)."""
     shutil.copytree(DATA / "clawgym" / "write-greeting", folder / "claw" / "write-greeting")
     shutil.copytree(DATA / "clawgym" / "make-notes-dir", folder / "claw" / "make-notes-dir")
     shutil.copytree(DATA / "terminal-bench" / "csv-total", folder / "tb1" / "csv-total")
     shutil.copytree(DATA / "harbor" / "count-words", folder / "tb2" / "count-words")
     shutil.copytree(DATA / "harbor" / "custom-image", folder / "tb2" / "custom-image")
+    shutil.copytree(DATA / "terminal-bench" / "needs-postgres", folder / "tb1" / "needs-postgres")
     broken = folder / "tb1" / "no-tests"
     shutil.copytree(DATA / "terminal-bench" / "csv-total", broken)
     (broken / "tests" / "test_outputs.py").unlink()
@@ -64,22 +66,27 @@ def test_a_mixed_folder_imports_every_loadable_task_and_reports_each(tmp_path):
         "tb1/csv-total": ("terminal-bench", "caveats", True),
         "tb1/no-tests": ("terminal-bench", "broken", False),
         "tb2/count-words": ("harbor", "ok", True),
-        "tb2/custom-image": ("harbor", "unsupported", True),
+        "tb2/custom-image": ("harbor", "caveats", True),
+        "tb1/needs-postgres": ("terminal-bench", "unsupported", True),
     }, result.output
     broken = by_path["tb1/no-tests"]["reason"]
     assert "no-tests/tests" in broken and "no test_*.py files" in broken, (
         f"the load error names the task's folder and the missing file: {broken}"
     )
-    unsupported = by_path["tb2/custom-image"]
-    assert unsupported["backends"] == {
-        "local": "needs its own image 'registry.example.com/custom/service:1.2'"
-    }
+    assert by_path["tb2/custom-image"]["backends"] == {
+        "local": "needs its own image 'registry.example.com/custom/service:1.2'",
+        "docker": None,
+    }, "a task in its own image runs on the docker backend only"
+    unsupported = by_path["tb1/needs-postgres"]["backends"]
+    assert unsupported["local"] and unsupported["docker"] and "service" in unsupported["docker"], (
+        f"no backend starts a compose service beside the task: {unsupported}"
+    )
     assert any("run-tests.sh is not run" in c for c in by_path["tb1/csv-total"]["caveats"]), (
         "a TB1 task says its tests run with our pytest, not its run-tests.sh"
     )
     assert any("no reference solution" in c for c in by_path["claw/make-notes-dir"]["caveats"])
-    assert summary["found"] == 6 and summary["imported"] == 5 and summary["broken"] == 1, summary
-    assert (summary["ok"], summary["caveats"], summary["unsupported"]) == (2, 2, 1), summary
+    assert summary["found"] == 7 and summary["imported"] == 6 and summary["broken"] == 1, summary
+    assert (summary["ok"], summary["caveats"], summary["unsupported"]) == (2, 3, 1), summary
 
     suite = root / "mixed"
     assert not (suite / "tb1" / "no-tests").exists(), "a broken task is not copied"
@@ -88,13 +95,14 @@ def test_a_mixed_folder_imports_every_loadable_task_and_reports_each(tmp_path):
         "csv-total",
         "custom-image",
         "make-notes-dir",
+        "needs-postgres",
         "write-greeting",
     ], "the imported suite loads whole, each task in its own layout"
     meta = json.loads((suite / "suite.json").read_text())
-    assert meta["format"] == "mixed" and meta["tasks"] == 5 and meta["broken"] == 1
-    assert len(meta["report"]) == 6, "suite.json keeps the whole report, broken task included"
+    assert meta["format"] == "mixed" and meta["tasks"] == 6 and meta["broken"] == 1
+    assert len(meta["report"]) == 7, "suite.json keeps the whole report, broken task included"
     listed = json_lines(runner.invoke(app, ["tasks", "list", "--json", "--root", str(root)]).output)
-    assert listed[-1]["suite"] == "mixed" and listed[-1]["tasks"] == "5"
+    assert listed[-1]["suite"] == "mixed" and listed[-1]["tasks"] == "6"
 
 
 def test_the_text_report_names_each_status_and_ends_with_the_summary(tmp_path):
@@ -106,7 +114,7 @@ def test_the_text_report_names_each_status_and_ends_with_the_summary(tmp_path):
         "an unsupported task says why, per backend"
     )
     last = result.output.strip().splitlines()[-1]
-    assert last.startswith("imported 5 of 6 tasks as suite src"), f"the summary ends the report: {last}"
+    assert last.startswith("imported 6 of 7 tasks as suite src"), f"the summary ends the report: {last}"
     assert "1 broken" in last and "1 unsupported" in last, last
 
 
@@ -129,7 +137,7 @@ def test_format_option_skips_tasks_of_other_layouts(tmp_path):
     assert result.exit_code == 0, result.output
     skipped = {line["path"]: line["reason"] for line in lines if line["status"] == "skipped"}
     assert skipped["claw/write-greeting"] == "a clawgym task, not harbor", skipped
-    assert summary["imported"] == 2 and summary["skipped"] == 4, summary
+    assert summary["imported"] == 2 and summary["skipped"] == 5, summary
 
 
 def test_a_single_task_folder_is_a_suite_of_one(tmp_path):

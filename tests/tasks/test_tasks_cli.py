@@ -24,14 +24,17 @@ def test_check_passes_the_oracle_and_fails_nop_on_every_supported_sample(tmp_pat
     lines = json_lines(result.output)
     assert lines, f"no JSON output: {result.output}"
     summary = lines[-1]
-    assert summary == {"tasks": 8, "ok": 6, "oracle_passed": 5, "nop_failed": 6, "errors": 2, "broken": 0}, (
-        f"5 tasks have solutions, 6 are runnable, 2 need services/images: {result.output}"
+    assert summary == {"tasks": 9, "ok": 6, "oracle_passed": 5, "nop_failed": 6, "errors": 3, "broken": 0}, (
+        f"5 tasks have solutions, 6 are runnable, 3 need services/images: {result.output}"
     )
     per_task = {line["task"]: line for line in lines[:-1]}
     assert per_task["make-notes-dir"]["ok"] and per_task["make-notes-dir"]["oracle_reward"] is None, (
         "a task without a solution is checked with nop only"
     )
     assert "needs services" in per_task["needs-postgres"]["error"], "unsupported tasks say why"
+    assert "not a package install" in per_task["build-sum-tool"]["error"], (
+        "a Dockerfile that builds things is for the docker backend (tests/sandbox/test_docker_backend.py)"
+    )
     assert per_task["csv-total"]["oracle_reward"] == 1.0, "TB tests ran with the sandbox's pytest"
     assert per_task["json-config"]["oracle_reward"] == 1.0, (
         "the provisioned pip package was importable in the sandbox"

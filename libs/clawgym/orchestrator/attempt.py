@@ -34,8 +34,8 @@ from clawgym.judge.hybrid import NOT_JUDGED, combine
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.failures import InfraFailure, JudgeFailed, classify
 from clawgym.orchestrator.metrics import OrchestratorMetrics
-from clawgym.sandbox.interface import Resources, Sandbox, SandboxBackend, SandboxSpec
-from clawgym.tasks.model import Task
+from clawgym.sandbox.interface import ImageBuild, Resources, Sandbox, SandboxBackend, SandboxSpec
+from clawgym.tasks.model import Task, TaskImage
 from clawgym.tasks.verify import Verdict, prepare_workspace, verify
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ PROXY_OK_CACHE_S = 5.0  # a proxy that answered is not asked again for this long
 HOME = "/root"
 # On top of the harness's own time limit: workspace set-up, verifier, teardown.
 SLACK_S = 120.0
+# Backends whose sandboxes see the host's harness install cache (read-only); the others run
+# images that carry their harness on PATH (`from_image`).
+HOST_INSTALLS = ("local", "docker")
 
 
 def sandbox_spec(
@@ -100,6 +103,13 @@ class AttemptResult:
     # hybrid tasks: where the reward came from (`judge.hybrid`) and the judge's outcome, if asked
     breakdown: dict[str, Any] | None = None
     judgment: JudgeOutcome | None = None
+
+
+def image_fields(task_id: str, image: TaskImage) -> dict[str, object]:
+    """The `SandboxSpec` fields that run a task in its own image: built, or prebuilt by name."""
+    if image.dockerfile is not None and image.context is not None:
+        return {"build": ImageBuild(str(image.dockerfile), str(image.context), name=task_id)}
+    return {"image": image.name}
 
 
 def from_image(adapter: HarnessAdapter, launch: Launch) -> Launch:
@@ -159,6 +169,10 @@ class AttemptRunner:
         timings: dict[str, float] = {}
         started = time.monotonic()
         adapter, task = plan.adapter, plan.task
+        # a backend that runs the task's own image: its Dockerfile is not replayed on the host
+        own_image = task.image if self.backend.task_images else None
+        if own_image is not None:
+            task = task.in_own_image()
         await self._ensure_installed(adapter)
         if adapter.protocol != "none":
             await self.probe.check(plan.proxy_url)
@@ -171,7 +185,7 @@ class AttemptRunner:
             launch = adapter.launch(task.instruction, ctx, task)
         except Exception as e:
             raise classify(e, failures.HARNESS_START) from e
-        if self.backend.name != "local":
+        if self.backend.name not in HOST_INSTALLS:
             launch = from_image(adapter, launch)
         spec = sandbox_spec(
             task, launch, harness=adapter.name, env=plan.env, labels=plan.labels, proxy_url=plan.proxy_url
@@ -181,6 +195,8 @@ class AttemptRunner:
         if floor and resources.memory_mb < floor:  # a harness that cannot start below it (OpenClaw)
             resources = dataclasses.replace(resources, memory_mb=floor)
         spec = dataclasses.replace(spec, image=plan.image, resources=resources)
+        if own_image is not None:
+            spec = dataclasses.replace(spec, **image_fields(task.id, own_image))
 
         t0 = time.monotonic()
         try:
@@ -300,8 +316,8 @@ class AttemptRunner:
             raise
 
     async def _ensure_installed(self, adapter: HarnessAdapter) -> None:
-        """Local sandboxes run the host's cached install; kubernetes images carry their harness."""
-        if self.backend.name != "local" or adapter.is_installed():
+        """Local and docker sandboxes run the host's cached install; kubernetes images carry their harness."""
+        if self.backend.name not in HOST_INSTALLS or adapter.is_installed():
             return
         if not self.install_harnesses:
             raise InfraFailure(

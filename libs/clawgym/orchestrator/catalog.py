@@ -28,11 +28,13 @@ class Catalog:
         harness_cache_dir: str | Path | None = None,
         harness_timeout_s: float = 0.0,
         provisioner: Provisioner | None = None,
+        task_images: bool = False,
     ) -> None:
         self.suites_dir = Path(suites_dir) if suites_dir else None
         self.harness_cache_dir = Path(harness_cache_dir) if harness_cache_dir else None
         self.harness_timeout_s = harness_timeout_s
         self.provisioner = provisioner or Provisioner()
+        self.task_images = task_images  # the backend runs tasks' own images (`Task.unsupported_by`)
         self._suites: dict[Path, dict[str, Task]] = {}
         self._provisioned: dict[tuple[Path, str], Provisioned] = {}
         self._lock = asyncio.Lock()
@@ -64,8 +66,8 @@ class Catalog:
             if task is None:
                 raise NotFound(f"rollouts[{i}]: no task {request.task_id!r} in suite {batch.suite!r}")
             adapter = self.adapter(request.harness)
-            if task.unsupported:
-                raise FailedPrecondition(f"rollouts[{i}]: task {task.id} cannot run here: {task.unsupported}")
+            if reason := task.unsupported_by(self.task_images):
+                raise FailedPrecondition(f"rollouts[{i}]: task {task.id} cannot run here: {reason}")
             if adapter.name == "oracle" and not task.has_solution:
                 raise FailedPrecondition(f"rollouts[{i}]: task {task.id} has no solution for the oracle")
             resolved.append((task, adapter))
@@ -75,5 +77,7 @@ class Catalog:
         """The task's provisioned packages (installed once, cached); Unsupported if impossible."""
         key = (task.source_dir, task.id)
         if key not in self._provisioned:
-            self._provisioned[key] = await asyncio.to_thread(self.provisioner.for_task, task)
+            self._provisioned[key] = await asyncio.to_thread(
+                self.provisioner.for_task, task, task_images=self.task_images
+            )
         return self._provisioned[key]

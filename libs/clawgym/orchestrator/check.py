@@ -2,11 +2,11 @@
 
 Each run goes through the orchestrator's one rollout pipeline (`attempt.run_task`), without a store.
 A task without a solution is checked with nop only. A hybrid task's rubric is not judged here (no
-judge is asked): the oracle must pass, and nop fail, its code checks; `oracle_breakdown` says so. A task the local backend cannot run
-(`Task.unsupported`, a package that cannot be provisioned) and a sandbox that breaks are counted
-as errors with their reason, never as a pass or a fail of the task. A task folder that does not
-load is a `broken` check carrying its load error (`broken_check`), so one bad folder never stops
-the check of the others.
+judge is asked): the oracle must pass, and nop fail, its code checks; `oracle_breakdown` says so. A
+task the backend cannot run (`Task.unsupported_by`, a package that cannot be provisioned) and a
+sandbox that breaks are counted as errors with their reason, never as a pass or a fail of the task.
+A task folder that does not load is a `broken` check carrying its load error (`broken_check`), so
+one bad folder never stops the check of the others.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from clawgym.errors import ClawgymError
 from clawgym.harnesses.pseudo import Nop, Oracle
 from clawgym.orchestrator.attempt import AttemptResult, run_task
 from clawgym.orchestrator.failures import InfraFailure
+from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.interface import SandboxBackend
 from clawgym.tasks.loader import FoundTask
 from clawgym.tasks.model import Task
@@ -94,7 +95,7 @@ def summarize(checks: Sequence[TaskCheck]) -> dict[str, int]:
 async def check_task(task: Task, backend: SandboxBackend, provisioner: Provisioner) -> TaskCheck:
     """The oracle (if the task has a solution) then nop, each in a fresh sandbox."""
     try:
-        provisioned = await asyncio.to_thread(provisioner.for_task, task)
+        provisioned = await asyncio.to_thread(provisioner.for_task, task, task_images=backend.task_images)
         oracle = await run_task(Oracle(), task, backend, env=provisioned.env) if task.has_solution else None
         nop = await run_task(Nop(), task, backend, env=provisioned.env)
     except (ClawgymError, InfraFailure) as e:
@@ -123,14 +124,19 @@ async def check_tasks(
 
 
 async def check_locally(
-    tasks: Sequence[Task], concurrency: int = 4, on_done: Callable[[TaskCheck], None] | None = None
+    tasks: Sequence[Task],
+    concurrency: int = 4,
+    on_done: Callable[[TaskCheck], None] | None = None,
+    cfg: SandboxConfig | None = None,
 ) -> list[TaskCheck]:
-    """`check_tasks` in local sandboxes that see the provisioned packages (read-only)."""
-    from clawgym.sandbox import SandboxConfig, make_sandbox_backend
+    """`check_tasks` in sandboxes of `cfg` (default: local ones) that see the provisioned packages
+    (read-only); `cfg.backend: docker` checks each task in its own image."""
+    from clawgym.sandbox import make_sandbox_backend
     from clawgym.tasks.provision import PROVISION_DIR
 
-    cfg = SandboxConfig()
+    cfg = (cfg or SandboxConfig()).model_copy(deep=True)
     cfg.local.ro_paths = [*cfg.local.ro_paths, str(PROVISION_DIR)]
+    cfg.docker.ro_paths = [*cfg.docker.ro_paths, str(PROVISION_DIR)]
     backend = make_sandbox_backend(cfg)
     try:
         return await check_tasks(tasks, backend, Provisioner(), concurrency=concurrency, on_done=on_done)

@@ -27,12 +27,12 @@ _MEMORY_MB = {"": 1 / 2**20, "k": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**2
 class OrchestratorConfig(Section):
     """What `clawgym serve orchestrator` runs and how; the sandbox backend's own knobs are `sandbox`."""
 
-
     grpc_url: str = Field(
         "", description="address of the orchestrator service (host:port); empty = in-process"
     )
     host: str = Field(
-        "127.0.0.1", description="address `clawgym serve orchestrator` and its /metrics listen on; deployments: 0.0.0.0"
+        "127.0.0.1",
+        description="address `clawgym serve orchestrator` and its /metrics listen on; deployments: 0.0.0.0",
     )
     port: int = Field(50053, ge=0, description="gRPC port (0 = any free port)")
     metrics_port: int = Field(9103, ge=0, description="Prometheus /metrics port; 0 = no metrics endpoint")
@@ -76,7 +76,7 @@ class OrchestratorConfig(Section):
         "", description="where imported task suites live; empty = ~/.local/share/clawgym/suites"
     )
     # --- deployment overrides of the `sandbox` section (set by compose and the Helm chart) ---
-    sandbox_backend: Literal["", "local", "kubernetes"] = Field(
+    sandbox_backend: Literal["", "local", "kubernetes", "docker"] = Field(
         "", description="overrides sandbox.backend; empty = keep it"
     )
     namespace: str = Field("", description="overrides sandbox.kubernetes.namespace; empty = keep it")
@@ -102,7 +102,8 @@ class OrchestratorConfig(Section):
     )
 
     def sandbox_config(self, sandbox: SandboxConfig, ro_paths: list[str] | None = None) -> SandboxConfig:
-        """`sandbox` with this section's overrides applied, plus host paths local sandboxes must see."""
+        """`sandbox` with this section's overrides applied, plus host paths local and docker sandboxes
+        must see (read-only)."""
         k8s = sandbox.kubernetes.model_copy(
             update={
                 **({"namespace": self.namespace} if self.namespace else {}),
@@ -113,11 +114,15 @@ class OrchestratorConfig(Section):
                 ),
             }
         )
-        paths = list(sandbox.local.ro_paths)
-        paths += [p for p in ro_paths or [] if p not in paths]
-        local = sandbox.local.model_copy(update={"ro_paths": paths})
+
+        def with_extra(paths: list[str]) -> list[str]:
+            return [*paths, *(p for p in ro_paths or [] if p not in paths)]
+
+        local = sandbox.local.model_copy(update={"ro_paths": with_extra(list(sandbox.local.ro_paths))})
+        docker = sandbox.docker.model_copy(update={"ro_paths": with_extra(list(sandbox.docker.ro_paths))})
+        backend = self.sandbox_backend or sandbox.backend
         return sandbox.model_copy(
-            update={"backend": self.sandbox_backend or sandbox.backend, "kubernetes": k8s, "local": local}
+            update={"backend": backend, "kubernetes": k8s, "local": local, "docker": docker}
         )
 
     def resources(self) -> Resources:

@@ -1,12 +1,18 @@
 """Sandboxes: where a rollout's harness and verifier run. The interface, and a factory by config.
 
 `make_sandbox_backend(cfg)` returns the backend `cfg.backend` names; see `interface` for the
-contract, `local` and `kubernetes` for what each backend guarantees.
+contract, `local`, `kubernetes` and `docker` for what each backend guarantees.
 """
 
-from clawgym.sandbox.config import KubernetesSandboxConfig, LocalSandboxConfig, SandboxConfig
+from clawgym.sandbox.config import (
+    DockerSandboxConfig,
+    KubernetesSandboxConfig,
+    LocalSandboxConfig,
+    SandboxConfig,
+)
 from clawgym.sandbox.interface import (
     ExecResult,
+    ImageBuild,
     Resources,
     Sandbox,
     SandboxBackend,
@@ -15,7 +21,9 @@ from clawgym.sandbox.interface import (
 )
 
 __all__ = [
+    "DockerSandboxConfig",
     "ExecResult",
+    "ImageBuild",
     "KubernetesSandboxConfig",
     "LocalSandboxConfig",
     "Resources",
@@ -34,6 +42,10 @@ def make_sandbox_backend(cfg: SandboxConfig) -> SandboxBackend:
         from clawgym.sandbox.kubernetes import KubernetesBackend
 
         return KubernetesBackend(cfg)
+    if cfg.backend == "docker":
+        from clawgym.sandbox.docker import DockerBackend
+
+        return DockerBackend(cfg)
     from clawgym.sandbox.local import LocalBackend
 
     return LocalBackend(cfg)

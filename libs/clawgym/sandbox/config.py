@@ -1,7 +1,8 @@
 """The `sandbox` config section: which backend makes sandboxes, and each backend's knobs.
 
 Per-sandbox choices (limits, mounts, lifetime) are in `SandboxSpec`; this section holds what is
-fixed for a deployment (where workspaces live, which namespace and image, the warm pool).
+fixed for a deployment (where workspaces live, which namespace and image, the warm pool, how
+task images are built and named).
 """
 
 from typing import Literal
@@ -100,10 +101,75 @@ class KubernetesSandboxConfig(Section):
     node_selector: dict[str, str] = Field(default_factory=dict, description="pod nodeSelector")
     max_threads: int = Field(128, ge=4, description="threads for blocking API calls and exec streams")
     name_prefix: str = Field("clawgym-sbx", description="pod name prefix")
+    task_images: bool = Field(
+        False,
+        description="run a task that has its own Dockerfile in its image, named as the docker "
+        "backend names it (<task_image_registry>/<image_repository>/<task>:<content hash>); the "
+        "image must be pushed there first. Off: the task runs in `image` with host setup steps",
+    )
+    task_image_registry: str = Field(
+        "", description="registry prefix of task images (e.g. registry.example.com:5000); empty = none"
+    )
+    image_repository: str = Field("clawgym-task", description="as sandbox.docker.image_repository")
+
+
+class DockerSandboxConfig(Section):
+    cli: str = Field("docker", description="the Docker CLI (a name on PATH or a path)")
+    host: str = Field(
+        "", description="DOCKER_HOST for the CLI (e.g. unix:///run/docker.sock); empty = the CLI's default"
+    )
+    image: str = Field(
+        "python:3.12-slim",
+        description="image of a sandbox whose task has no image of its own (and the spec names none)",
+    )
+    relay_image: str = Field(
+        "python:3.12-slim",
+        description="image with python3 that opens a sandbox's way to the proxy: it joins the "
+        "sandbox's network namespace for a moment, binds the proxy's port on its 127.0.0.1 and "
+        "hands the socket to the backend (`sandbox/relay.py`); nothing of it runs in the sandbox",
+    )
+    image_repository: str = Field(
+        "clawgym-task", description="task images are named <image_repository>/<task>:<content hash>"
+    )
+    build_args: dict[str, str] = Field(
+        default_factory=dict, description="--build-arg NAME=VALUE for every task image build"
+    )
+    build_network: str = Field(
+        "", description="--network of task image builds (e.g. host); empty = the engine's default"
+    )
+    build_timeout_s: float = Field(1800.0, gt=0, description="one task image build, or SandboxFailed")
+    remove_replaced_images: bool = Field(
+        True,
+        description="after building a task's image, remove its images of older contents (the ones "
+        "no container uses; the engine refuses the rest)",
+    )
+    disk_quota: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description="Resources.disk_mb as --storage-opt size= on the container's filesystem, which "
+        "only overlay2 on xfs with pquota (or btrfs, zfs) supports. auto: used where the engine "
+        "accepts it, else no disk cap with a warning; required: or fail",
+    )
+    add_capabilities: list[str] = Field(
+        default_factory=lambda: [
+            *("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"),
+            "NET_BIND_SERVICE",
+        ],
+        description="capabilities kept, all others dropped (NET_RAW, MKNOD, ...): enough for package "
+        "managers run as root and a task's server on a low port",
+    )
+    ro_paths: list[str] = Field(
+        default_factory=lambda: ["~/.cache/clawgym/harnesses", "~/.cache/clawgym/provision"],
+        description="host paths bound read-only at the same place in every sandbox: installed "
+        "harness CLIs and the provisioned pytest; missing ones are skipped; ~ is this user's home",
+    )
+    state_dir: str = Field(
+        "", description="where relay sockets live; empty = <system temp dir>/clawgym-docker"
+    )
+    name_prefix: str = Field("clawgym-sbx", description="container name prefix")
 
 
 class SandboxConfig(Section):
-    backend: Literal["local", "kubernetes"] = Field("local", description="where sandboxes run")
+    backend: Literal["local", "kubernetes", "docker"] = Field("local", description="where sandboxes run")
     owner: str = Field(
         "",
         description="label on everything this process creates; `reap` deletes an owner's leftovers. "
@@ -117,3 +183,4 @@ class SandboxConfig(Section):
     kubernetes: KubernetesSandboxConfig = Field(
         default_factory=KubernetesSandboxConfig, description="kubernetes backend"
     )
+    docker: DockerSandboxConfig = Field(default_factory=DockerSandboxConfig, description="docker backend")

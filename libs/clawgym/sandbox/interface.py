@@ -12,7 +12,7 @@ subprocesses or the backend's own thread pool, never on the loop.
 Paths are always *sandbox* paths (absolute, as the task sees them: `/app`, `/tests`,
 `/root/.openclaw/workspace`). The writable ones are the workspace (`spec.workdir`), every mount,
 `spec.home` and `/tmp`, each backed by its own directory of the sandbox's storage (a host directory
-on `local`, one emptyDir on `kubernetes`); everything else is the read-only system (the host's on `local`, the image's on
+on `local`, one emptyDir on `kubernetes`, the container's own filesystem on `docker`); everything else is the read-only system (the host's on `local`, the image's on
 `kubernetes`, where the container's own filesystem stays writable). Files are put and read only
 inside the writable paths, so code that must run on both backends keeps to them.
 """
@@ -65,6 +65,17 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class ImageBuild:
+    """A sandbox image built from a Dockerfile and its context folder (host paths): a task's own
+    image. The docker backend builds it (cached by content, `docker_images`); kubernetes runs the
+    same name from `sandbox.kubernetes.task_image_registry` when `task_images` is on."""
+
+    dockerfile: str
+    context: str
+    name: str = ""  # a readable part of the image's name (the task id)
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """What to create. Only `workdir` is needed; the defaults suit a harness run."""
 
@@ -80,7 +91,8 @@ class SandboxSpec:
     proxy_url: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)  # e.g. clawgym.dev/rollout; for GC and listing
     harness: str = ""  # harness name, recorded as a label
-    image: str = ""  # kubernetes: container image ("" = default)
+    image: str = ""  # kubernetes, docker: container image ("" = default)
+    build: ImageBuild | None = None  # docker, kubernetes (task_images): the image to build and run
 
     def validate(self) -> None:
         """Raises InvalidArgument naming the first bad field."""
@@ -195,6 +207,9 @@ class SandboxBackend(Protocol):
 
     name: str
     owner: str
+    # whether sandboxes run a task's own image (`SandboxSpec.build`): then the task's Dockerfile is
+    # not turned into host setup steps (`tasks.model.Task.in_own_image`)
+    task_images: bool
 
     async def create(self, spec: SandboxSpec) -> Sandbox:
         """Returns a sandbox ready to exec in. InvalidArgument for a bad spec, SandboxFailed otherwise."""

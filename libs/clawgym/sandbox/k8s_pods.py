@@ -7,17 +7,22 @@ no privilege escalation, capabilities dropped (NET_RAW included: with hostNetwor
 a task sniff the node), terminationGracePeriodSeconds 0 and `activeDeadlineSeconds`, so a pod
 its orchestrator forgot ends by itself.
 
+A spec's `build` (a task's own image) becomes its image by `with_task_image` first, the one
+function here that reads files (the build context, hashed for the image's tag).
+
 `Resources` here: cpus and memory_mb are the container's limits (requests are a fraction of
 them, `request_fraction`), disk_mb is the emptyDir's sizeLimit; processes and open_files are
 the node's business (kubelet podPidsLimit, runtime defaults) and cpu_time_s is not enforced.
 """
 
+import dataclasses
 import hashlib
 import json
 import math
 from typing import Any
 
 from clawgym.sandbox.config import KubernetesSandboxConfig
+from clawgym.sandbox.docker_images import image_name
 from clawgym.sandbox.interface import (
     EGRESS_LABEL,
     HARNESS_LABEL,
@@ -43,6 +48,16 @@ def uses_host_network(spec: SandboxSpec, cfg: KubernetesSandboxConfig) -> bool:
     # a sandbox without network must not share the node's; on the pod network the
     # deny-all NetworkPolicy (deploy/k8s) selects it by its egress label
     return cfg.host_network and spec.network != "none"
+
+
+def with_task_image(spec: SandboxSpec, cfg: KubernetesSandboxConfig) -> SandboxSpec:
+    """`spec` running its task's built image (`spec.build`), named as the docker backend names it,
+    under `cfg.task_image_registry`. Reads the build context (its content is the image's tag)."""
+    if spec.build is None:
+        return spec
+    name = image_name(spec.build, cfg.image_repository)
+    registry = cfg.task_image_registry.rstrip("/")
+    return dataclasses.replace(spec, image=f"{registry}/{name}" if registry else name, build=None)
 
 
 def pool_key(spec: SandboxSpec, cfg: KubernetesSandboxConfig) -> str:

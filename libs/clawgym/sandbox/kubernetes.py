@@ -14,6 +14,10 @@ Warm pool (`warm_pool` > 0): per pod shape (`k8s_pods.pool_key`: image, layout, 
 network), that many pods are started ahead. `create` claims one by relabelling it and setting
 its deadline, then starts a replacement; a cold pod is made only when none is ready.
 
+Task images (`task_images`): a spec with a `build` runs the image the docker backend builds from
+it, by the same content-hash name under `task_image_registry` (`k8s_pods.with_task_image`); the
+backend never builds or pushes it.
+
 Differences from `local` a caller may notice: processes started by one exec survive until the
 pod goes (there is no per-exec PID namespace), a timeout kills every process in the container
 (see `k8s_exec`), `get_*` follows symlinks inside the pod's own filesystem, and `reset_dir` and
@@ -41,6 +45,7 @@ from kubernetes import client, config
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
 from clawgym.sandbox import archive
 from clawgym.sandbox.config import KubernetesSandboxConfig, SandboxConfig
+from clawgym.sandbox.container_scripts import RESET as _RESET
 from clawgym.sandbox.interface import (
     MANAGED_BY,
     OWNER_LABEL,
@@ -62,6 +67,7 @@ from clawgym.sandbox.k8s_pods import (
     lifetime_deadline,
     pod_manifest,
     pool_key,
+    with_task_image,
 )
 
 log = logging.getLogger(__name__)
@@ -71,25 +77,6 @@ FILE_OP_TIMEOUT_S = 300.0
 _PUT = 'mkdir -p -- "$1" && tar -x -o -f - -C "$1"'
 _GET_FILE = 'if [ ! -e "$1" ]; then exit 2; fi; if [ ! -f "$1" ]; then exit 3; fi; exec cat -- "$1"'
 _GET_TAR = 'if [ ! -e "$1" ] && [ ! -L "$1" ]; then exit 2; fi; exec tar -c -f - -C "$2" "$3"'
-# $1: a writable dir, then the writable dirs nested in it (their own mounts: kept whole, and their
-# parents only emptied around them). Links are removed, never followed.
-_RESET = r"""dir=$1; shift
-nl='
-'
-keep="$nl$(printf '%s\n' "$@")$nl"
-empty() {
-  for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
-    [ -e "$e" ] || [ -L "$e" ] || continue
-    case "$keep" in
-      *"$nl$e$nl"*) continue ;;
-      *"$nl$e/"*) if [ -d "$e" ] && [ ! -L "$e" ]; then empty "$e" || return 1; continue; fi ;;
-    esac
-    [ -L "$e" ] || chmod -R u+rwX -- "$e" 2>/dev/null
-    rm -rf -- "$e" || return 1
-  done
-}
-chmod u+rwx -- "$dir" 2>/dev/null; empty "$dir"
-"""
 
 
 def _load_configuration(k: KubernetesSandboxConfig) -> client.Configuration:
@@ -117,6 +104,7 @@ class KubernetesBackend:
 
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg, self.k = cfg, cfg.kubernetes
+        self.task_images = self.k.task_images
         self.owner = label_value(cfg.owner or socket.gethostname())
         configuration = _load_configuration(self.k)
         configuration.connection_pool_maxsize = self.k.max_threads
@@ -194,6 +182,9 @@ class KubernetesBackend:
 
     async def create(self, spec: SandboxSpec) -> "KubernetesSandbox":
         spec.validate()
+        if spec.build is not None and self.task_images:
+            # hashing the build context reads files: off the loop
+            spec = await asyncio.to_thread(with_task_image, spec, self.k)
         if self.k.warm_pool > 0:
             pool = self._pools.setdefault(pool_key(spec, self.k), WarmPool(self, spec))
             name = pool.take()

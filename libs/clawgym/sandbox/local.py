@@ -89,6 +89,7 @@ class LocalBackend:
     """Makes local sandboxes. Construct once per process; it probes bubblewrap at construction."""
 
     name = "local"
+    task_images = False  # the host's system is the sandbox's: a task image's Dockerfile is replayed
 
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg = cfg

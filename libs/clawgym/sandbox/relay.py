@@ -9,6 +9,9 @@ in wherever its descriptor goes, so this process accepts the sandbox's connectio
 the proxy from its own namespace (`ProxyRelay`): the proxy is the only address the sandbox can
 reach, nothing of the relay runs in the sandbox to be tampered with, the listener exists before
 the command starts (no race), and it closes with the exec.
+
+The docker backend does the same once per sandbox container (`--network none`: loopback only),
+with `SEND_LISTENER` run by a helper container in the sandbox's network namespace.
 """
 
 import asyncio
@@ -37,6 +40,22 @@ try:
 except OSError as e:
     print(f"{argv[0]}: {e.strerror}", file=sys.stderr)
     sys.exit(127 if isinstance(e, FileNotFoundError) else 126)
+"""
+
+# The same for a container (the docker backend): run once by a short-lived helper container that
+# joins the sandbox container's network namespace, it binds the proxy's port there, sends the
+# listening socket over the unix socket at argv[1] (bound by the backend, mounted in) and exits.
+SEND_LISTENER = """\
+import socket, sys
+path, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port))
+s.listen(256)
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+c.connect(path)
+socket.send_fds(c, [b"L"], [s.fileno()])
+c.close()
 """
 
 CHUNK = 1 << 16  # bytes read per hop: a streamed event is far smaller, a request body may be larger
@@ -97,11 +116,15 @@ class ProxyRelay:
     async def serve(self, channel: socket.socket) -> None:
         """Serves the listener that arrives on `channel` until cancelled (when the exec ends);
         closes `channel`."""
+        with channel:
+            listener = await receive_listener(channel)
+        if listener is None:
+            return  # the exec never got as far as its command
+        await self.serve_listener(listener)
+
+    async def serve_listener(self, listener: socket.socket) -> None:
+        """Relays every connection `listener` accepts until cancelled; closes it."""
         try:
-            with channel:
-                listener = await receive_listener(channel)
-            if listener is None:
-                return  # the exec never got as far as its command
             server = await asyncio.start_server(self._accepted, sock=listener, limit=CHUNK)
             try:
                 await server.serve_forever()

@@ -3,7 +3,8 @@
     TASK/
       instruction.md        the instruction
       task.toml             [verifier] timeout_sec, [agent] timeout_sec, [environment] docker_image, ...
-      environment/          Dockerfile (+ docker-compose.yaml): read by `dockerfile.plan_dockerfile`
+      environment/          Dockerfile (+ docker-compose.yaml): read by `dockerfile.plan_dockerfile`;
+                            the build context of the task's image (`Task.image`)
       solution/solve.sh     the reference solution (optional), run in the workdir
       tests/test.sh         copied to /tests after the harness exits; writes the reward to
                             /logs/verifier/reward.txt
@@ -28,7 +29,7 @@ from clawgym.tasks.model import (
     TaskFormatError,
     VerifierSpec,
 )
-from clawgym.tasks.terminal_bench import environment_plan, pytest_verifier
+from clawgym.tasks.terminal_bench import environment_plan, pytest_verifier, task_image
 
 FORMAT = "harbor"
 REWARD_FILE = f"{LOGS_DIR}/verifier/reward.txt"
@@ -83,4 +84,5 @@ def load_harbor_task(path: Path) -> Task:
         solution_script=f"{SOLUTION_DIR}/solve.sh" if has_solution else "",
         agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", 900.0)),
         metadata=dict(config.get("metadata", {})),
+        image=task_image(env_dir, environment.get("docker_image") or ""),
     )

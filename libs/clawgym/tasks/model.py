@@ -8,6 +8,7 @@ module does no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,18 @@ class SetupStep:
 
 
 @dataclass(frozen=True)
+class TaskImage:
+    """The task's own image, for backends that run one (`SandboxBackend.task_images`): built from
+    `dockerfile` with the `context` folder, or the prebuilt `name` (Harbor's `docker_image`)."""
+
+    dockerfile: Path | None = None
+    context: Path | None = None
+    name: str = ""
+    # why even a backend that runs the image cannot run the task (services besides it)
+    unsupported: str | None = None
+
+
+@dataclass(frozen=True)
 class VerifierSpec:
     """How a task's reward is computed once the harness has exited.
 
@@ -75,7 +88,8 @@ class VerifierSpec:
 
 @dataclass(frozen=True)
 class Task:
-    """One task, in the sandbox's terms. `unsupported` names why the local backend cannot run it."""
+    """One task, in the sandbox's terms. `unsupported` names why the local backend cannot run it;
+    `image` (if any) is what a backend that runs task images runs instead (`in_own_image`)."""
 
     id: str
     instruction: str
@@ -95,10 +109,24 @@ class Task:
     metadata: Mapping[str, object] = field(default_factory=dict)
     # hybrid tasks: the part of the reward an LLM judge scores (`tasks.rubric`, `clawgym.judge`)
     rubric: Rubric | None = None
+    image: TaskImage | None = None
 
     @property
     def has_solution(self) -> bool:
         return bool(self.solution_script)
+
+    def unsupported_by(self, task_images: bool) -> str | None:
+        """Why a backend (that runs task images, or not) cannot run this task; None if it can."""
+        if task_images and self.image is not None:
+            return self.image.unsupported
+        return self.unsupported
+
+    def in_own_image(self) -> Task:
+        """The task as its own image runs it: the image already holds what the Dockerfile copies,
+        installs and sets (files, setup steps, ENV, which may expand `$PATH`), so none is repeated."""
+        if self.image is None:
+            return self
+        return dataclasses.replace(self, files=(), setup=(), env={}, unsupported=self.image.unsupported)
 
     def sandbox_mounts(self) -> tuple[str, ...]:
         """Every writable path besides the workdir: the task's own plus the verifier's and oracle's."""

@@ -55,10 +55,15 @@ class Provisioner:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else PROVISION_DIR
         self.python = python
 
-    def for_task(self, task: Task, with_pytest: bool | None = None) -> Provisioned:
-        """Provisions `task.setup` (plus pytest for pytest verifiers); Unsupported if it cannot."""
-        if task.unsupported:
-            raise Unsupported(f"task {task.id}: {task.unsupported}")
+    def for_task(self, task: Task, with_pytest: bool | None = None, task_images: bool = False) -> Provisioned:
+        """Provisions `task.setup` (plus pytest for pytest verifiers); Unsupported if it cannot.
+
+        `task_images`: the sandbox runs the task's own image (if it has one), which holds its setup
+        already: only pytest is provisioned (mounted read-only, for an image that lacks it)."""
+        if task_images:
+            task = task.in_own_image()
+        if reason := task.unsupported_by(task_images):
+            raise Unsupported(f"task {task.id}: {reason}")
         steps = list(task.setup)
         if with_pytest if with_pytest is not None else task.verifier.kind == "pytest":
             steps.append(SetupStep("pip", (PYTEST_REQUIREMENT,)))

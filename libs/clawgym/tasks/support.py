@@ -2,7 +2,8 @@
 
 A backend's rule is a function of the loaded `Task` in `BACKEND_RULES`; a new backend adds its
 own. The local backend's rule is `Task.unsupported` (the loaders' reading of the task's
-Dockerfile, compose file and image). Kubernetes has no rule yet: whether its pods see the
+Dockerfile, compose file and image); the docker backend builds the task's image, so only what the
+image cannot hold (extra compose services) stops it (`Task.unsupported_by`). Kubernetes has no rule yet: whether its pods see the
 packages provisioned for a task depends on the deployment's image, which a task cannot tell. Caveats are the places where a task runs differently from
 its own harness (the image is not built, its test runner is replaced, it has no solution); they
 are read off the loaded task, so they hold for every backend that runs the `Task` as loaded.
@@ -26,6 +27,7 @@ Status = Literal["ok", "caveats", "unsupported", "broken", "skipped"]
 
 BACKEND_RULES: dict[str, Callable[[Task], str | None]] = {
     "local": lambda task: task.unsupported,
+    "docker": lambda task: task.unsupported_by(task_images=True),  # the task's own image, built
 }
 
 
@@ -39,7 +41,9 @@ def caveats(task: Task) -> list[str]:
     notes = []
     if task.setup:
         installs = "; ".join(f"{s.manager} {' '.join(s.packages)}" for s in task.setup)
-        notes.append(f"the image is not built: its package installs are provisioned instead ({installs})")
+        notes.append(
+            f"local backend: the image is not built, its package installs are provisioned instead ({installs})"
+        )
     if task.format == "terminal-bench" and task.verifier.kind == "pytest":
         notes.append(f"run-tests.sh is not run: tests/test_*.py run with a provisioned {PYTEST_REQUIREMENT}")
     if task.format == "harbor" and task.verifier.kind == "pytest":

@@ -2,8 +2,9 @@
 
     TASK/
       task.yaml            instruction, max_agent_timeout_sec, max_test_timeout_sec, difficulty, ...
-      Dockerfile           read by `dockerfile.plan_dockerfile` (package installs only, locally)
-      docker-compose.yaml  more than one service = unsupported locally
+      Dockerfile           read by `dockerfile.plan_dockerfile` (package installs only, locally);
+                           built as the task's image by the docker backend (`Task.image`)
+      docker-compose.yaml  more than one service = unsupported, locally and in the image
       solution.sh          the reference solution (optional), run in the workdir
       run-tests.sh         NOT run: it fetches uv and pytest from the internet
       tests/               copied to /tests after the harness exits; its test_*.py files are run
@@ -19,7 +20,15 @@ from pathlib import Path
 import yaml
 
 from clawgym.tasks.dockerfile import DockerPlan, plan_dockerfile
-from clawgym.tasks.model import SOLUTION_DIR, TESTS_DIR, Task, TaskFile, TaskFormatError, VerifierSpec
+from clawgym.tasks.model import (
+    SOLUTION_DIR,
+    TESTS_DIR,
+    Task,
+    TaskFile,
+    TaskFormatError,
+    TaskImage,
+    VerifierSpec,
+)
 
 FORMAT = "terminal-bench"
 
@@ -59,6 +68,7 @@ def load_terminal_bench_task(path: Path) -> Task:
         solution_script=f"{SOLUTION_DIR}/solution.sh" if has_solution else "",
         agent_timeout_s=float(spec.get("max_agent_timeout_sec", 900.0)),
         metadata={k: v for k, v in spec.items() if k not in ("instruction",)},
+        image=task_image(path),
     )
 
 
@@ -88,6 +98,23 @@ def environment_plan(folder: Path, image: str = "") -> DockerPlan:
         if (folder / name).is_file() and (reason := compose_unsupported(folder / name)):
             plan.refuse(reason)
     return plan
+
+
+def task_image(folder: Path, image: str = "") -> TaskImage | None:
+    """The task's own image: the prebuilt `image` if named, else its folder's Dockerfile built with
+    the folder as context; None without either. Only compose services stop it."""
+    dockerfile = folder / "Dockerfile"
+    if not image and not dockerfile.is_file():
+        return None
+    reasons = [
+        reason
+        for name in ("docker-compose.yaml", "docker-compose.yml")
+        if (folder / name).is_file() and (reason := compose_unsupported(folder / name))
+    ]
+    unsupported = reasons[0] if reasons else None
+    if image:
+        return TaskImage(name=image, unsupported=unsupported)
+    return TaskImage(dockerfile=dockerfile, context=folder, unsupported=unsupported)
 
 
 def compose_unsupported(path: Path) -> str | None:

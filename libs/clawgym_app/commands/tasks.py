@@ -150,17 +150,27 @@ def check_cmd(
     concurrency: int = typer.Option(4, help="tasks checked at once"),
     root: Path = typer.Option(None, help="where imported suites live"),
     as_json: bool = typer.Option(False, "--json", help="a JSON line per task, then the summary object"),
+    backend: str = typer.Option(
+        "",
+        help="sandbox backend: local (the default) or docker (each task in its own image, built "
+        "from its Dockerfile); empty: the config's sandbox.backend",
+    ),
+    config: Path = typer.Option(
+        None, "-c", "--config", help="a run config whose `sandbox` section is used (and CLAWGYM_SANDBOX__*)"
+    ),
 ) -> None:
-    """Per task: the oracle passes (if it has a solution) and nop fails, in local sandboxes.
+    """Per task: the oracle passes (if it has a solution) and nop fails, in sandboxes (local by default).
 
     A task folder that does not load is reported as broken (its load error) and the others are
     checked all the same; the summary always follows. Exit 1 when any task is not ok.
     """
+    from clawgym.config import load_config
     from clawgym.orchestrator.check import TaskCheck, broken_check, check_locally, summarize
     from clawgym.tasks.loader import scan_tasks
     from clawgym.tasks.suites import resolve_suite
 
     try:
+        sandbox = load_config(config, flags={"sandbox": {"backend": backend}} if backend else None).sandbox
         folder = resolve_suite(suite, root)
         found = scan_tasks(folder)
     except ClawgymError as e:
@@ -187,8 +197,8 @@ def check_cmd(
         show(check)
     tasks = [f.task for f in found if f.task is not None]
     try:
-        checks = asyncio.run(check_locally(tasks, concurrency=concurrency, on_done=show)) if tasks else []
-    except ClawgymError as e:  # no sandbox backend at all (bwrap missing, say): every task errs
+        checks = asyncio.run(check_locally(tasks, concurrency=concurrency, on_done=show, cfg=sandbox)) if tasks else []
+    except ClawgymError as e:  # the backend cannot start (no bubblewrap, no Docker engine): every task errs
         checks = [TaskCheck(t.id, error=f"{type(e).__name__}: {e}") for t in tasks]
         for check in checks:
             show(check)

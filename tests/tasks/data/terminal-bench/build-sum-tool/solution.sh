@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sumlines /app/numbers.txt > /app/answer.txt
