@@ -83,6 +83,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return convert.run_to_proto(self.store.set_run_status(request.run_id, request.status))
 
     @unary
+    def ListRuns(self, request: pb.ListRunsRequest, context: grpc.ServicerContext) -> pb.ListRunsResponse:
+        return pb.ListRunsResponse(runs=[convert.run_to_proto(r) for r in self.store.list_runs()])
+
+    @unary
     def RegisterRollouts(
         self, request: pb.RegisterRolloutsRequest, context: grpc.ServicerContext
     ) -> pb.RegisterRolloutsResponse:
@@ -115,6 +119,13 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return convert.rollout_to_proto(rollout)
 
     @unary
+    def ListRollouts(
+        self, request: pb.ListRolloutsRequest, context: grpc.ServicerContext
+    ) -> pb.ListRolloutsResponse:
+        found = self.store.list_rollouts(request.run_id, request.group_id)
+        return pb.ListRolloutsResponse(rollouts=[convert.rollout_to_proto(r) for r in found])
+
+    @unary
     def RecordCall(self, request: pb.Call, context: grpc.ServicerContext) -> pb.RecordCallResponse:
         call = convert.call_from_proto(request)
         call_id = self.store.record_call(call)
@@ -131,6 +142,11 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @unary
     def GetGroup(self, request: pb.GetGroupRequest, context: grpc.ServicerContext) -> pb.Group:
         return convert.group_to_proto(self.store.get_group(request.group_id))
+
+    @unary
+    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
+        found = self.store.list_groups(request.run_id)
+        return pb.ListGroupsResponse(groups=[convert.group_summary_to_proto(g) for g in found])
 
     @streaming
     def WatchGroups(
@@ -167,6 +183,13 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         metrics = convert.from_json("metrics_json", request.metrics_json)
         self.store.record_train_step(request.run_id, request.step, metrics)
         return request
+
+    @unary
+    def ListTrainSteps(
+        self, request: pb.ListTrainStepsRequest, context: grpc.ServicerContext
+    ) -> pb.ListTrainStepsResponse:
+        found = self.store.list_train_steps(request.run_id)
+        return pb.ListTrainStepsResponse(steps=[convert.train_step_to_proto(t) for t in found])
 
     @unary
     def RecordEval(self, request: pb.Eval, context: grpc.ServicerContext) -> pb.Eval:

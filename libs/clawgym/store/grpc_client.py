@@ -17,10 +17,12 @@ from clawgym.records import (
     Checkpoint,
     Group,
     GroupReady,
+    GroupSummary,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
     Run,
+    TrainStep,
 )
 from clawgym.rpc import error_from_rpc, grpc_options, open_channel
 from clawgym.store import convert
@@ -73,6 +75,10 @@ class StoreClient:
         reply = self._call(self._stub.SetRunStatus, pb.SetRunStatusRequest, run_id=run_id, status=status)
         return convert.run_from_proto(reply)
 
+    def list_runs(self) -> list[Run]:
+        reply = self._call(self._stub.ListRuns, pb.ListRunsRequest)
+        return [convert.run_from_proto(r) for r in reply.runs]
+
     # --- rollouts ---
 
     def register_rollouts(self, run_id: str, specs: list[RolloutSpec]) -> list[RegisteredRollout]:
@@ -118,6 +124,10 @@ class StoreClient:
         )
         return convert.rollout_from_proto(reply)
 
+    def list_rollouts(self, run_id: str, group_id: str = "") -> list[Rollout]:
+        reply = self._call(self._stub.ListRollouts, pb.ListRolloutsRequest, run_id=run_id, group_id=group_id)
+        return [convert.rollout_from_proto(r) for r in reply.rollouts]
+
     # --- calls ---
 
     def record_call(self, call: Call) -> str:
@@ -133,6 +143,10 @@ class StoreClient:
         return convert.group_from_proto(
             self._call(self._stub.GetGroup, pb.GetGroupRequest, group_id=group_id)
         )
+
+    def list_groups(self, run_id: str) -> list[GroupSummary]:
+        reply = self._call(self._stub.ListGroups, pb.ListGroupsRequest, run_id=run_id)
+        return [convert.group_summary_from_proto(g) for g in reply.groups]
 
     def watch_groups(
         self, run_id: str, after_id: str = "", timeout_s: float | None = None
@@ -168,6 +182,10 @@ class StoreClient:
         self._call(
             self._stub.RecordTrainStep, pb.TrainStep, run_id=run_id, step=step, metrics_json=metrics_json
         )
+
+    def list_train_steps(self, run_id: str) -> list[TrainStep]:
+        reply = self._call(self._stub.ListTrainSteps, pb.ListTrainStepsRequest, run_id=run_id)
+        return [convert.train_step_from_proto(t) for t in reply.steps]
 
     def record_eval(
         self, run_id: str, version: int, suite: str, harness: str, metrics: dict[str, Any]

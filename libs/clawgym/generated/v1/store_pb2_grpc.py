@@ -49,6 +49,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.SetRunStatusRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.Run.FromString,
                 _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/clawgym.v1.Store/ListRuns',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
         self.RegisterRollouts = channel.unary_unary(
                 '/clawgym.v1.Store/RegisterRollouts',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.RegisterRolloutsRequest.SerializeToString,
@@ -74,6 +79,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.FinishRolloutRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.Rollout.FromString,
                 _registered_method=True)
+        self.ListRollouts = channel.unary_unary(
+                '/clawgym.v1.Store/ListRollouts',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsResponse.FromString,
+                _registered_method=True)
         self.RecordCall = channel.unary_unary(
                 '/clawgym.v1.Store/RecordCall',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.Call.SerializeToString,
@@ -88,6 +98,11 @@ class StoreStub:
                 '/clawgym.v1.Store/GetGroup',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.GetGroupRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.Group.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/clawgym.v1.Store/ListGroups',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
         self.WatchGroups = channel.unary_stream(
                 '/clawgym.v1.Store/WatchGroups',
@@ -114,6 +129,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.TrainStep.FromString,
                 _registered_method=True)
+        self.ListTrainSteps = channel.unary_unary(
+                '/clawgym.v1.Store/ListTrainSteps',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsResponse.FromString,
+                _registered_method=True)
         self.RecordEval = channel.unary_unary(
                 '/clawgym.v1.Store/RecordEval',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.Eval.SerializeToString,
@@ -138,6 +158,13 @@ class StoreServicer:
 
     def SetRunStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """Every run, the newest first (the rollout browser's and the exporter's reads start here).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -175,6 +202,13 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRollouts(self, request, context):
+        """A run's rollouts with status and reward (one group's if `group_id` is set), by group then place.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RecordCall(self, request, context):
         """Durable once this returns. ALREADY_EXISTS for a repeated (rollout, seq).
         """
@@ -190,6 +224,13 @@ class StoreServicer:
 
     def GetGroup(self, request, context):
         """A whole group (all its rollouts with their calls), as the trainer reads it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """A run's groups without their calls, in creation order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -230,6 +271,13 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTrainSteps(self, request, context):
+        """A run's optimizer steps with their metrics, in step order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RecordEval(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -253,6 +301,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.SetRunStatus,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.SetRunStatusRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.Run.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListRunsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListRunsResponse.SerializeToString,
             ),
             'RegisterRollouts': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterRollouts,
@@ -279,6 +332,11 @@ def add_StoreServicer_to_server(servicer, server):
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.FinishRolloutRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.Rollout.SerializeToString,
             ),
+            'ListRollouts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRollouts,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsResponse.SerializeToString,
+            ),
             'RecordCall': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordCall,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.Call.FromString,
@@ -293,6 +351,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.GetGroup,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.GetGroupRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.Group.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListGroupsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListGroupsResponse.SerializeToString,
             ),
             'WatchGroups': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchGroups,
@@ -318,6 +381,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.RecordTrainStep,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.TrainStep.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
+            ),
+            'ListTrainSteps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTrainSteps,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsResponse.SerializeToString,
             ),
             'RecordEval': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordEval,
@@ -406,6 +474,33 @@ class Store:
             '/clawgym.v1.Store/SetRunStatus',
             clawgym_dot_v1_dot_store__pb2.SetRunStatusRequest.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListRuns',
+            clawgym_dot_v1_dot_store__pb2.ListRunsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -552,6 +647,33 @@ class Store:
             _registered_method=True)
 
     @staticmethod
+    def ListRollouts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListRollouts',
+            clawgym_dot_v1_dot_store__pb2.ListRolloutsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListRolloutsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def RecordCall(request,
             target,
             options=(),
@@ -622,6 +744,33 @@ class Store:
             '/clawgym.v1.Store/GetGroup',
             clawgym_dot_v1_dot_store__pb2.GetGroupRequest.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.Group.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListGroups',
+            clawgym_dot_v1_dot_store__pb2.ListGroupsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -757,6 +906,33 @@ class Store:
             '/clawgym.v1.Store/RecordTrainStep',
             clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.TrainStep.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTrainSteps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListTrainSteps',
+            clawgym_dot_v1_dot_store__pb2.ListTrainStepsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListTrainStepsResponse.FromString,
             options,
             channel_credentials,
             insecure,
