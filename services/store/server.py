@@ -26,6 +26,7 @@ from clawgym.store import convert
 from clawgym.store.config import StoreConfig
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.metrics import StoreMetrics
+from clawgym_services.store.browse import BrowseServer, create_browse_app
 
 log = logging.getLogger(__name__)
 
@@ -198,13 +199,34 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return request
 
 
+class StoreServer(GrpcServer):
+    """The store's gRPC server, and beside it the rollout browser (`browse`) when one is given."""
+
+    def __init__(self, *args: Any, browse: BrowseServer | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.browse = browse
+        self.browse_port = 0  # the browser's bound port, once started (0: none)
+
+    def start(self) -> int:
+        port = super().start()
+        if self.browse is not None:
+            self.browse_port = self.browse.start()
+        return port
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        super().stop(grace)
+        if self.browse is not None:
+            self.browse.stop()
+
+
 def create_server(
     cfg: StoreConfig, host: str | None = None, store: TrajectoryStore | None = None, *, secret: str
-) -> GrpcServer:
+) -> StoreServer:
     """A store server (not started) on host (default `cfg.host`):cfg.port for callers holding `secret`,
-    serving `store` or the in-process store `cfg` names, with its RPC counts on /metrics (cfg.metrics_port)."""
+    serving `store` or the in-process store `cfg` names, with its RPC counts on /metrics (cfg.metrics_port)
+    and the rollout browser on cfg.browse_port when set."""
     metrics = StoreMetrics()
-    server = GrpcServer(
+    server = StoreServer(
         "clawgym.v1.Store",
         host or cfg.host,
         cfg.port,
@@ -218,5 +240,7 @@ def create_server(
         store = open_sql_store(cfg)
         if count := store.reannounce_ready_groups():
             log.info("announced %d ready, unconsumed groups again (a predecessor may have died before it could)", count)
+    if cfg.browse_port:
+        server.browse = BrowseServer(create_browse_app(store), host or cfg.host, cfg.browse_port)
     server.add(store_pb2_grpc.add_StoreServicer_to_server, StoreServicer(store, metrics))
     return server
