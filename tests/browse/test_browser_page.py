@@ -1,6 +1,7 @@
 """The rollout browser in a real headless Chromium (Debian's `chromium` and `chromium-driver`, installed
-by .ci/run), served by the real `clawgym browse` on a run folder holding a rollout captured through the
-real proxy. The page must show that rollout's tree and show injected markup as text."""
+by .ci/run), served by the real `clawgym browse` on a run folder holding rollouts captured through the
+real proxy from the real torch engine on tiny-qwen3 (real tokens, logprobs and versions). The page
+must show a rollout's tree as the store holds it, and injected markup as text."""
 
 import shutil
 import socket
@@ -14,12 +15,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from clawgym.inference.torch_engine import TorchEngine
 from clawgym.store.sql import SqlStore
 from clawgym.trajectory.view import rollout_view
 from tests.export.capture import HOSTILE, CapturedRun, capture_run
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium, .ci/run)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium, .ci/run)"),
+    pytest.mark.slow,
+]
 CLAWGYM = str(Path(sys.executable).with_name("clawgym"))
 
 
@@ -47,7 +52,7 @@ def served(tmp_path_factory) -> Iterator[tuple[str, CapturedRun, SqlStore]]:
     run_dir = tmp_path_factory.mktemp("runs") / "20260101-000000"
     run_dir.mkdir()
     store = SqlStore(f"sqlite:///{run_dir / 'clawgym.db'}")
-    run = capture_run(store)
+    run = capture_run(store, TorchEngine.from_spec("tiny-qwen3", max_batch=4))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -98,9 +103,9 @@ def test_the_page_shows_a_captured_rollouts_tree_and_injected_markup_as_text(ser
     assert len(page.having("span", **{"data-kind": "shared"})) == 1, "the reused prefix is one shared span"
     assert len(page.having("span", **{"data-kind": "prompt"})) == 2, "each branch starts with its own context"
     tokens = page.with_class("tok")
-    assert len(tokens) == view["stats"]["trainable_tokens"] == 20, "one hoverable element per generated token"
+    assert len(tokens) == view["stats"]["trainable_tokens"], "one hoverable element per generated token"
     first = view["nodes"][1]["logprobs"][view["nodes"][1]["spans"][1]["start"]]
-    assert tokens[0]["title"].startswith(f"logprob {round(first, 4):g} · version 0 · T 1 · call 0"), tokens[0]
+    assert tokens[0]["title"] == f"logprob {round(first, 4):g} · version 0 · T 0.7 · call 0", tokens[0]
     assert page.having("tr", **{"class": "call-row", "data-call": "1"}), "the calls table lists call 1"
 
     # The hostile user message: its text is on the page, escaped, and nothing of it became an element.
@@ -129,7 +134,7 @@ def test_hovering_a_generated_token_shows_its_calls_request_temperature_version_
     from selenium.webdriver.support.ui import WebDriverWait
 
     url, run, store = served
-    rollout_id = run.rollout_ids[0]  # the agent loop, sampled at T 0.7
+    rollout_id = run.rollout_ids[1]  # call 0 sampled at T 0.7, call 1 (the branch) at T 1
     calls = store.list_calls(rollout_id)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -145,15 +150,18 @@ def test_hovering_a_generated_token_shows_its_calls_request_temperature_version_
             token = driver.find_elements(By.CSS_SELECTOR, f'.span-generated[data-call="{seq}"] .tok')[0]
             ActionChains(driver).move_to_element(token).perform()
             detail = driver.find_element(By.ID, "detail")
-            WebDriverWait(driver, 10).until(lambda d: d.find_element(By.ID, "detail-title").text.startswith(f"call {seq}"))
+            title = f"call {seq}"
+            WebDriverWait(driver, 10).until(lambda d, t=title: d.find_element(By.ID, "detail-title").text.startswith(t))
             field = {e.get_attribute("data-field"): e.text for e in detail.find_elements(By.CSS_SELECTOR, "dd")}
-            assert (field["temperature"], field["policy_version"]) == ("0.7", str(calls[seq].policy_version)), field
+            temperature = f"{round(calls[seq].temperature, 4):g}"
+            assert (field["temperature"], field["policy_version"]) == (temperature, str(calls[seq].policy_version)), field
             assert field["token_logprob"] == f"{round(float(calls[seq].output_logprobs[0]), 4):g}", field
             assert field["output_tokens"] == str(len(calls[seq].output_ids))
             logprobs = driver.find_element(By.ID, "detail-logprobs").text.split()
             assert len(logprobs) == len(calls[seq].output_ids), "every output logprob of the call is listed"
             request = driver.find_element(By.ID, "detail-request").text
-            assert HOSTILE.replace('"', '\\"') in request, "the raw request shows, markup as plain text"
+            sent = HOSTILE.replace('"', '\\"') if seq == 0 else "Summarise the conversation so far."
+            assert sent in request, f"call {seq}'s raw request shows, markup as plain text"
         assert driver.title == "clawgym rollouts" and driver.find_elements(By.TAG_NAME, "img") == []
     finally:
         driver.quit()

@@ -1,17 +1,19 @@
 """A real captured run for the exporter and browser tests: one GRPO group of two rollouts sent through
-the real proxy app (uvicorn on a loopback port, the tiny-qwen3 tokenizer, a scripted engine) into a
-real store, then finished with rewards.
+the real proxy app (uvicorn on a loopback port, the tiny-qwen3 tokenizer) into a real store, then
+finished with rewards. The engine is a scripted one by default (exact, known replies), or any
+engine given, such as the real torch engine on tiny-qwen3.
 
 Rollout 0 is a two-call agent loop (a tool call, its result, a final answer): one line with growing
-history. Rollout 1 makes one call, then a "compacted" second call whose history was rewritten: a
-branch. The first user message carries an HTML injection (`HOSTILE`), which the browser must show
-as text.
+history. Rollout 1 makes one call at T 0.7, then a "compacted" second call at T 1.0 whose history
+was rewritten: a branch, whatever the policy said. The first user message carries an HTML
+injection (`HOSTILE`), which the browser must show as text.
 """
 
 from dataclasses import dataclass
 
 import httpx
 
+from clawgym.inference.interface import Engine
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
 from clawgym.proxy.config import ProxyConfig
@@ -42,10 +44,18 @@ def _post(url: str, token: str, messages: list[dict], temperature: float) -> dic
     return reply.json()
 
 
-def capture_run(store: TrajectoryStore) -> CapturedRun:
+def _follow_up(first: dict) -> list[dict] | None:
+    """What a harness sends after `first`: the tool's result, or a nudge after text; None after an empty turn."""
+    tool_use = next((b for b in first["content"] if b["type"] == "tool_use"), None)
+    if tool_use is not None:
+        return [{"type": "tool_result", "tool_use_id": tool_use["id"], "content": "def f(): return 1"}]
+    return [{"type": "text", "text": "Continue."}] if first["content"] else None
+
+
+def capture_run(store: TrajectoryStore, engine: Engine | None = None) -> CapturedRun:
     """Captures the run described above into `store` through the real proxy; returns its ids."""
     tok = load_tokenizer("tiny-qwen3")
-    engine = ScriptedEngine.from_texts(tok, REPLIES, max_context=4096, model="tiny-qwen3")
+    engine = engine or ScriptedEngine.from_texts(tok, REPLIES, max_context=4096, model="tiny-qwen3")
     config = ProxyConfig()
     run = store.create_run("captured", {"kind": "test"})
     group = f"g-{run.id[:8]}"
@@ -54,14 +64,12 @@ def capture_run(store: TrajectoryStore) -> CapturedRun:
     with ServerThread(create_app(config, engine, store, tok), config) as server:
         user = {"role": "user", "content": TASK}
         first = _post(server.url, loop, [user], temperature=0.7)
-        tool_use = next(b for b in first["content"] if b["type"] == "tool_use")
-        result = {"type": "tool_result", "tool_use_id": tool_use["id"], "content": "def f(): return 1"}
-        _post(server.url, loop, [user, {"role": "assistant", "content": first["content"]},
-                                 {"role": "user", "content": [result]}], temperature=0.7)  # fmt: skip
-        answer = _post(server.url, compacted, [user], temperature=1.0)
+        if (then := _follow_up(first)) is not None:
+            _post(server.url, loop, [user, {"role": "assistant", "content": first["content"]},
+                                     {"role": "user", "content": then}], temperature=0.7)  # fmt: skip
+        _post(server.url, compacted, [user], temperature=0.7)
         summary = {"role": "user", "content": "Summarise the conversation so far."}
         _post(server.url, compacted, [summary], temperature=1.0)  # history rewritten: a branch
-        assert answer["content"], "the proxy answered"
     for r, reward in zip(registered, (1.0, 0.0), strict=True):
         store.finish_rollout(r.rollout_id, "finished", reward=reward, passed=reward > 0)
     return CapturedRun(run.id, group, [r.rollout_id for r in registered])
