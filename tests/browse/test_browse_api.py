@@ -74,8 +74,11 @@ def test_the_store_service_serves_the_browser_beside_grpc_only_when_asked(store_
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         browse_port = s.getsockname()[1]
-    off = create_server(StoreConfig(url=store_url, port=0, metrics_port=0), host="127.0.0.1", secret=rpc_secret)
-    assert off.browse is None, "without browse_port the store service serves no page"
+    plain = SqlStore(store_url, MemoryBus())
+    off = create_server(StoreConfig(url=store_url, port=0, metrics_port=0), host="127.0.0.1", store=plain,
+                        secret=rpc_secret)  # fmt: skip
+    assert off.browse is None and off.browse_port == 0, "without browse_port the store service serves no page"
+    plain.close()
     cfg = StoreConfig(url=store_url, port=0, metrics_port=0, browse_port=browse_port)
     server = create_server(cfg, host="127.0.0.1", secret=rpc_secret)
     port = server.start()
