@@ -155,3 +155,26 @@ class Judgment:
     code_score: float | None = None  # the code checks' reward it is combined with
     id: str = ""  # assigned by the store
     created_at: float = 0.0  # assigned by the store
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """A group without its calls: what a listing of a run's groups shows (the browser, the exporter)."""
+
+    id: str
+    run_id: str
+    size: int  # rollouts registered in the group
+    ended: int  # of them ended
+    ready_at: float | None  # when the last one ended (None while the group is open)
+    consumed_version: int | None  # the checkpoint whose step consumed it (None: not yet)
+    created_at: float
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """The metrics one optimizer step recorded."""
+
+    run_id: str
+    step: int
+    metrics: dict[str, Any]
+    created_at: float

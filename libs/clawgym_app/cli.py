@@ -7,7 +7,7 @@ so importing them here keeps `clawgym --help` quick.
 import typer
 from rich.console import Console
 
-from clawgym_app.commands import evaluate, quickstart, rollout, serve, session, tasks, train
+from clawgym_app.commands import browse, evaluate, export, quickstart, rollout, serve, session, tasks, train
 
 app = typer.Typer(
     help="clawgym: RL for LLM agents through the harnesses people already use.", no_args_is_help=True
@@ -20,6 +20,9 @@ app.command("quickstart")(quickstart.command)
 app.command("train")(train.command)
 app.command("eval")(evaluate.command)
 app.command("rollout")(rollout.command)
+# Reading what a run captured.
+app.command("export")(export.command)
+app.command("browse")(browse.command)
 console = Console()
 
 

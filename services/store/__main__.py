@@ -21,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clawgym serve store: {e}", file=sys.stderr)
         return 2
     port = server.start()
-    log.info("store service on %s:%d, metrics :%d (store %s, bus %s)",
-             cfg.host, port, server.metrics_port, cfg.url.split("@")[-1], cfg.bus_url)  # fmt: skip
+    log.info("store service on %s:%d, metrics :%d, browser :%d (store %s, bus %s)", cfg.host, port,
+             server.metrics_port, server.browse_port, cfg.url.split("@")[-1], cfg.bus_url)  # fmt: skip
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.stop(grace=5))
     server.wait_for_termination()

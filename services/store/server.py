@@ -26,6 +26,7 @@ from clawgym.store import convert
 from clawgym.store.config import StoreConfig
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.metrics import StoreMetrics
+from clawgym_services.store.browse import BrowseServer, create_browse_app
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return convert.run_to_proto(self.store.set_run_status(request.run_id, request.status))
 
     @unary
+    def ListRuns(self, request: pb.ListRunsRequest, context: grpc.ServicerContext) -> pb.ListRunsResponse:
+        return pb.ListRunsResponse(runs=[convert.run_to_proto(r) for r in self.store.list_runs()])
+
+    @unary
     def RegisterRollouts(
         self, request: pb.RegisterRolloutsRequest, context: grpc.ServicerContext
     ) -> pb.RegisterRolloutsResponse:
@@ -124,6 +129,13 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return convert.judgment_to_proto(self.store.get_judgment(request.rollout_id))
 
     @unary
+    def ListRollouts(
+        self, request: pb.ListRolloutsRequest, context: grpc.ServicerContext
+    ) -> pb.ListRolloutsResponse:
+        found = self.store.list_rollouts(request.run_id, request.group_id)
+        return pb.ListRolloutsResponse(rollouts=[convert.rollout_to_proto(r) for r in found])
+
+    @unary
     def RecordCall(self, request: pb.Call, context: grpc.ServicerContext) -> pb.RecordCallResponse:
         call = convert.call_from_proto(request)
         call_id = self.store.record_call(call)
@@ -140,6 +152,11 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
     @unary
     def GetGroup(self, request: pb.GetGroupRequest, context: grpc.ServicerContext) -> pb.Group:
         return convert.group_to_proto(self.store.get_group(request.group_id))
+
+    @unary
+    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsResponse:
+        found = self.store.list_groups(request.run_id)
+        return pb.ListGroupsResponse(groups=[convert.group_summary_to_proto(g) for g in found])
 
     @streaming
     def WatchGroups(
@@ -178,6 +195,13 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return request
 
     @unary
+    def ListTrainSteps(
+        self, request: pb.ListTrainStepsRequest, context: grpc.ServicerContext
+    ) -> pb.ListTrainStepsResponse:
+        found = self.store.list_train_steps(request.run_id)
+        return pb.ListTrainStepsResponse(steps=[convert.train_step_to_proto(t) for t in found])
+
+    @unary
     def RecordEval(self, request: pb.Eval, context: grpc.ServicerContext) -> pb.Eval:
         metrics = convert.from_json("metrics_json", request.metrics_json)
         self.store.record_eval(request.run_id, request.version, request.suite, request.harness, metrics)
@@ -188,13 +212,34 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return pb.ListEvalsResponse(evals=[convert.eval_to_proto(e) for e in self.store.list_evals(request.run_id)])
 
 
+class StoreServer(GrpcServer):
+    """The store's gRPC server, and beside it the rollout browser (`browse`) when one is given."""
+
+    def __init__(self, *args: Any, browse: BrowseServer | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.browse = browse
+        self.browse_port = 0  # the browser's bound port, once started (0: none)
+
+    def start(self) -> int:
+        port = super().start()
+        if self.browse is not None:
+            self.browse_port = self.browse.start()
+        return port
+
+    def stop(self, grace: float | None = 5.0) -> None:
+        super().stop(grace)
+        if self.browse is not None:
+            self.browse.stop()
+
+
 def create_server(
     cfg: StoreConfig, host: str | None = None, store: TrajectoryStore | None = None, *, secret: str
-) -> GrpcServer:
+) -> StoreServer:
     """A store server (not started) on host (default `cfg.host`):cfg.port for callers holding `secret`,
-    serving `store` or the in-process store `cfg` names, with its RPC counts on /metrics (cfg.metrics_port)."""
+    serving `store` or the in-process store `cfg` names, with its RPC counts on /metrics (cfg.metrics_port)
+    and the rollout browser on cfg.browse_port when set."""
     metrics = StoreMetrics()
-    server = GrpcServer(
+    server = StoreServer(
         "clawgym.v1.Store",
         host or cfg.host,
         cfg.port,
@@ -208,5 +253,7 @@ def create_server(
         store = open_sql_store(cfg)
         if count := store.reannounce_ready_groups():
             log.info("announced %d ready, unconsumed groups again (a predecessor may have died before it could)", count)
+    if cfg.browse_port:
+        server.browse = BrowseServer(create_browse_app(store), host or cfg.host, cfg.browse_port)
     server.add(store_pb2_grpc.add_StoreServicer_to_server, StoreServicer(store, metrics))
     return server

@@ -19,6 +19,10 @@ class StoreConfig(Section):
     )
     port: int = Field(50051, ge=0, description="port `clawgym serve store` listens on (0 = any free port)")
     metrics_port: int = Field(9101, ge=0, description="the store service's Prometheus /metrics port; 0 = none")
+    browse_port: int = Field(
+        0, ge=0, description="the store service also serves the rollout browser (read-only, unauthenticated: "
+        "every captured call) on this port of `host`; 0 = off"
+    )
     max_call_mb: int = Field(64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB")
     pool_size: int = Field(16, ge=1, description="database connections per store process (one per concurrent writer)")
     grpc_max_message_mb: int = Field(

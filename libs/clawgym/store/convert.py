@@ -18,12 +18,14 @@ from clawgym.records import (
     EvalRecord,
     Group,
     GroupReady,
+    GroupSummary,
     Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
     RolloutWithCalls,
     Run,
+    TrainStep,
 )
 
 T = TypeVar("T")
@@ -307,6 +309,30 @@ def group_from_proto(m: pb.Group) -> Group:
     )
 
 
+def group_summary_to_proto(g: GroupSummary) -> pb.GroupSummary:
+    return pb.GroupSummary(
+        id=g.id,
+        run_id=g.run_id,
+        size=g.size,
+        ended=g.ended,
+        ready_at=g.ready_at,  # None leaves the proto3 optional unset
+        consumed_version=g.consumed_version,
+        created_at=g.created_at,
+    )
+
+
+def group_summary_from_proto(m: pb.GroupSummary) -> GroupSummary:
+    return GroupSummary(
+        id=m.id,
+        run_id=m.run_id,
+        size=m.size,
+        ended=m.ended,
+        ready_at=m.ready_at if m.HasField("ready_at") else None,
+        consumed_version=m.consumed_version if m.HasField("consumed_version") else None,
+        created_at=m.created_at,
+    )
+
+
 def group_ready_to_proto(g: GroupReady) -> pb.GroupReady:
     return pb.GroupReady(group_id=g.group_id, run_id=g.run_id, message_id=g.message_id)
 
@@ -354,3 +380,18 @@ def eval_to_proto(e: EvalRecord) -> pb.Eval:
 
 def eval_from_proto(m: pb.Eval) -> EvalRecord:
     return EvalRecord(m.run_id, m.version, m.suite, m.harness, from_json("metrics_json", m.metrics_json))
+
+
+# --- train steps ---
+
+
+def train_step_to_proto(t: TrainStep) -> pb.TrainStep:
+    return pb.TrainStep(
+        run_id=t.run_id, step=t.step, metrics_json=to_json("metrics", t.metrics), created_at=t.created_at
+    )
+
+
+def train_step_from_proto(m: pb.TrainStep) -> TrainStep:
+    return TrainStep(
+        run_id=m.run_id, step=m.step, metrics=from_json("metrics_json", m.metrics_json), created_at=m.created_at
+    )

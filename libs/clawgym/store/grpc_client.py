@@ -18,11 +18,13 @@ from clawgym.records import (
     EvalRecord,
     Group,
     GroupReady,
+    GroupSummary,
     Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
     Run,
+    TrainStep,
 )
 from clawgym.rpc import error_from_rpc, grpc_options, open_channel
 from clawgym.store import convert
@@ -74,6 +76,10 @@ class StoreClient:
     def set_run_status(self, run_id: str, status: str) -> Run:
         reply = self._call(self._stub.SetRunStatus, pb.SetRunStatusRequest, run_id=run_id, status=status)
         return convert.run_from_proto(reply)
+
+    def list_runs(self) -> list[Run]:
+        reply = self._call(self._stub.ListRuns, pb.ListRunsRequest)
+        return [convert.run_from_proto(r) for r in reply.runs]
 
     # --- rollouts ---
 
@@ -131,6 +137,10 @@ class StoreClient:
         reply = self._call(self._stub.GetJudgment, pb.GetJudgmentRequest, rollout_id=rollout_id)
         return convert.judgment_from_proto(reply)
 
+    def list_rollouts(self, run_id: str, group_id: str = "") -> list[Rollout]:
+        reply = self._call(self._stub.ListRollouts, pb.ListRolloutsRequest, run_id=run_id, group_id=group_id)
+        return [convert.rollout_from_proto(r) for r in reply.rollouts]
+
     # --- calls ---
 
     def record_call(self, call: Call) -> str:
@@ -146,6 +156,10 @@ class StoreClient:
         return convert.group_from_proto(
             self._call(self._stub.GetGroup, pb.GetGroupRequest, group_id=group_id)
         )
+
+    def list_groups(self, run_id: str) -> list[GroupSummary]:
+        reply = self._call(self._stub.ListGroups, pb.ListGroupsRequest, run_id=run_id)
+        return [convert.group_summary_from_proto(g) for g in reply.groups]
 
     def watch_groups(
         self, run_id: str, after_id: str = "", timeout_s: float | None = None
@@ -181,6 +195,10 @@ class StoreClient:
         self._call(
             self._stub.RecordTrainStep, pb.TrainStep, run_id=run_id, step=step, metrics_json=metrics_json
         )
+
+    def list_train_steps(self, run_id: str) -> list[TrainStep]:
+        reply = self._call(self._stub.ListTrainSteps, pb.ListTrainStepsRequest, run_id=run_id)
+        return [convert.train_step_from_proto(t) for t in reply.steps]
 
     def record_eval(
         self, run_id: str, version: int, suite: str, harness: str, metrics: dict[str, Any]

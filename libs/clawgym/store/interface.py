@@ -14,11 +14,13 @@ from clawgym.records import (
     EvalRecord,
     Group,
     GroupReady,
+    GroupSummary,
     Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
     Run,
+    TrainStep,
 )
 
 
@@ -27,6 +29,9 @@ class TrajectoryStore(Protocol):
     def create_run(self, name: str, config: dict[str, Any] | None = None) -> Run: ...
     def get_run(self, run_id: str) -> Run: ...
     def set_run_status(self, run_id: str, status: str) -> Run: ...
+    def list_runs(self) -> list[Run]:
+        """Every run, the newest first."""
+        ...
 
     # --- rollouts ---
     def register_rollouts(self, run_id: str, specs: list[RolloutSpec]) -> list[RegisteredRollout]: ...
@@ -55,12 +60,20 @@ class TrajectoryStore(Protocol):
         """The rollout's judgment; NotFound if it has none (a code-only or unjudged reward)."""
         ...
 
+    def list_rollouts(self, run_id: str, group_id: str = "") -> list[Rollout]:
+        """The run's rollouts (only group `group_id`'s if given), by group then place in the group."""
+        ...
+
     # --- calls ---
     def record_call(self, call: Call) -> str: ...
     def list_calls(self, rollout_id: str) -> list[Call]: ...
 
     # --- groups (the trainer's reads) ---
     def get_group(self, group_id: str) -> Group: ...
+    def list_groups(self, run_id: str) -> list[GroupSummary]:
+        """The run's groups without their calls, in the order they were created."""
+        ...
+
     def watch_groups(
         self, run_id: str, after_id: str = "", timeout_s: float | None = None
     ) -> Iterator[GroupReady]: ...
@@ -77,6 +90,10 @@ class TrajectoryStore(Protocol):
         ...
 
     def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None: ...
+    def list_train_steps(self, run_id: str) -> list[TrainStep]:
+        """The run's optimizer steps with their metrics, in step order."""
+        ...
+
     def record_eval(
         self, run_id: str, version: int, suite: str, harness: str, metrics: dict[str, Any]
     ) -> None: ...

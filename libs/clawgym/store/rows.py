@@ -5,8 +5,16 @@ not queries, and not validation of input (`clawgym.store.validate`).
 """
 
 from clawgym import arrays
-from clawgym.records import Call, Checkpoint, Judgment, Rollout, Run
-from clawgym.store.models import CallRow, CheckpointRow, JudgmentRow, RolloutRow, RunRow
+from clawgym.records import Call, Checkpoint, GroupSummary, Judgment, Rollout, Run, TrainStep
+from clawgym.store.models import (
+    CallRow,
+    CheckpointRow,
+    GroupRow,
+    JudgmentRow,
+    RolloutRow,
+    RunRow,
+    TrainStepRow,
+)
 
 
 def run_record(row: RunRow) -> Run:
@@ -83,3 +91,19 @@ def checkpoint_record(row: CheckpointRow, group_ids: tuple[str, ...] = ()) -> Ch
         created_at=row.created_at,
         group_ids=group_ids,
     )
+
+
+def group_summary(row: GroupRow) -> GroupSummary:
+    return GroupSummary(
+        id=row.id,
+        run_id=row.run_id,
+        size=row.size,
+        ended=row.ended,
+        ready_at=row.ready_at,
+        consumed_version=row.consumed_version,
+        created_at=row.created_at,
+    )
+
+
+def train_step_record(row: TrainStepRow) -> TrainStep:
+    return TrainStep(run_id=row.run_id, step=row.step, metrics=dict(row.metrics), created_at=row.created_at)

@@ -42,12 +42,14 @@ from clawgym.records import (
     EvalRecord,
     Group,
     GroupReady,
+    GroupSummary,
     Judgment,
     RegisteredRollout,
     Rollout,
     RolloutSpec,
     RolloutWithCalls,
     Run,
+    TrainStep,
 )
 from clawgym.store import rows, validate
 from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE, EventBus
@@ -128,6 +130,11 @@ class SqlStore:
             row = self._run(s, run_id)
             row.status = status
         return rows.run_record(row)
+
+    def list_runs(self) -> list[Run]:
+        with self._read() as s:
+            found = s.scalars(select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id))
+            return [rows.run_record(r) for r in found]
 
     # --- rollouts ---
 
@@ -222,6 +229,17 @@ class SqlStore:
             self._publish(GROUPS_READY, {"group_id": record.group_id, "run_id": record.run_id})
         return record
 
+    def list_rollouts(self, run_id: str, group_id: str = "") -> list[Rollout]:
+        group_id = validate.text("group_id", group_id, required=False)
+        with self._read() as s:
+            self._run(s, run_id)
+            query = select(RolloutRow).join(GroupRow, GroupRow.id == RolloutRow.group_id)
+            query = query.where(RolloutRow.run_id == run_id)
+            if group_id:
+                query = query.where(RolloutRow.group_id == group_id)
+            found = s.scalars(query.order_by(GroupRow.created_at, GroupRow.id, RolloutRow.group_index))
+            return [rows.rollout_record(r) for r in found]
+
     # --- calls ---
 
     def record_call(self, call: Call) -> str:
@@ -293,6 +311,14 @@ class SqlStore:
                 run_id=members[0].run_id,
                 rollouts=[RolloutWithCalls(rows.rollout_record(r), calls[r.id]) for r in members],
             )
+
+    def list_groups(self, run_id: str) -> list[GroupSummary]:
+        with self._read() as s:
+            self._run(s, run_id)
+            found = s.scalars(
+                select(GroupRow).where(GroupRow.run_id == run_id).order_by(GroupRow.created_at, GroupRow.id)
+            )
+            return [rows.group_summary(g) for g in found]
 
     def watch_groups(
         self, run_id: str, after_id: str = "", timeout_s: float | None = None
@@ -402,6 +428,14 @@ class SqlStore:
         with self._unique(f"train step {step} of run {run_id}"), self._write() as s:
             self._run(s, run_id)
             s.add(row)
+
+    def list_train_steps(self, run_id: str) -> list[TrainStep]:
+        with self._read() as s:
+            self._run(s, run_id)
+            found = s.scalars(
+                select(TrainStepRow).where(TrainStepRow.run_id == run_id).order_by(TrainStepRow.step)
+            )
+            return [rows.train_step_record(r) for r in found]
 
     def record_eval(
         self, run_id: str, version: int, suite: str, harness: str, metrics: dict[str, Any]

@@ -10,6 +10,7 @@ from clawgym.trajectory.builder import (
 from clawgym.trajectory.flat import FlatTree, flatten
 from clawgym.trajectory.radix import Generated, Node, RadixTree, RolloutInfo, TreeStats
 from clawgym.trajectory.render import render_tree
+from clawgym.trajectory.view import rollout_view
 
 __all__ = [
     "FlatTree",
@@ -21,6 +22,7 @@ __all__ = [
     "flatten",
     "insert_call",
     "render_tree",
+    "rollout_view",
     "tree_from_calls",
     "tree_from_group",
     "tree_from_groups",

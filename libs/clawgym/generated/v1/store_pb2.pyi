@@ -34,6 +34,16 @@ class GetRunRequest(_message.Message):
     run_id: str
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
+class ListRunsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[Run]
+    def __init__(self, runs: _Optional[_Iterable[_Union[Run, _Mapping]]] = ...) -> None: ...
+
 class SetRunStatusRequest(_message.Message):
     __slots__ = ("run_id", "status")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +198,20 @@ class GetJudgmentRequest(_message.Message):
     rollout_id: str
     def __init__(self, rollout_id: _Optional[str] = ...) -> None: ...
 
+class ListRolloutsRequest(_message.Message):
+    __slots__ = ("run_id", "group_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    group_id: str
+    def __init__(self, run_id: _Optional[str] = ..., group_id: _Optional[str] = ...) -> None: ...
+
+class ListRolloutsResponse(_message.Message):
+    __slots__ = ("rollouts",)
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    rollouts: _containers.RepeatedCompositeFieldContainer[Rollout]
+    def __init__(self, rollouts: _Optional[_Iterable[_Union[Rollout, _Mapping]]] = ...) -> None: ...
+
 class Call(_message.Message):
     __slots__ = ("id", "rollout_id", "seq", "protocol", "request_json", "response_json", "prompt_ids", "output_ids", "output_logprobs", "output_versions", "policy_version", "finish_reason", "latency_s", "headers_json", "created_at", "temperature")
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +290,36 @@ class Group(_message.Message):
     rollouts: _containers.RepeatedCompositeFieldContainer[RolloutWithCalls]
     def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., rollouts: _Optional[_Iterable[_Union[RolloutWithCalls, _Mapping]]] = ...) -> None: ...
 
+class GroupSummary(_message.Message):
+    __slots__ = ("id", "run_id", "size", "ended", "ready_at", "consumed_version", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    READY_AT_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    run_id: str
+    size: int
+    ended: int
+    ready_at: float
+    consumed_version: int
+    created_at: float
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., size: _Optional[int] = ..., ended: _Optional[int] = ..., ready_at: _Optional[float] = ..., consumed_version: _Optional[int] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupSummary]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ...) -> None: ...
+
 class WatchGroupsRequest(_message.Message):
     __slots__ = ("run_id", "after_id")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -327,14 +381,28 @@ class ListUnconsumedGroupsResponse(_message.Message):
     def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TrainStep(_message.Message):
-    __slots__ = ("run_id", "step", "metrics_json")
+    __slots__ = ("run_id", "step", "metrics_json", "created_at")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     step: int
     metrics_json: str
-    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., metrics_json: _Optional[str] = ...) -> None: ...
+    created_at: float
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., metrics_json: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class ListTrainStepsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListTrainStepsResponse(_message.Message):
+    __slots__ = ("steps",)
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[TrainStep]
+    def __init__(self, steps: _Optional[_Iterable[_Union[TrainStep, _Mapping]]] = ...) -> None: ...
 
 class Eval(_message.Message):
     __slots__ = ("run_id", "version", "suite", "harness", "metrics_json")

@@ -49,6 +49,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.SetRunStatusRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.Run.FromString,
                 _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/clawgym.v1.Store/ListRuns',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
         self.RegisterRollouts = channel.unary_unary(
                 '/clawgym.v1.Store/RegisterRollouts',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.RegisterRolloutsRequest.SerializeToString,
@@ -73,6 +78,11 @@ class StoreStub:
                 '/clawgym.v1.Store/FinishRollout',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.FinishRolloutRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.Rollout.FromString,
+                _registered_method=True)
+        self.ListRollouts = channel.unary_unary(
+                '/clawgym.v1.Store/ListRollouts',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsResponse.FromString,
                 _registered_method=True)
         self.RecordCall = channel.unary_unary(
                 '/clawgym.v1.Store/RecordCall',
@@ -99,6 +109,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.GetGroupRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.Group.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/clawgym.v1.Store/ListGroups',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
         self.WatchGroups = channel.unary_stream(
                 '/clawgym.v1.Store/WatchGroups',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.WatchGroupsRequest.SerializeToString,
@@ -123,6 +138,11 @@ class StoreStub:
                 '/clawgym.v1.Store/RecordTrainStep',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.TrainStep.FromString,
+                _registered_method=True)
+        self.ListTrainSteps = channel.unary_unary(
+                '/clawgym.v1.Store/ListTrainSteps',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsResponse.FromString,
                 _registered_method=True)
         self.RecordEval = channel.unary_unary(
                 '/clawgym.v1.Store/RecordEval',
@@ -153,6 +173,13 @@ class StoreServicer:
 
     def SetRunStatus(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """Every run, the newest first (the rollout browser's and the exporter's reads start here).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -190,6 +217,13 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRollouts(self, request, context):
+        """A run's rollouts with status and reward (one group's if `group_id` is set), by group then place.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RecordCall(self, request, context):
         """Durable once this returns. ALREADY_EXISTS for a repeated (rollout, seq).
         """
@@ -218,6 +252,13 @@ class StoreServicer:
 
     def GetGroup(self, request, context):
         """A whole group (all its rollouts with their calls), as the trainer reads it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """A run's groups without their calls, in creation order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -258,6 +299,13 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTrainSteps(self, request, context):
+        """A run's optimizer steps with their metrics, in step order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RecordEval(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -289,6 +337,11 @@ def add_StoreServicer_to_server(servicer, server):
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.SetRunStatusRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.Run.SerializeToString,
             ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListRunsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListRunsResponse.SerializeToString,
+            ),
             'RegisterRollouts': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterRollouts,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.RegisterRolloutsRequest.FromString,
@@ -313,6 +366,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.FinishRollout,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.FinishRolloutRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.Rollout.SerializeToString,
+            ),
+            'ListRollouts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRollouts,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListRolloutsResponse.SerializeToString,
             ),
             'RecordCall': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordCall,
@@ -339,6 +397,11 @@ def add_StoreServicer_to_server(servicer, server):
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.GetGroupRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.Group.SerializeToString,
             ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListGroupsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListGroupsResponse.SerializeToString,
+            ),
             'WatchGroups': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchGroups,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.WatchGroupsRequest.FromString,
@@ -363,6 +426,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.RecordTrainStep,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.TrainStep.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
+            ),
+            'ListTrainSteps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTrainSteps,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.ListTrainStepsResponse.SerializeToString,
             ),
             'RecordEval': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordEval,
@@ -456,6 +524,33 @@ class Store:
             '/clawgym.v1.Store/SetRunStatus',
             clawgym_dot_v1_dot_store__pb2.SetRunStatusRequest.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.Run.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListRuns',
+            clawgym_dot_v1_dot_store__pb2.ListRunsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -602,6 +697,33 @@ class Store:
             _registered_method=True)
 
     @staticmethod
+    def ListRollouts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListRollouts',
+            clawgym_dot_v1_dot_store__pb2.ListRolloutsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListRolloutsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def RecordCall(request,
             target,
             options=(),
@@ -737,6 +859,33 @@ class Store:
             _registered_method=True)
 
     @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListGroups',
+            clawgym_dot_v1_dot_store__pb2.ListGroupsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def WatchGroups(request,
             target,
             options=(),
@@ -861,6 +1010,33 @@ class Store:
             '/clawgym.v1.Store/RecordTrainStep',
             clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.TrainStep.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTrainSteps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/ListTrainSteps',
+            clawgym_dot_v1_dot_store__pb2.ListTrainStepsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.ListTrainStepsResponse.FromString,
             options,
             channel_credentials,
             insecure,

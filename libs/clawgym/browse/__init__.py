@@ -1,0 +1,1 @@
+"""The rollout browser's reads and page: runs → steps, groups, rollouts → one rollout's prefix tree."""

@@ -1,0 +1,74 @@
+"""What the rollout browser shows, as JSON: the runs, one run (steps, checkpoints, groups with their
+rollouts), one rollout's tree (`clawgym.trajectory.view`), read through any `TrajectoryStore`.
+
+Owns choosing and shaping the fields a page shows; not HTTP (`clawgym_services.store.browse` serves
+these with the static page in `static/`), not the tree view's shape. Agent output is untrusted: the
+values stay data here, and the page only ever puts them into the DOM as text.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from importlib import resources
+from importlib.abc import Traversable
+from typing import Any
+
+from clawgym.errors import NotFound
+from clawgym.records import Run
+from clawgym.store.interface import TrajectoryStore
+from clawgym.trajectory.view import Decode, rollout_view
+
+# A run → the function that turns its token ids into text (None: the page shows ids).
+DecoderFor = Callable[[Run], Decode | None]
+
+STATIC = resources.files(__package__) / "static"
+
+
+def static_file(name: str) -> Traversable:
+    """One of the page's files (index.html, browse.js, browse.css); NotFound for any other name."""
+    if name not in {"index.html", "browse.js", "browse.css"}:
+        raise NotFound(f"no static file {name!r}")
+    return STATIC / name
+
+
+def runs_page(store: TrajectoryStore) -> dict[str, Any]:
+    return {"runs": [_run(r) for r in store.list_runs()]}
+
+
+def run_page(store: TrajectoryStore, run_id: str) -> dict[str, Any]:
+    """The run, its train steps and checkpoints, and its groups each with its rollouts."""
+    run = store.get_run(run_id)
+    rollouts: dict[str, list[dict]] = {}
+    for r in store.list_rollouts(run_id):
+        rollouts.setdefault(r.group_id, []).append(
+            {k: getattr(r, k) for k in ("id", "task_id", "harness", "status", "reward", "passed", "error")}
+        )
+    checkpoints = store.list_checkpoints(run_id)
+    step_of = {c.version: c.step for c in checkpoints}
+    return {
+        "run": _run(run),
+        "steps": [{"step": s.step, "metrics": s.metrics, "created_at": s.created_at} for s in store.list_train_steps(run_id)],
+        "checkpoints": [{"version": c.version, "step": c.step, "uri": c.uri, "groups": len(c.group_ids)} for c in checkpoints],
+        "groups": [
+            {**asdict(g), "consumed_by_step": step_of.get(g.consumed_version), "rollouts": rollouts.get(g.id, [])}
+            for g in store.list_groups(run_id)
+        ],
+    }  # fmt: skip
+
+
+def rollout_page(store: TrajectoryStore, rollout_id: str, decoder_for: DecoderFor | None = None) -> dict[str, Any]:
+    """The rollout's tree view with token text when a decoder is known; `tree` is None without calls."""
+    rollout = store.get_rollout(rollout_id)
+    calls = store.list_calls(rollout_id)
+    decode = decoder_for(store.get_run(rollout.run_id)) if decoder_for else None
+    if not calls:
+        return {"rollout": asdict(rollout), "tree": None}
+    return {"rollout": asdict(rollout), "tree": rollout_view(calls, rollout, decode)}
+
+
+def _run(r: Run) -> dict[str, Any]:
+    return {"id": r.id, "name": r.name, "status": r.status, "created_at": r.created_at, "config": r.config}
+
+
+def decode_with(decode: Callable[[Sequence[int]], str]) -> DecoderFor:
+    """One decoder for every run (`clawgym browse --model`)."""
+    return lambda _run: decode

@@ -1,0 +1,66 @@
+"""`clawgym browse [--run-dir D | --store URL | --store-service HOST:PORT] [--port P] [--model SPEC]`.
+
+Serves the rollout browser (`clawgym_services.store.browse`) on loopback: runs → a run's steps,
+groups and rollouts → one rollout's calls as the prefix tree, shared and generated tokens
+coloured, each call's request, response, temperature, version and logprobs on hover. Token text
+comes from `--model`'s tokenizer, else from the model a run's config names, else ids are shown.
+"""
+
+import logging
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+
+import typer
+
+from clawgym.errors import ClawgymError
+from clawgym.records import Run
+
+log = logging.getLogger(__name__)
+
+
+def command(
+    run_dir: Path = typer.Option(None, "--run-dir", help="a run folder (runs/<ts>/): its SQLite store"),
+    store: str = typer.Option("", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"),
+    store_service: str = typer.Option("", "--store-service", help="the store service's HOST:PORT"),
+    host: str = typer.Option("127.0.0.1", help="address to serve on (it shows every call: keep it local)"),
+    port: int = typer.Option(8600, help="port to serve on"),
+    model: str = typer.Option("", help="policy model spec whose tokenizer decodes tokens (default: the run's)"),
+) -> None:
+    """Browse a store's runs, groups, rollouts and prefix trees in a web page."""
+    import uvicorn
+
+    from clawgym_app.store_source import open_read_store
+    from clawgym_services.store.browse import create_browse_app
+
+    try:
+        s = open_read_store(store, store_service, run_dir)
+    except ClawgymError as e:
+        typer.echo(f"clawgym browse: {e}", err=True)
+        raise typer.Exit(2) from e
+    try:
+        typer.echo(f"clawgym browse: http://{host}:{port}/ (Ctrl-C to stop)")
+        uvicorn.run(create_browse_app(s, decoders(model)), host=host, port=port, log_level="warning")
+    finally:
+        s.close()
+
+
+def decoders(model: str) -> Callable[[Run], Callable[[Sequence[int]], str] | None]:
+    """Per run: `model`'s tokenizer, else the one its config names (`model` or `trainer.model`), else None."""
+
+    @cache
+    def load(spec: str) -> Callable[[Sequence[int]], str] | None:
+        from clawgym.policies import load_tokenizer
+
+        try:
+            tok = load_tokenizer(spec)
+        except Exception as e:  # an unknown or unreachable model: show ids, say why once
+            log.warning("cannot load the tokenizer of %r (%s); showing token ids", spec, e)
+            return None
+        return lambda ids: tok.decode(list(ids))
+
+    def for_run(run: Run) -> Callable[[Sequence[int]], str] | None:
+        spec = model or run.config.get("model") or (run.config.get("trainer") or {}).get("model") or ""
+        return load(spec) if isinstance(spec, str) and spec else None
+
+    return for_run

@@ -1,0 +1,167 @@
+"""The rollout browser in a real headless Chromium (Debian's `chromium` and `chromium-driver`, installed
+by .ci/run), served by the real `clawgym browse` on a run folder holding rollouts captured through the
+real proxy from the real torch engine on tiny-qwen3 (real tokens, logprobs and versions). The page
+must show a rollout's tree as the store holds it, and injected markup as text."""
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import httpx
+import pytest
+
+from clawgym.inference.torch_engine import TorchEngine
+from clawgym.store.sql import SqlStore
+from clawgym.trajectory.view import rollout_view
+from tests.export.capture import HOSTILE, CapturedRun, capture_run
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium, .ci/run)"),
+    pytest.mark.slow,
+]
+CLAWGYM = str(Path(sys.executable).with_name("clawgym"))
+
+
+class Page(HTMLParser):
+    """The elements of a dumped DOM: (tag, attrs) in document order, and the text of each element id."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.elements.append((tag, dict(attrs)))
+
+    def having(self, tag: str = "", **attrs: str) -> list[dict]:
+        return [a for t, a in self.elements if (not tag or t == tag) and all(a.get(k) == v for k, v in attrs.items())]
+
+    def with_class(self, name: str) -> list[dict]:
+        return [a for _, a in self.elements if name in (a.get("class") or "").split()]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[tuple[str, CapturedRun, SqlStore]]:
+    """`clawgym browse` on a run folder (runs/<ts>/clawgym.db) with the captured run; yields its URL."""
+    run_dir = tmp_path_factory.mktemp("runs") / "20260101-000000"
+    run_dir.mkdir()
+    store = SqlStore(f"sqlite:///{run_dir / 'clawgym.db'}")
+    run = capture_run(store, TorchEngine.from_spec("tiny-qwen3", max_batch=4))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [CLAWGYM, "browse", "--run-dir", str(run_dir), "--port", str(port), "--model", "tiny-qwen3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            httpx.get(url + "api/runs", timeout=2).raise_for_status()
+            break
+        except httpx.HTTPError:
+            assert server.poll() is None, f"clawgym browse exited: {server.stdout.read()}"
+            assert time.monotonic() < deadline, "clawgym browse did not start in 120 s"
+            time.sleep(0.3)
+    yield url, run, store
+    server.terminate()
+    server.wait(timeout=30)
+    store.close()
+
+
+def dump_dom(url: str) -> Page:
+    """The DOM after the page's script ran (its fetches included), as headless Chromium serialises it."""
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--virtual-time-budget=15000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return Page(done.stdout), done.stdout
+
+
+def test_the_page_shows_a_captured_rollouts_tree_and_injected_markup_as_text(served) -> None:
+    url, run, store = served
+    rollout_id = run.rollout_ids[1]  # the compacted one: a branch
+    view = rollout_view(store.list_calls(rollout_id), store.get_rollout(rollout_id))
+    page, html = dump_dom(f"{url}#/rollout/{rollout_id}")
+    assert page.having("section", id="page")[0].get("data-loaded") == "rollout", html[-3000:]
+
+    nodes = page.with_class("node")
+    assert len(nodes) == len(view["nodes"]) == 3, "one list item per tree node"
+    assert [n["data-calls"] for n in nodes] == ["0,1", "0", "1"], "node 0 is shared by both calls, then a branch"
+    assert len(page.with_class("branch")) == 2, "the two children of the branch point are marked"
+    generated = [a for a in page.with_class("span-generated") if a.get("data-kind")]  # not the legend
+    assert [g["data-call"] for g in generated] == ["0", "1"], "each call's output is coloured as generated"
+    assert len(page.having("span", **{"data-kind": "shared"})) == 1, "the reused prefix is one shared span"
+    assert len(page.having("span", **{"data-kind": "prompt"})) == 2, "each branch starts with its own context"
+    tokens = page.with_class("tok")
+    assert len(tokens) == view["stats"]["trainable_tokens"], "one hoverable element per generated token"
+    first = view["nodes"][1]["logprobs"][view["nodes"][1]["spans"][1]["start"]]
+    assert tokens[0]["title"] == f"logprob {round(first, 4):g} · version 0 · T 0.7 · call 0", tokens[0]
+    assert page.having("tr", **{"class": "call-row", "data-call": "1"}), "the calls table lists call 1"
+
+    # The hostile user message: its text is on the page, escaped, and nothing of it became an element.
+    assert "Fix the bug in a.py &lt;script&gt;document.title=\"pwned\"&lt;/script&gt;&lt;img src=x" in html
+    assert page.having("img") == [], "an <img onerror> in a message must not become an element"
+    assert page.having("script") == [{"src": "static/browse.js"}], "no script but the page's own"
+    assert "<title>clawgym rollouts</title>" in html, "the injected script did not run"
+
+
+def test_the_run_page_lists_groups_and_rollouts_with_rewards(served) -> None:
+    url, run, _ = served
+    page, html = dump_dom(f"{url}#/run/{run.run_id}")
+    assert page.having("section", id="page")[0].get("data-loaded") == "run", html[-3000:]
+    assert len(page.with_class("group")) == 1 and len(page.with_class("rollout-row")) == 2
+    links = [a["href"] for a in page.having("a") if a.get("href", "").startswith("#/rollout/")]
+    assert links == [f"#/rollout/{r}" for r in run.rollout_ids], "each rollout links to its tree"
+    assert "group <code>" in html and "2 rollouts · complete · not trained yet" in html
+
+
+@pytest.mark.skipif(DRIVER is None, reason="needs Debian's chromium-driver for hovering")
+def test_hovering_a_generated_token_shows_its_calls_request_temperature_version_and_logprobs(served) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, run, store = served
+    rollout_id = run.rollout_ids[1]  # call 0 sampled at T 0.7, call 1 (the branch) at T 1
+    calls = store.list_calls(rollout_id)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    try:
+        driver.get(f"{url}#/rollout/{rollout_id}")
+        WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "page").get_attribute("data-loaded"))
+        assert driver.find_element(By.ID, "page").get_attribute("data-loaded") == "rollout"
+        assert not driver.find_element(By.ID, "detail").is_displayed(), "the panel opens on hover only"
+        for seq in (0, 1):
+            token = driver.find_elements(By.CSS_SELECTOR, f'.span-generated[data-call="{seq}"] .tok')[0]
+            ActionChains(driver).move_to_element(token).perform()
+            detail = driver.find_element(By.ID, "detail")
+            title = f"call {seq}"
+            WebDriverWait(driver, 10).until(lambda d, t=title: d.find_element(By.ID, "detail-title").text.startswith(t))
+            field = {e.get_attribute("data-field"): e.text for e in detail.find_elements(By.CSS_SELECTOR, "dd")}
+            temperature = f"{round(calls[seq].temperature, 4):g}"
+            assert (field["temperature"], field["policy_version"]) == (temperature, str(calls[seq].policy_version)), field
+            assert field["token_logprob"] == f"{round(float(calls[seq].output_logprobs[0]), 4):g}", field
+            assert field["output_tokens"] == str(len(calls[seq].output_ids))
+            logprobs = driver.find_element(By.ID, "detail-logprobs").text.split()
+            assert len(logprobs) == len(calls[seq].output_ids), "every output logprob of the call is listed"
+            request = driver.find_element(By.ID, "detail-request").text
+            sent = HOSTILE.replace('"', '\\"') if seq == 0 else "Summarise the conversation so far."
+            assert sent in request, f"call {seq}'s raw request shows, markup as plain text"
+        assert driver.title == "clawgym rollouts" and driver.find_elements(By.TAG_NAME, "img") == []
+    finally:
+        driver.quit()
