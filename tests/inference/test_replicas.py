@@ -432,6 +432,7 @@ def test_a_replica_that_hangs_or_dies_never_holds_the_trainers_publish(other_che
         trainer._reload_engines(1, str(folder))
         frozen_s = time.monotonic() - started
         frozen = runner.run(engine.status(), timeout_s=30)
+        frozen_gauge = trainer.metrics.registry.get_sample_value("clawgym_trainer_inference_ready_replicas")
         os.kill(proc.pid, signal.SIGCONT)
 
         async def caught_up() -> bool:
@@ -458,6 +459,7 @@ def test_a_replica_that_hangs_or_dies_never_holds_the_trainers_publish(other_che
         f"the frozen replica must be out of service and the live one serve version 1: {frozen}"
     )
     assert frozen.extra["excluded_total"] >= 1, f"the exclusion must be counted: {frozen.extra}"
+    assert frozen_gauge == 1.0, f"the trainer's metrics must show one ready replica: {frozen_gauge}"
     assert thawed, "the thawed replica must be given the published version 1 and come back"
     assert dead_s < 30, f"a killed replica held the publish {dead_s:.1f}s"
     assert dead.policy_version == 2 and dead.extra["ready_replicas"] == 1, (
