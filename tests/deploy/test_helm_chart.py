@@ -111,8 +111,8 @@ def test_the_orchestrator_may_run_and_exec_into_pods_and_manage_policies_in_the_
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "clawgym"}
     ]
-    deployment = _by(docs, "Deployment", "-orchestrator")
-    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    sts = _by(docs, "StatefulSet", "-orchestrator")
+    assert sts["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
 
 
 def test_sandbox_pods_may_reach_only_the_proxy(render):
@@ -218,7 +218,7 @@ def test_grpc_services_are_ready_by_the_grpc_health_service_where_the_kubelet_ca
     for kube_version, expect in ((CURRENT, "grpc"), ("1.20.2", "tcpSocket")):
         docs = render(sets=sets, kube_version=kube_version)
         for name, port in (("store", 50061), ("inference", 50062), ("orchestrator", 50063)):
-            kind = "StatefulSet" if name == "inference" else "Deployment"
+            kind = "StatefulSet" if name in ("inference", "orchestrator") else "Deployment"
             c = _by(docs, kind, f"-{name}")["spec"]["template"]["spec"]["containers"][0]
             probe = c["readinessProbe"]
             assert expect in probe, f"{name} on {kube_version}: {probe}"
@@ -392,3 +392,17 @@ def test_on_the_host_network_replica_n_serves_port_plus_n_and_is_probed_there(re
         ), f"{probe} must ask this replica's port: {c[probe]}"
     proxy = _by(docs, "Deployment", "-proxy")
     assert _env(proxy)["CLAWGYM_INFERENCE__GRPC_URL"] == "127.0.0.1:15052,127.0.0.1:15053", _env(proxy)
+
+
+def test_each_orchestrator_replica_owns_its_sandboxes_under_its_own_stable_name(render):
+    """Orchestrator replicas are a StatefulSet and each one's sandbox owner is its pod name: unique among
+    replicas (none reaps or fails another's live work) and kept by a restarted replica (which takes
+    over what its predecessor left at once)."""
+    docs = render(sets={"orchestrator.replicas": "2"})
+    sts = _by(docs, "StatefulSet", "-orchestrator")
+    assert sts["spec"]["replicas"] == 2 and sts["spec"]["podManagementPolicy"] == "Parallel"
+    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, env["POD_NAME"]
+    assert env["CLAWGYM_SANDBOX__OWNER"]["value"] == "$(POD_NAME)", env["CLAWGYM_SANDBOX__OWNER"]
+    names = list(env)
+    assert names.index("POD_NAME") < names.index("CLAWGYM_SANDBOX__OWNER"), "$(POD_NAME) expands only if defined first"
