@@ -408,10 +408,14 @@ def _inference_process(port: int) -> subprocess.Popen:
     return proc
 
 
+LOAD_S = 8.0  # the hang test's load deadline
+
+
 def test_a_replica_that_hangs_or_dies_never_holds_the_trainers_publish(other_checkpoint, free_port):
     """Replica B is a real `clawgym serve inference` process. Frozen (SIGSTOP: connections open, no
-    answer), the trainer's publish of version 1 ends after the load deadline without it; thawed, B is
-    given version 1 by the watch; killed, the publish of version 2 goes on at once without it."""
+    answer), the trainer's publish of version 1 ends after the load deadline without it, and the
+    publish of version 2 does not wait for it again (it answered no probe since); thawed, B is given
+    version 2 by the watch; killed, the publish of version 3 goes on at once without it."""
     folder, _ = other_checkpoint
     proc = _inference_process(free_port)
     runner = LoopThread()
@@ -420,7 +424,7 @@ def test_a_replica_that_hangs_or_dies_never_holds_the_trainers_publish(other_che
         runner.run(a.start(), timeout_s=60)
         engine = ReplicatedEngine.from_targets(
             [f"127.0.0.1:{a.port}", f"127.0.0.1:{free_port}"], secret=SECRET,
-            load_timeout_s=3.0, probe_timeout_s=2.0, probe_interval_s=0.5,
+            load_timeout_s=LOAD_S, probe_timeout_s=1.0, probe_interval_s=0.5,
         )  # fmt: skip
         trainer = Trainer(
             TrainerConfig(model="tiny-qwen3"),
@@ -433,19 +437,22 @@ def test_a_replica_that_hangs_or_dies_never_holds_the_trainers_publish(other_che
         frozen_s = time.monotonic() - started
         frozen = runner.run(engine.status(), timeout_s=30)
         frozen_gauge = trainer.metrics.registry.get_sample_value("clawgym_trainer_inference_ready_replicas")
+        started = time.monotonic()
+        trainer._reload_engines(2, str(folder))
+        again_s = time.monotonic() - started
         os.kill(proc.pid, signal.SIGCONT)
 
         async def caught_up() -> bool:
-            return engine.replicas[1].ready and engine.replicas[1].version == 1
+            return engine.replicas[1].ready and engine.replicas[1].version == 2
 
         thawed = runner.run(_until(caught_up, timeout_s=60), timeout_s=90)
         proc.kill()
         proc.wait(timeout=30)
         started = time.monotonic()
-        trainer._reload_engines(2, str(folder))
+        trainer._reload_engines(3, str(folder))
         dead_s = time.monotonic() - started
         dead = runner.run(engine.status(), timeout_s=30)
-        print(f"publish with a frozen replica {frozen_s:.1f} s, with a killed one {dead_s:.1f} s")
+        print(f"publish with a frozen replica {frozen_s:.1f} s, again {again_s:.1f} s, a killed one {dead_s:.1f} s")
         runner.run(engine.aclose(), timeout_s=30)
     finally:
         if proc.poll() is None:
@@ -454,14 +461,15 @@ def test_a_replica_that_hangs_or_dies_never_holds_the_trainers_publish(other_che
         runner.run(a.stop(grace=1), timeout_s=60)
         runner.close()
     assert both.extra["ready_replicas"] == 2, f"test setup: both replicas in service: {both}"
-    assert frozen_s < 30, f"a frozen replica held the publish {frozen_s:.1f}s (deadline 3s + probe 2s)"
+    assert LOAD_S <= frozen_s < 30, f"a frozen replica held the publish {frozen_s:.1f}s (deadline {LOAD_S}s)"
+    assert again_s < LOAD_S / 2, f"the next publish waited {again_s:.1f}s for the replica known silent"
     assert frozen.policy_version == 1 and frozen.extra["ready_replicas"] == 1, (
         f"the frozen replica must be out of service and the live one serve version 1: {frozen}"
     )
     assert frozen.extra["excluded_total"] >= 1, f"the exclusion must be counted: {frozen.extra}"
     assert frozen_gauge == 1.0, f"the trainer's metrics must show one ready replica: {frozen_gauge}"
-    assert thawed, "the thawed replica must be given the published version 1 and come back"
-    assert dead_s < 30, f"a killed replica held the publish {dead_s:.1f}s"
-    assert dead.policy_version == 2 and dead.extra["ready_replicas"] == 1, (
+    assert thawed, "the thawed replica must be given the published version 2 and come back"
+    assert dead_s < LOAD_S / 2, f"a killed replica held the publish {dead_s:.1f}s"
+    assert dead.policy_version == 3 and dead.extra["ready_replicas"] == 1, (
         f"the publish must go on without the killed replica: {dead}"
     )

@@ -51,10 +51,15 @@ class Replica:
     name: str
     ready: bool = False  # takes new requests
     version: int | None = None  # the version it last reported or loaded
+    answering: bool = True  # answered its last probe (one that did not is left out of publishes)
     reason: str = "not probed yet"  # why it is out of service
     in_flight: int = 0
     keys: int = 0  # affinity keys assigned to it
     excluded: int = 0  # times it was taken out of service
+
+
+async def _fail(error: BaseException) -> float:
+    raise error
 
 
 def rendezvous(key: str, name: str) -> int:
@@ -159,6 +164,7 @@ class ReplicatedEngine:
         )
         behind: list[Replica] = []
         for r, s in zip(self.replicas, statuses, strict=True):
+            r.answering = not isinstance(s, BaseException)
             if isinstance(s, BaseException):
                 self._exclude(r, f"status: {type(s).__name__}: {s}")
                 continue
@@ -260,9 +266,19 @@ class ReplicatedEngine:
         raises, naming the replicas that failed and those that loaded it, as does reaching none."""
         lock = await self._started()
         async with lock:
+            # A replica that did not answer its last probe is left out (else a frozen one would cost
+            # every publish the whole deadline); the watch loads the latest on it once it answers.
+            skipped = [r for r in self.replicas if not r.ready and not r.answering]
+            if len(skipped) == len(self.replicas):
+                skipped = []  # none answered: try them all rather than publish to nobody
+            for r in skipped:
+                log.warning("inference replica %s skipped by checkpoint %d: %s", r.name, version, r.reason)
+            lost = Unavailable("out of service, not answering probes")
             results = await asyncio.gather(
                 *(
                     asyncio.wait_for(r.engine.load_weights(version, uri), self.load_timeout_s)
+                    if r not in skipped
+                    else _fail(lost)
                     for r in self.replicas
                 ),
                 return_exceptions=True,
@@ -274,7 +290,7 @@ class ReplicatedEngine:
                 if not isinstance(res, BaseException)
             ]
             for r, res in zip(self.replicas, results, strict=True):
-                if isinstance(res, LOST):
+                if isinstance(res, LOST) and r not in skipped:
                     self._exclude(
                         r,
                         f"did not load {what} within {self.load_timeout_s:.0f}s: {type(res).__name__}: {res}",
