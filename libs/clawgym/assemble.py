@@ -81,7 +81,12 @@ def open_engine(cfg: ClawgymConfig) -> Engine:
         from clawgym.inference.replicas import ReplicatedEngine
 
         return ReplicatedEngine.from_targets(
-            targets, secret=cfg.rpc.shared_secret(), max_message_mb=i.grpc_max_message_mb
+            targets,
+            secret=cfg.rpc.shared_secret(),
+            max_message_mb=i.grpc_max_message_mb,
+            load_timeout_s=i.replica_load_timeout_s,
+            probe_interval_s=i.replica_probe_interval_s,
+            probe_timeout_s=i.replica_probe_timeout_s,
         )
     if targets:
         from clawgym.inference.grpc_client import GrpcEngine

@@ -33,6 +33,7 @@ class RolloutSpec:
     task_id: str
     harness: str
     policy_version_start: int = 0
+    orchestrator_id: str = ""  # the orchestrator instance running it ("" = none, e.g. an ad-hoc session)
 
 
 @dataclass(frozen=True)

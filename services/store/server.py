@@ -189,6 +189,13 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return pb.ListUnconsumedGroupsResponse(group_ids=self.store.list_unconsumed_groups(request.run_id))
 
     @unary
+    def OrchestratorHeartbeat(
+        self, request: pb.OrchestratorHeartbeatRequest, context: grpc.ServicerContext
+    ) -> pb.OrchestratorHeartbeatResponse:
+        failed = self.store.orchestrator_heartbeat(request.instance_id, request.name, request.lease_s)
+        return pb.OrchestratorHeartbeatResponse(failed_rollout_ids=failed)
+
+    @unary
     def RecordTrainStep(self, request: pb.TrainStep, context: grpc.ServicerContext) -> pb.TrainStep:
         metrics = convert.from_json("metrics_json", request.metrics_json)
         self.store.record_train_step(request.run_id, request.step, metrics)

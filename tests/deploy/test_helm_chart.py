@@ -72,7 +72,7 @@ def test_every_pod_runs_non_root_without_privilege_escalation(render, name: str)
 
 def test_inference_and_trainer_get_gpus_and_the_trainer_runs_under_torchrun(render):
     docs = render("values-production.yaml")
-    inference = _by(docs, "Deployment", "-inference")
+    inference = _by(docs, "StatefulSet", "-inference")
     assert inference["spec"]["replicas"] == 4, "production asks for 4 inference replicas"
     limits = inference["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 1, f"an inference replica has no GPU: {limits}"
@@ -111,8 +111,8 @@ def test_the_orchestrator_may_run_and_exec_into_pods_and_manage_policies_in_the_
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "clawgym"}
     ]
-    deployment = _by(docs, "Deployment", "-orchestrator")
-    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+    sts = _by(docs, "StatefulSet", "-orchestrator")
+    assert sts["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
 
 
 def test_sandbox_pods_may_reach_only_the_proxy(render):
@@ -218,7 +218,8 @@ def test_grpc_services_are_ready_by_the_grpc_health_service_where_the_kubelet_ca
     for kube_version, expect in ((CURRENT, "grpc"), ("1.20.2", "tcpSocket")):
         docs = render(sets=sets, kube_version=kube_version)
         for name, port in (("store", 50061), ("inference", 50062), ("orchestrator", 50063)):
-            c = _by(docs, "Deployment", f"-{name}")["spec"]["template"]["spec"]["containers"][0]
+            kind = "StatefulSet" if name in ("inference", "orchestrator") else "Deployment"
+            c = _by(docs, kind, f"-{name}")["spec"]["template"]["spec"]["containers"][0]
             probe = c["readinessProbe"]
             assert expect in probe, f"{name} on {kube_version}: {probe}"
             if expect == "grpc":
@@ -344,3 +345,64 @@ def test_inference_loads_checkpoints_only_where_the_trainer_writes_them(render):
         assert (
             inference["CLAWGYM_INFERENCE__CHECKPOINT_ROOT"] == trainer["CLAWGYM_TRAINER__CHECKPOINT_URI"]
         ), sets
+
+
+def _env(doc: dict) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in doc["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_inference_grpc_url_lists_every_replica_of_the_inference_statefulset(render):
+    """inference.grpc_url names each replica (so clients build a ReplicatedEngine: rollouts stick to one,
+    LoadWeights reaches all), not one dns:/// name; the addresses are the StatefulSet's pod names under
+    its headless governing Service, which publishes replicas that are not ready yet."""
+    docs = render("values-production.yaml", sets={"trainer.enabled": "true"})
+    sts = _by(docs, "StatefulSet", "-inference")
+    service = _by(docs, "Service", "-inference")
+    assert sts["spec"]["serviceName"] == service["metadata"]["name"], "the headless Service governs the set"
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    name, port = sts["metadata"]["name"], 50052
+    wanted = ",".join(f"{name}-{i}.{service['metadata']['name']}:{port}" for i in range(4))
+    clients = [d for d in docs if d["kind"] in WORKLOADS and d["metadata"]["name"].endswith(("-proxy", "-trainer"))]
+    assert len(clients) == 2, [d["metadata"]["name"] for d in clients]
+    for doc in clients:
+        assert _env(doc)["CLAWGYM_INFERENCE__GRPC_URL"] == wanted, (
+            f"{doc['metadata']['name']} must see every inference replica: {_env(doc)['CLAWGYM_INFERENCE__GRPC_URL']}"
+        )
+    three = render(sets={"inference.replicas": "3"})
+    assert _env(_by(three, "Deployment", "-proxy"))["CLAWGYM_INFERENCE__GRPC_URL"].count(",") == 2, (
+        "the list follows inference.replicas"
+    )
+
+
+def test_on_the_host_network_replica_n_serves_port_plus_n_and_is_probed_there(render):
+    """k8s-local (hostNetwork, one node): replicas cannot share a port, so replica N listens on port + N
+    and metricsPort + N, declares no (host) port, and its probes ask its own port; the list matches."""
+    docs = render("values-k8s-local.yaml", sets={"inference.replicas": "2"}, kube_version="1.20.2")
+    sts = _by(docs, "StatefulSet", "-inference")
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert "ports" not in c, f"a declared port is a hostPort the second replica could not get: {c.get('ports')}"
+    env = _env(sts)
+    assert "CLAWGYM_INFERENCE__PORT" not in env and "POD_NAME" in env, env
+    script = c["command"][2]
+    assert c["command"][:2] == ["sh", "-c"] and '--port "$((15052 + i))"' in script, c["command"]
+    assert '--metrics-port "$((19102 + i))"' in script, script
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "$((15052 + ${POD_NAME##*-}))" in " ".join(c[probe]["exec"]["command"]) or (
+            "15052 + ${POD_NAME##*-}" in " ".join(c[probe]["exec"]["command"])
+        ), f"{probe} must ask this replica's port: {c[probe]}"
+    proxy = _by(docs, "Deployment", "-proxy")
+    assert _env(proxy)["CLAWGYM_INFERENCE__GRPC_URL"] == "127.0.0.1:15052,127.0.0.1:15053", _env(proxy)
+
+
+def test_each_orchestrator_replica_owns_its_sandboxes_under_its_own_stable_name(render):
+    """Orchestrator replicas are a StatefulSet and each one's sandbox owner is its pod name: unique among
+    replicas (none reaps or fails another's live work) and kept by a restarted replica (which takes
+    over what its predecessor left at once)."""
+    docs = render(sets={"orchestrator.replicas": "2"})
+    sts = _by(docs, "StatefulSet", "-orchestrator")
+    assert sts["spec"]["replicas"] == 2 and sts["spec"]["podManagementPolicy"] == "Parallel"
+    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, env["POD_NAME"]
+    assert env["CLAWGYM_SANDBOX__OWNER"]["value"] == "$(POD_NAME)", env["CLAWGYM_SANDBOX__OWNER"]
+    names = list(env)
+    assert names.index("POD_NAME") < names.index("CLAWGYM_SANDBOX__OWNER"), "$(POD_NAME) expands only if defined first"

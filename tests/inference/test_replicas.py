@@ -7,7 +7,12 @@ TorchEngine; where requests landed is read off each server's own Prometheus regi
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -36,9 +41,9 @@ LONG = SamplingParams(max_new_tokens=5000, temperature=0.0)
 SECRET = "replicas-test-secret"
 
 
-def _server(model: torch.nn.Module) -> InferenceServer:
+def _server(model: torch.nn.Module, port: int = 0) -> InferenceServer:
     cfg = InferenceConfig(
-        model="tiny-qwen3", host="127.0.0.1", port=0, metrics_port=0, checkpoint_root=tempfile.gettempdir()
+        model="tiny-qwen3", host="127.0.0.1", port=port, metrics_port=0, checkpoint_root=tempfile.gettempdir()
     )
     return create_server(cfg, engine=TorchEngine(model, name="tiny-qwen3"), secret=SECRET)
 
@@ -219,11 +224,13 @@ def test_a_rollout_moves_off_an_unreachable_replica_and_other_errors_pass_throug
 
 
 def test_a_checkpoint_counts_as_served_only_once_every_replica_serves_it(other_checkpoint):
-    """Version 1 on one replica: the replicated status still says 0; after load_weights on all, 1."""
+    """Both replicas in service at 0, then version 1 on one of them: the replicated status still says
+    0 (the other still takes traffic at 0); after load_weights on all, 1."""
     folder, _ = other_checkpoint
 
     async def body():
         async with _replicas(load_model("tiny-qwen3"), load_model("tiny-qwen3")) as (engine, servers):
+            assert (await engine.status()).extra["ready_replicas"] == 2, "test setup: both in service"
             await engine.engines[0].load_weights(1, str(folder))
             half = await engine.status()
             seconds = await engine.load_weights(1, str(folder))
@@ -294,4 +301,175 @@ def test_the_trainer_fails_loudly_when_a_replica_refuses_its_checkpoint(other_ch
         runner.close()
     assert "checkpoint 1" in str(caught.value) and str(folder) in str(caught.value), (
         f"the trainer's error must name the version and uri it failed to publish: {caught.value}"
+    )
+
+
+async def _versions(engine, prompt: list[int], request_id: str) -> list[int]:
+    """The policy version of every token one request generated."""
+    return [v async for chunk in engine.generate(prompt, SHORT, request_id) for v in chunk.policy_versions]
+
+
+def test_a_replica_leaving_moves_only_its_own_rollouts(prompts):
+    """12 rollouts over 3 replicas; one replica stops: its rollouts move (to the other two), every other
+    rollout stays where it was, and the stopped replica is out of service for the next placements."""
+
+    async def body():
+        models = [load_model("tiny-qwen3") for _ in range(3)]
+        async with _replicas(*models) as (engine, servers):
+
+            async def call(r: int, seq: int) -> int:
+                before = [_ended(s) for s in servers]
+                await _drain(engine.generate(prompts[r % 8], SHORT, f"rollout{r}:{seq}"))
+                [i] = [i for i, s in enumerate(servers) if _ended(s) == before[i] + 1]
+                return i
+
+            first = [await call(r, 0) for r in range(12)]
+            await servers[2].stop(grace=0)
+            second = [await call(r, 1) for r in range(12)]
+            return first, second, [r.ready for r in engine.replicas]
+
+    first, second, ready = asyncio.run(body())
+    assert sorted(first.count(i) for i in range(3)) == [4, 4, 4], f"12 rollouts spread over 3: {first}"
+    moved = [r for r in range(12) if first[r] != second[r]]
+    assert moved == [r for r in range(12) if first[r] == 2], (
+        f"only the stopped replica's rollouts may move: before {first}, after {second}"
+    )
+    assert 2 not in second and ready == [True, True, False], f"the stopped replica is out: {second} {ready}"
+
+
+def test_a_replica_starting_late_gets_the_published_checkpoint_before_any_traffic(
+    prompts, other_checkpoint, free_port
+):
+    """The trainer publishes version 1 while replica B is still down (the publish goes on without it).
+    B then starts at version 0: the trainer's engine loads version 1 on it in the background, and the
+    proxy's engine sends B nothing until it serves 1, then spreads new rollouts onto it. Every token
+    any rollout got carries version 1."""
+    folder, _ = other_checkpoint
+
+    async def body():
+        a = _server(load_model("tiny-qwen3"))
+        await a.start()
+        targets = [f"127.0.0.1:{a.port}", f"127.0.0.1:{free_port}"]
+        probes = {"probe_interval_s": 0.2, "probe_timeout_s": 2.0}
+        trainer_side = ReplicatedEngine.from_targets(targets, secret=SECRET, load_timeout_s=60, **probes)
+        proxy_side = ReplicatedEngine.from_targets(targets, secret=SECRET, **probes)
+        b = None
+        try:
+            await trainer_side.load_weights(1, str(folder))
+            published = await trainer_side.status()
+            versions = [v for r in range(4) for v in await _versions(proxy_side, prompts[r], f"early{r}:0")]
+            b = _server(load_model("tiny-qwen3"), port=free_port)
+            await b.start()
+            b_at_start = (await b.engine.status()).policy_version
+            while not proxy_side.replicas[1].ready:  # meanwhile traffic goes on, never to B at version 0
+                versions += await _versions(proxy_side, prompts[0], f"early0:{len(versions)}")
+                await asyncio.sleep(0.05)
+            b_before = _ended(b)
+            versions += [v for r in range(8) for v in await _versions(proxy_side, prompts[r], f"late{r}:0")]
+            return published, b_at_start, b_before, _ended(b), versions, (await b.engine.status()).policy_version
+        finally:
+            await trainer_side.aclose()
+            await proxy_side.aclose()
+            for server in (a, b):
+                if server is not None:
+                    await server.stop(grace=1)
+
+    published, b_at_start, b_before, b_after, versions, b_version = asyncio.run(asyncio.wait_for(body(), 120))
+    assert published.policy_version == 1 and published.extra["ready_replicas"] == 1, (
+        f"the publish must go on without the replica that is down: {published}"
+    )
+    assert b_at_start == 0 and b_version == 1, f"the late replica must get version 1: {b_at_start} -> {b_version}"
+    assert b_before == 0, f"the late replica took {b_before} requests before it served the published version"
+    assert b_after >= 2, f"new rollouts must spread onto the late replica once it is current: {b_after}"
+    assert versions and set(versions) == {1}, f"every token must come from version 1: {sorted(set(versions))}"
+
+
+def _inference_process(port: int) -> subprocess.Popen:
+    """`clawgym serve inference` (tiny-qwen3) as its own process, answering Status before it returns."""
+    env = {**os.environ, "CLAWGYM_RPC__SECRET": SECRET}
+    argv = [sys.executable, "-m", "clawgym_services.inference", "--host", "127.0.0.1", "--port", str(port),
+            "--metrics-port", "0", "--model", "tiny-qwen3", "--checkpoint-root", tempfile.gettempdir()]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    probe = GrpcEngine(f"127.0.0.1:{port}", secret=SECRET, status_timeout_s=2)
+
+    async def answers() -> bool:
+        with contextlib.suppress(Exception):
+            return (await probe.status()).ready
+        return proc.poll() is not None
+
+    async def wait() -> bool:
+        ok = await _until(answers, timeout_s=120)
+        await probe.aclose()
+        return ok
+
+    if not asyncio.run(wait()) or proc.poll() is not None:
+        proc.kill()
+        pytest.fail(f"the inference service did not start: {proc.communicate()[1].decode()[-3000:]}")
+    return proc
+
+
+LOAD_S = 8.0  # the hang test's load deadline
+
+
+def test_a_replica_that_hangs_or_dies_never_holds_the_trainers_publish(other_checkpoint, free_port):
+    """Replica B is a real `clawgym serve inference` process. Frozen (SIGSTOP: connections open, no
+    answer), the trainer's publish of version 1 ends after the load deadline without it, and the
+    publish of version 2 does not wait for it again (it answered no probe since); thawed, B is given
+    version 2 by the watch; killed, the publish of version 3 goes on at once without it."""
+    folder, _ = other_checkpoint
+    proc = _inference_process(free_port)
+    runner = LoopThread()
+    a = _server(load_model("tiny-qwen3"))
+    try:
+        runner.run(a.start(), timeout_s=60)
+        engine = ReplicatedEngine.from_targets(
+            [f"127.0.0.1:{a.port}", f"127.0.0.1:{free_port}"], secret=SECRET,
+            load_timeout_s=LOAD_S, probe_timeout_s=1.0, probe_interval_s=0.5,
+        )  # fmt: skip
+        trainer = Trainer(
+            TrainerConfig(model="tiny-qwen3"),
+            store=None, bus=None, source=None, tokenizer=None, engines=[engine], runner=runner,
+        )  # fmt: skip
+        both = runner.run(engine.status(), timeout_s=30)
+        os.kill(proc.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        trainer._reload_engines(1, str(folder))
+        frozen_s = time.monotonic() - started
+        frozen = runner.run(engine.status(), timeout_s=30)
+        frozen_gauge = trainer.metrics.registry.get_sample_value("clawgym_trainer_inference_ready_replicas")
+        started = time.monotonic()
+        trainer._reload_engines(2, str(folder))
+        again_s = time.monotonic() - started
+        os.kill(proc.pid, signal.SIGCONT)
+
+        async def caught_up() -> bool:
+            return engine.replicas[1].ready and engine.replicas[1].version == 2
+
+        thawed = runner.run(_until(caught_up, timeout_s=60), timeout_s=90)
+        proc.kill()
+        proc.wait(timeout=30)
+        started = time.monotonic()
+        trainer._reload_engines(3, str(folder))
+        dead_s = time.monotonic() - started
+        dead = runner.run(engine.status(), timeout_s=30)
+        print(f"publish with a frozen replica {frozen_s:.1f} s, again {again_s:.1f} s, a killed one {dead_s:.1f} s")
+        runner.run(engine.aclose(), timeout_s=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        runner.run(a.stop(grace=1), timeout_s=60)
+        runner.close()
+    assert both.extra["ready_replicas"] == 2, f"test setup: both replicas in service: {both}"
+    assert LOAD_S <= frozen_s < 30, f"a frozen replica held the publish {frozen_s:.1f}s (deadline {LOAD_S}s)"
+    assert again_s < LOAD_S / 2, f"the next publish waited {again_s:.1f}s for the replica known silent"
+    assert frozen.policy_version == 1 and frozen.extra["ready_replicas"] == 1, (
+        f"the frozen replica must be out of service and the live one serve version 1: {frozen}"
+    )
+    assert frozen.extra["excluded_total"] >= 1, f"the exclusion must be counted: {frozen.extra}"
+    assert frozen_gauge == 1.0, f"the trainer's metrics must show one ready replica: {frozen_gauge}"
+    assert thawed, "the thawed replica must be given the published version 2 and come back"
+    assert dead_s < LOAD_S / 2, f"a killed replica held the publish {dead_s:.1f}s"
+    assert dead.policy_version == 3 and dead.extra["ready_replicas"] == 1, (
+        f"the publish must go on without the killed replica: {dead}"
     )

@@ -1,4 +1,6 @@
-"""A restarted orchestrator reaps the sandboxes its killed predecessor left, and only those."""
+"""A killed orchestrator's leftovers: a restarted one (same owner) reaps its sandboxes, and only those,
+and fails its rollouts left running so their group completes, never rewarded; with several
+orchestrator replicas, a live peer does the same once the dead one's lease has run out."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from clawgym.orchestrator.interface import Batch, RolloutRequest
 from clawgym.sandbox import LocalSandboxConfig, SandboxConfig, SandboxSpec
 from clawgym.sandbox.local import LocalBackend
 from clawgym.store.sql import SqlStore
+from clawgym.trainer.batch import build_batch
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -27,10 +30,13 @@ def sandboxes_in(root: Path) -> list[Path]:
     return [p for p in root.iterdir() if (p / "meta.json").is_file()]
 
 
-def start_service(port: int, pg_url: str, root: Path, owner: str, secret: str) -> subprocess.Popen:
+def start_service(
+    port: int, pg_url: str, root: Path, owner: str, secret: str, lease_s: float = 30.0
+) -> subprocess.Popen:
     """`python -m clawgym_services.orchestrator` (the `clawgym serve orchestrator` entry point)."""
     env = {
         **os.environ,
+        "CLAWGYM_ORCHESTRATOR__LEASE_S": str(lease_s),
         "CLAWGYM_RPC__SECRET": secret,
         "CLAWGYM_SANDBOX__OWNER": owner,
         "CLAWGYM_SANDBOX__LOCAL__ROOT_DIR": str(root),
@@ -50,35 +56,59 @@ def start_service(port: int, pg_url: str, root: Path, owner: str, secret: str) -
     return proc
 
 
-def test_a_restarted_orchestrator_reaps_the_sandboxes_its_killed_predecessor_left(
-    pg_url, sandbox_root, suite, free_port, make_orchestrator, rpc_secret
-):
-    """Kill -9 the service while two rollouts run: their sandboxes stay on disk. A new orchestrator
-    with the same owner deletes both at start; a sandbox of another owner in the same root survives."""
-    owner = "restart-test"
-    store = SqlStore(pg_url)
-    run = store.create_run("restart")
-    proc = start_service(free_port, pg_url, sandbox_root, owner, rpc_secret)
+def kill_while_two_run(proc: subprocess.Popen, port: int, secret: str, run_id: str, suite: Path) -> set[str]:
+    """Starts a group of two long rollouts on the service, kills it -9 once both run; their ids."""
+    running: set[str] = set()
+
+    async def two_running() -> None:
+        client = OrchestratorClient(f"127.0.0.1:{port}", secret=secret)
+        batch = Batch(run_id, [RolloutRequest("sleep-long", "oracle", samples=2)], suite=str(suite))
+        async for status in client.run_rollouts(batch):
+            if status.state == "running":
+                running.add(status.rollout_id)
+            if len(running) == 2:
+                # let the solutions start (a bwrap killed mid-start-up misses its parent's death)
+                await asyncio.sleep(1.5)
+                os.kill(proc.pid, signal.SIGKILL)  # no chance to clean up
+                return
+
     try:
-
-        async def two_running() -> None:
-            client = OrchestratorClient(f"127.0.0.1:{free_port}", secret=rpc_secret)
-            batch = Batch(run.id, [RolloutRequest("sleep-long", "oracle", samples=2)], suite=str(suite))
-            running = 0
-            async for status in client.run_rollouts(batch):
-                running += status.state == "running"
-                if running == 2:
-                    # let the solutions start (a bwrap killed mid-start-up misses its parent's death)
-                    await asyncio.sleep(1.5)
-                    os.kill(proc.pid, signal.SIGKILL)  # no chance to clean up
-                    return
-
         asyncio.run(two_running())
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return running
+
+
+def assert_failed_unrewarded_and_group_complete(store: SqlStore, run_id: str, rollouts: set[str], why: str) -> None:
+    """The killed orchestrator's rollouts ended as infrastructure failures, no reward, group complete and
+    consumed by the trainer as empty (nothing trained)."""
+    ended = [store.get_rollout(r) for r in sorted(rollouts)]
+    assert [(r.status, r.reward, r.passed) for r in ended] == [("failed", None, None)] * 2, ended
+    assert all(why in r.error for r in ended), [r.error for r in ended]
+    [group_id] = {r.group_id for r in ended}
+    assert store.list_unconsumed_groups(run_id) == [group_id], "the group must complete"
+    batch = build_batch([store.get_group(group_id)], version=0, max_policy_lag=1, failed_reward=1.0)
+    assert not batch.trees and batch.group_ids == [group_id], "consumed, and nothing of it trained"
+
+
+def test_a_restarted_orchestrator_reaps_its_killed_predecessors_sandboxes_and_fails_its_rollouts(
+    pg_url, sandbox_root, suite, free_port, make_orchestrator, rpc_secret
+):
+    """Kill -9 the service while two rollouts run: their sandboxes stay on disk and the rollouts stay
+    'running'. A new orchestrator with the same owner, at start, fails both (infrastructure, no
+    reward: their group completes) and deletes both sandboxes; another owner's sandbox survives."""
+    owner = "restart-test"
+    store = SqlStore(pg_url)
+    run = store.create_run("restart")
+    proc = start_service(free_port, pg_url, sandbox_root, owner, rpc_secret)
+    running = kill_while_two_run(proc, free_port, rpc_secret, run.id, suite)
+    assert len(running) == 2 and {store.get_rollout(r).status for r in running} == {"running"}, (
+        "test setup: the killed orchestrator left two rollouts running"
+    )
+    assert store.list_unconsumed_groups(run.id) == [], "test setup: their group is not complete"
     left = sandboxes_in(sandbox_root)
     assert len(left) == 2, f"the killed orchestrator left its two sandboxes behind: {left}"
 
@@ -90,9 +120,38 @@ def test_a_restarted_orchestrator_reaps_the_sandboxes_its_killed_predecessor_lef
     started = time.monotonic()
     served = make_orchestrator(sandbox=sandbox)
     assert served.orchestrator.reaped == 2, f"reaped {served.orchestrator.reaped} of the predecessor's 2"
+    assert set(served.orchestrator.orphans_failed) == running, (
+        f"the new orchestrator must fail its predecessor's running rollouts at start: {served.orchestrator.orphans_failed}"
+    )
+    assert_failed_unrewarded_and_group_complete(store, run.id, running, "(restarted)")
     remaining = sandboxes_in(sandbox_root)
     assert [p.name for p in remaining] == [theirs.id], (
         f"only the other owner's sandbox is left, found {[p.name for p in remaining]}"
     )
     assert time.monotonic() - started < 60, "reaping does not wait for the orphans' 120 s commands"
+    store.close()
+
+
+def test_a_live_orchestrator_replica_fails_a_dead_peers_rollouts_once_its_lease_runs_out(
+    pg_url, sandbox_root, suite, free_port, make_orchestrator, rpc_secret
+):
+    """Two orchestrator replicas (two owners), lease 1.5 s: kill -9 one while two rollouts run; the
+    other, heartbeating every 0.5 s, fails them within a few seconds, and their group completes (that
+    a live lease is never taken is the store's test_orchestrator_leases)."""
+    store = SqlStore(pg_url)
+    run = store.create_run("peers")
+    survivor = make_orchestrator(lease_s=1.5)
+    proc = start_service(free_port, pg_url, sandbox_root, "peer-that-dies", rpc_secret, lease_s=1.5)
+    running = kill_while_two_run(proc, free_port, rpc_secret, run.id, suite)
+    killed_at = time.monotonic()
+    assert len(running) == 2, "test setup: two rollouts were running"
+    deadline = killed_at + 30
+    while time.monotonic() < deadline and set(survivor.orchestrator.orphans_failed) != running:
+        time.sleep(0.1)
+    taken_s = time.monotonic() - killed_at
+    assert set(survivor.orchestrator.orphans_failed) == running, (
+        f"the survivor must fail the dead peer's rollouts: {survivor.orchestrator.orphans_failed}"
+    )
+    assert taken_s < 10, f"taken {taken_s:.1f} s after the kill (lease 1.5 s, heartbeat 0.5 s)"
+    assert_failed_unrewarded_and_group_complete(store, run.id, running, "sent no heartbeat")
     store.close()

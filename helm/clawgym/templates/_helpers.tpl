@@ -63,6 +63,22 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .root.Values.hostNetwork -}}127.0.0.1{{- else -}}{{ include "clawgym.component" . }}{{- end -}}
 {{- end -}}
 
+{{/* Every inference replica's address, comma-separated (inference.grpc_url → ReplicatedEngine):
+     <fullname>-inference-N.<fullname>-inference:port, or on the host network 127.0.0.1:port+N. */}}
+{{- define "clawgym.inferenceTargets" -}}
+{{- $c := .Values.inference -}}
+{{- $name := include "clawgym.component" (dict "root" . "component" "inference") -}}
+{{- $targets := list -}}
+{{- range $i := until (int $c.replicas) -}}
+{{- if $.Values.hostNetwork -}}
+{{- $targets = append $targets (printf "127.0.0.1:%d" (add (int $c.port) $i)) -}}
+{{- else -}}
+{{- $targets = append $targets (printf "%s-%d.%s:%v" $name $i $name $c.port) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $targets -}}
+{{- end -}}
+
 {{- define "clawgym.sandboxNamespace" -}}
 {{- .Values.orchestrator.sandbox.namespace | default (printf "%s-sandboxes" .Release.Namespace) -}}
 {{- end -}}
@@ -163,7 +179,7 @@ redis://:$(REDIS_PASSWORD)@{{ include "clawgym.host" (dict "root" . "component" 
 {{- $c := index $.Values $name }}
 {{- if $c.enabled }}
 - name: CLAWGYM_{{ upper $name }}__GRPC_URL
-  value: "{{ if and (eq $name "inference") (not $.Values.hostNetwork) }}dns:///{{ end }}{{ include "clawgym.host" (dict "root" $ "component" $name) }}:{{ $c.port }}"
+  value: "{{ if eq $name "inference" }}{{ include "clawgym.inferenceTargets" $ }}{{ else }}{{ include "clawgym.host" (dict "root" $ "component" $name) }}:{{ $c.port }}{{ end }}"
 {{- end }}
 {{- end }}
 {{- range $k, $v := .Values.extraEnv }}

@@ -30,6 +30,22 @@ class InferenceConfig(Section):
     metrics_port: int = Field(
         9102, ge=0, description="Prometheus /metrics HTTP port of the service; 0 = none"
     )
+    replica_load_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="several replicas: one that has not loaded a published checkpoint within this is taken "
+        "out of service (the publish goes on without it; it gets the latest checkpoint when it answers again)",
+    )
+    replica_probe_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="several replicas: how often each is probed (Status) for health and version; 0 = only on status()",
+    )
+    replica_probe_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="several replicas: a probe not answered within this takes the replica out of service",
+    )
     checkpoint_root: str = Field(
         "",
         description="the only place LoadWeights reads checkpoints from: a local folder (no symlink or `..` "

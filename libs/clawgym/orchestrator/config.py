@@ -56,6 +56,12 @@ class OrchestratorConfig(Section):
         "with a fresh rollout until this many attempts have failed",
     )
     retry_backoff_s: float = Field(1.0, ge=0, description="pause before a retry (doubles per attempt)")
+    lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="this orchestrator renews its lease in the store every lease_s/3; one silent for lease_s is "
+        "lost, and a live one fails its unended rollouts (infrastructure failures) so their groups complete",
+    )
     proxy_check_timeout_s: float = Field(
         5.0,
         gt=0,

@@ -61,6 +61,11 @@ class OrchestratorMetrics:
             ["outcome"],
             registry=r,
         )
+        self.orphans_failed = Counter(
+            "clawgym_orchestrator_orphaned_rollouts_failed",
+            "Rollouts a lost orchestrator instance left registered or running, failed by this one",
+            registry=r,
+        )
         self.reaped = Counter(
             "clawgym_orchestrator_reaped_sandboxes",
             "Sandboxes of this owner left by an earlier process, deleted at start-up",

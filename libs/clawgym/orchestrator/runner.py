@@ -7,6 +7,12 @@ the outcome. An infrastructure failure with attempts left registers a fresh roll
 group *before* the failed one ends, so the group cannot complete without it. Store transitions
 and sandbox teardown are never interrupted halfway by a cancel: a cancel waits for them.
 
+Leases: each orchestrator instance (one per process start, named by its sandbox owner) heartbeats
+in the store and its rollouts name it. At start, and at every heartbeat, the store fails the
+unended rollouts of lost instances (a predecessor of the same name, or any whose lease ran out)
+as infrastructure failures, never rewarded, so their groups complete: a killed orchestrator's
+rollouts no longer stay 'running' forever. Their sandboxes are this owner's to reap (`start`).
+
 Not here: the attempt itself (`attempt`), which tasks and harnesses exist (`catalog`), failure
 kinds (`failures`), the gRPC shell (`clawgym_services.orchestrator`).
 """
@@ -139,20 +145,49 @@ class Orchestrator:
             max_workers=min(64, 2 * cfg.max_concurrent_rollouts + 2), thread_name_prefix="orchestrator-store"
         )
         self.reaped = 0
+        self.instance_id = uuid.uuid4().hex  # this process start; the store's lease row
+        self.orphans_failed: list[str] = []  # rollouts of lost orchestrators this one failed
+        self._heartbeat: asyncio.Task | None = None
 
     def _store(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """A blocking store call, run on the store threads."""
         return asyncio.get_running_loop().run_in_executor(self._store_threads, fn, *args)
 
     async def start(self) -> int:
-        """Reaps sandboxes of this owner that no live process holds (a predecessor's); returns how many."""
+        """Takes the lease (failing a lost predecessor's unended rollouts), reaps sandboxes of this
+        owner that no live process holds (a predecessor's), starts heartbeating; returns how many
+        sandboxes were reaped."""
+        await self._renew_lease()
         self.reaped = await self.backend.reap()
         self.metrics.reaped.inc(self.reaped)
         if self.reaped:
             log.info("reaped %d orphaned sandboxes of owner %s", self.reaped, self.backend.owner)
+        if self._heartbeat is None:
+            self._heartbeat = asyncio.create_task(self._keep_lease())
         return self.reaped
 
+    async def _renew_lease(self) -> None:
+        failed = await self._store(
+            self.store.orchestrator_heartbeat, self.instance_id, self.backend.owner, self.cfg.lease_s
+        )
+        if failed:
+            self.orphans_failed += failed
+            self.metrics.orphans_failed.inc(len(failed))
+            log.warning("failed %d rollouts that lost orchestrators left unended: %s", len(failed), failed[:10])
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.lease_s / 3)
+            try:
+                await self._renew_lease()
+            except Exception as e:  # the store may be restarting: the next beat tries again
+                log.warning("orchestrator %s: renewing the lease failed: %s", self.instance_id, e)
+
     async def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
+            self._heartbeat = None
         for batch_id in list(self._batches):
             await self.cancel(batch_id)
         await self.backend.close()
@@ -172,7 +207,7 @@ class Orchestrator:
         for (task, adapter), request in zip(resolved, batch.rollouts, strict=True):
             group_id = uuid.uuid4().hex
             for _ in range(request.samples):
-                specs.append(RolloutSpec(group_id, task.id, adapter.name, batch.policy_version))
+                specs.append(RolloutSpec(group_id, task.id, adapter.name, batch.policy_version, self.instance_id))
                 plan.append((task, adapter, group_id))
         registered = await self._store(self.store.register_rollouts, batch.run_id, specs)
         state = _BatchState(batch_id, batch, batch.proxy_url or self.cfg.proxy_url)
@@ -357,7 +392,9 @@ class Orchestrator:
             await self._record_judgment(slot, failure.outcome, failure.code_score)
         replacement = None
         if failure.retried and slot.attempt < self.cfg.max_attempts:
-            spec = RolloutSpec(slot.group_id, slot.task.id, slot.adapter.name, state.batch.policy_version)
+            spec = RolloutSpec(
+                slot.group_id, slot.task.id, slot.adapter.name, state.batch.policy_version, self.instance_id
+            )
             try:
                 [replacement] = await self._store(self.store.register_rollouts, state.batch.run_id, [spec])
             except Exception:

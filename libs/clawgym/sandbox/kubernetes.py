@@ -71,6 +71,7 @@ from clawgym.sandbox.k8s_pods import (
 )
 
 log = logging.getLogger(__name__)
+KILLED_BY_SIGNAL = 128  # shells report a command killed by signal N as exit code 128 + N
 
 # File transfers are not bounded by the sandbox's lifetime: results are read after a timeout.
 FILE_OP_TIMEOUT_S = 300.0
@@ -168,6 +169,16 @@ class KubernetesBackend:
                 )
             await asyncio.sleep(pause)
             pause = min(pause * 1.5, 0.5)
+
+    async def check_pod(self, name: str) -> None:
+        """SandboxFailed if pod `name` is gone, being deleted or ended: what an exec's result says is
+        then the pod's end (a container killed by a delete exits 137 or 143), not the command's."""
+        try:
+            pod = await self.call(self.core.read_namespaced_pod, name, self.k.namespace)
+        except NotFound as e:
+            raise SandboxFailed(f"pod {name} was deleted while in use") from e
+        if (reason := pod_gone_reason(pod)) is not None:
+            raise SandboxFailed(f"pod {name} {reason}")
 
     async def delete_pod(self, name: str) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=0, propagation_policy="Background")
@@ -291,6 +302,17 @@ class WarmPool:
             task.cancel()
 
 
+def pod_gone_reason(pod: client.V1Pod) -> str | None:
+    """Why `pod` can no longer host a sandbox (being deleted, or its phase ended), else None."""
+    if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
+        return f"is being deleted (since {pod.metadata.deletion_timestamp})"
+    phase = pod.status.phase if pod.status is not None else None
+    if phase in ("Failed", "Succeeded"):
+        reason = pod.status.reason or ""
+        return f"ended while in use: {phase} {reason}".rstrip()
+    return None
+
+
 class KubernetesSandbox:
     """One pod. Build with `KubernetesBackend.create`."""
 
@@ -316,7 +338,7 @@ class KubernetesSandbox:
         stop = threading.Event()
         self._stops.add(stop)
         try:
-            return await self.backend.call(
+            result = await self.backend.call(
                 self.backend.execs.run,
                 self.id,
                 wrapped,
@@ -325,11 +347,18 @@ class KubernetesSandbox:
                 max_output_bytes=max_out,
                 cancelled=stop.is_set,
             )
+        except NotFound as e:  # the pod vanished under the exec: the machinery failed, not the command
+            raise SandboxFailed(f"exec in pod {self.id}: the pod is gone: {e}") from e
         except asyncio.CancelledError:
             stop.set()  # the thread notices within half a second and kills the tree
             raise
         finally:
             self._stops.discard(stop)
+        if result.exit_code >= KILLED_BY_SIGNAL and not result.timed_out:
+            # Killed by a signal: a pod deleted (or evicted) mid-exec looks like this too, and then
+            # the exit code is the infrastructure's doing; one GET tells the two apart.
+            await self.backend.check_pod(self.id)
+        return result
 
     async def exec(
         self,

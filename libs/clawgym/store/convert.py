@@ -118,14 +118,16 @@ def spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
             task_id=spec.task_id,
             harness=spec.harness,
             policy_version_start=spec.policy_version_start,
+            orchestrator_id=spec.orchestrator_id,
         ),
     )
 
 
 def spec_from_proto(m: pb.RolloutSpec) -> RolloutSpec:
     return RolloutSpec(
-        group_id=m.group_id, task_id=m.task_id, harness=m.harness, policy_version_start=m.policy_version_start
-    )
+        group_id=m.group_id, task_id=m.task_id, harness=m.harness, policy_version_start=m.policy_version_start,
+        orchestrator_id=m.orchestrator_id,
+    )  # fmt: skip
 
 
 def registered_to_proto(r: RegisteredRollout) -> pb.RegisteredRollout:

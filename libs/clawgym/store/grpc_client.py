@@ -190,6 +190,13 @@ class StoreClient:
         reply = self._call(self._stub.ListUnconsumedGroups, pb.ListUnconsumedGroupsRequest, run_id=run_id)
         return list(reply.group_ids)
 
+    def orchestrator_heartbeat(self, instance_id: str, name: str, lease_s: float) -> list[str]:
+        reply = self._call(
+            self._stub.OrchestratorHeartbeat, pb.OrchestratorHeartbeatRequest,
+            instance_id=instance_id, name=name, lease_s=lease_s,
+        )  # fmt: skip
+        return list(reply.failed_rollout_ids)
+
     def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None:
         metrics_json = convert.to_json("metrics", metrics)
         self._call(

@@ -103,6 +103,20 @@ class RolloutRow(Base):
     created_at: Mapped[float] = mapped_column(Double)
     started_at: Mapped[float | None] = mapped_column(Double)
     ended_at: Mapped[float | None] = mapped_column(Double)
+    # the orchestrator instance that registered it and runs it (NULL: none, e.g. an ad-hoc session);
+    # when that instance is lost, the rollout is failed by the next live one (`orchestrator_heartbeat`)
+    orchestrator_id: Mapped[str | None] = mapped_column(Text, index=True, nullable=True)
+
+
+class OrchestratorRow(Base):
+    """A live orchestrator instance (one process start) and its last heartbeat: its lease."""
+
+    __tablename__ = "orchestrators"
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)  # per process start
+    name: Mapped[str] = mapped_column(Text, index=True)  # its sandbox owner: unique among live ones
+    started_at: Mapped[float] = mapped_column(Double)
+    heartbeat_at: Mapped[float] = mapped_column(Double)
 
 
 class CallRow(Base):

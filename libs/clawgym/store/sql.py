@@ -18,6 +18,11 @@ Rules it keeps:
    (`Checkpoint.group_ids`) are marked consumed in the same transaction, and only complete groups of
    the run that no earlier checkpoint consumed can be; otherwise nothing is written. So a group is
    trained on at most once, and `list_unconsumed_groups` is what a restarted trainer still owes.
+6. Orchestrator leases: each orchestrator instance heartbeats (`orchestrator_heartbeat`); a rollout
+   names the instance that registered it. An instance is lost once its heartbeat is older than the
+   lease, or at once when a new instance of the same name (its sandbox owner, unique among live
+   orchestrators) heartbeats: its unended rollouts are failed in the same transaction that deletes
+   its row, under that row's lock (SKIP LOCKED), so two survivors never fail the same rollouts twice.
 """
 
 import hashlib
@@ -29,7 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import exc, insert, select, update
+from sqlalchemy import delete, exc, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -62,6 +67,7 @@ from clawgym.store.models import (
     EvalRow,
     GroupRow,
     JudgmentRow,
+    OrchestratorRow,
     RolloutRow,
     RunRow,
     TrainStepRow,
@@ -143,6 +149,7 @@ class SqlStore:
             for field in ("group_id", "task_id", "harness"):
                 validate.text(f"rollouts[{i}].{field}", getattr(spec, field))
             validate.integer(f"rollouts[{i}].policy_version_start", spec.policy_version_start)
+            validate.text(f"rollouts[{i}].orchestrator_id", spec.orchestrator_id, required=False)
         tokens = [TOKEN_PREFIX + secrets.token_urlsafe(32) for _ in specs]
         now = time.time()
         sizes: dict[str, int] = {}
@@ -161,6 +168,7 @@ class SqlStore:
                         harness=spec.harness, status="registered", reward=None, passed=None, error="",
                         policy_version_start=spec.policy_version_start, sandbox="", timings={},
                         token_hash=hash_token(token), created_at=now, started_at=None, ended_at=None,
+                        orchestrator_id=spec.orchestrator_id or None,
                     )
                 )  # fmt: skip
             s.add_all(new)
@@ -239,6 +247,64 @@ class SqlStore:
                 query = query.where(RolloutRow.group_id == group_id)
             found = s.scalars(query.order_by(GroupRow.created_at, GroupRow.id, RolloutRow.group_index))
             return [rows.rollout_record(r) for r in found]
+
+    def orchestrator_heartbeat(self, instance_id: str, name: str, lease_s: float) -> list[str]:
+        """Renews the lease of orchestrator instance `instance_id` (named `name`) and fails every
+        unended rollout of the instances it finds lost (rule 6) as an infrastructure failure, never
+        rewarded, so their groups complete; returns those rollouts' ids."""
+        instance_id = validate.text("instance_id", instance_id)
+        name = validate.text("name", name)
+        lease_s = validate.number("lease_s", lease_s)
+        if lease_s <= 0:
+            raise InvalidArgument(f"lease_s must be positive, got {lease_s}")
+        now = time.time()
+        failed: list[RolloutRow] = []
+        ready: list[tuple[str, str]] = []
+        with self._write() as s:
+            dialect_insert = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
+            s.execute(
+                dialect_insert(OrchestratorRow)
+                .values(id=instance_id, name=name, started_at=now, heartbeat_at=now)
+                .on_conflict_do_update(index_elements=["id"], set_={"heartbeat_at": now})
+            )
+            lost = s.execute(
+                select(OrchestratorRow.id, OrchestratorRow.name)
+                .where(
+                    OrchestratorRow.id != instance_id,
+                    or_(OrchestratorRow.name == name, OrchestratorRow.heartbeat_at < now - lease_s),
+                )
+                .order_by(OrchestratorRow.id)
+                .with_for_update(skip_locked=True)
+            ).all()
+            for lost_id, lost_name in lost:
+                why = "restarted" if lost_name == name else f"sent no heartbeat for {lease_s:.0f}s"
+                error = (
+                    f"infrastructure: orchestrator {lost_name} ({lost_id}) was lost ({why}) "
+                    "while this rollout was registered or running"
+                )
+                rows_ = s.scalars(
+                    select(RolloutRow)
+                    .where(RolloutRow.orchestrator_id == lost_id, RolloutRow.status.not_in(ENDED_ROLLOUT_STATES))
+                    .order_by(RolloutRow.group_id, RolloutRow.id)  # group locks in one order
+                    .with_for_update()
+                ).all()
+                for row in rows_:
+                    row.status, row.reward, row.passed, row.error = "failed", None, None, error
+                    row.timings, row.ended_at = {**(row.timings or {}), "orchestrator_lost": 1.0}, now
+                    if self._count_ended(s, row.group_id, now):
+                        ready.append((row.group_id, row.run_id))
+                    failed.append(row)
+                s.execute(delete(OrchestratorRow).where(OrchestratorRow.id == lost_id))
+            done = [(r.id, r.group_id, r.run_id) for r in failed]
+        if done:
+            log.warning("failed %d rollouts of %d lost orchestrator instances", len(done), len(lost))
+        for rollout_id, group_id, run_id in done:
+            self._publish(
+                ROLLOUTS_DONE, {"rollout_id": rollout_id, "group_id": group_id, "run_id": run_id, "status": "failed"}
+            )
+        for group_id, run_id in ready:
+            self._publish(GROUPS_READY, {"group_id": group_id, "run_id": run_id})
+        return [rollout_id for rollout_id, _, _ in done]
 
     # --- calls ---
 

@@ -77,9 +77,11 @@ def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
     tree = RadixTree()
     rewards, passed, harness = [], [], ""
     for rollout in group.rollouts:
-        if not rollout.calls:
-            continue
         r = rollout.rollout
+        if not rollout.calls or r.status == "failed":
+            # failed = an infrastructure failure (a sandbox pod lost, the orchestrator lost, ...): its
+            # calls say nothing about the policy, so it is never trained, not even at failed_reward
+            continue
         reward = failed_reward if r.reward is None else float(r.reward)
         tree_from_calls(rollout.calls, group_id=group.id, reward=reward, tree=tree)
         rewards.append(reward)

@@ -333,10 +333,20 @@ class Trainer:
         for i, engine in enumerate(self.engines):
             try:
                 self.runner.run(engine.load_weights(version, uri), timeout_s=RELOAD_TIMEOUT_S)
-                served = self.runner.run(engine.status(), timeout_s=RELOAD_TIMEOUT_S).policy_version
+                status = self.runner.run(engine.status(), timeout_s=RELOAD_TIMEOUT_S)
             except Exception as e:
                 typed = type(e) if isinstance(e, ClawgymError) else ClawgymError
                 raise typed(f"engine {i} did not load checkpoint {version} from {uri}: {e}") from e
+            served = status.policy_version
+            if "ready_replicas" in status.extra:  # a ReplicatedEngine: replicas out of service are left out
+                self.metrics.ready_replicas.set(status.extra["ready_replicas"])
+                self.metrics.excluded_replicas.set(status.extra.get("excluded_total", 0.0))
+                if status.extra["ready_replicas"] < status.extra["replicas"]:
+                    log.warning(
+                        "checkpoint %d is served by %.0f of %.0f inference replicas (the others are out of "
+                        "service and get it when they answer again)",
+                        version, status.extra["ready_replicas"], status.extra["replicas"],
+                    )  # fmt: skip
             if served < version:
                 raise FailedPrecondition(
                     f"engine {i} accepted checkpoint {version} from {uri} but serves version {served}"

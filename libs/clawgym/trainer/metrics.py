@@ -75,6 +75,16 @@ class TrainerMetrics:
         )
         self.trained_tokens = Counter("clawgym_trainer_trained_tokens", "tree tokens trained on", registry=r)
         self.trained_groups = Counter("clawgym_trainer_trained_groups", "groups trained on", registry=r)
+        self.ready_replicas = Gauge(
+            "clawgym_trainer_inference_ready_replicas",
+            "inference replicas serving the last published version (taking traffic)",
+            registry=r,
+        )
+        self.excluded_replicas = Gauge(
+            "clawgym_trainer_inference_replicas_excluded",
+            "times an inference replica was taken out of service (down, silent, or past the load deadline)",
+            registry=r,
+        )
 
     def observe_step(self, record: dict[str, float], by_harness: dict[str, dict[str, float]]) -> None:
         """Sets the gauges from one committed step's record (keys of `STEP_KEYS`)."""

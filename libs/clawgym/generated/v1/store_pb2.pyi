@@ -53,16 +53,18 @@ class SetRunStatusRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
 
 class RolloutSpec(_message.Message):
-    __slots__ = ("group_id", "task_id", "harness", "policy_version_start")
+    __slots__ = ("group_id", "task_id", "harness", "policy_version_start", "orchestrator_id")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     HARNESS_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_START_FIELD_NUMBER: _ClassVar[int]
+    ORCHESTRATOR_ID_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     task_id: str
     harness: str
     policy_version_start: int
-    def __init__(self, group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., policy_version_start: _Optional[int] = ...) -> None: ...
+    orchestrator_id: str
+    def __init__(self, group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., policy_version_start: _Optional[int] = ..., orchestrator_id: _Optional[str] = ...) -> None: ...
 
 class RegisterRolloutsRequest(_message.Message):
     __slots__ = ("run_id", "rollouts")
@@ -379,6 +381,22 @@ class ListUnconsumedGroupsResponse(_message.Message):
     GROUP_IDS_FIELD_NUMBER: _ClassVar[int]
     group_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class OrchestratorHeartbeatRequest(_message.Message):
+    __slots__ = ("instance_id", "name", "lease_s")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_S_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    name: str
+    lease_s: float
+    def __init__(self, instance_id: _Optional[str] = ..., name: _Optional[str] = ..., lease_s: _Optional[float] = ...) -> None: ...
+
+class OrchestratorHeartbeatResponse(_message.Message):
+    __slots__ = ("failed_rollout_ids",)
+    FAILED_ROLLOUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    failed_rollout_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, failed_rollout_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TrainStep(_message.Message):
     __slots__ = ("run_id", "step", "metrics_json", "created_at")

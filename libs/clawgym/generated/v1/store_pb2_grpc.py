@@ -154,6 +154,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.ListEvalsRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.ListEvalsResponse.FromString,
                 _registered_method=True)
+        self.OrchestratorHeartbeat = channel.unary_unary(
+                '/clawgym.v1.Store/OrchestratorHeartbeat',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.OrchestratorHeartbeatRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.OrchestratorHeartbeatResponse.FromString,
+                _registered_method=True)
 
 
 class StoreServicer:
@@ -319,6 +324,14 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OrchestratorHeartbeat(self, request, context):
+        """Renews an orchestrator instance's lease and fails (as infrastructure failures, never rewarded)
+        the unended rollouts of lost instances: same name (a restart) or lease run out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -441,6 +454,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.ListEvals,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.ListEvalsRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.ListEvalsResponse.SerializeToString,
+            ),
+            'OrchestratorHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.OrchestratorHeartbeat,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.OrchestratorHeartbeatRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.OrchestratorHeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1091,6 +1109,33 @@ class Store:
             '/clawgym.v1.Store/ListEvals',
             clawgym_dot_v1_dot_store__pb2.ListEvalsRequest.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.ListEvalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OrchestratorHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/OrchestratorHeartbeat',
+            clawgym_dot_v1_dot_store__pb2.OrchestratorHeartbeatRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.OrchestratorHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
