@@ -90,7 +90,10 @@ class TrainingRun:
         self.clock = Stopwatch()
         self.relay = _Relay()
         self.spec = eval_spec(
-            self.cfg.evaluation, self.cfg.trainer.suite, [h.name for h in self.cfg.trainer.harnesses]
+            self.cfg.evaluation,
+            self.cfg.trainer.suite,
+            [h.name for h in self.cfg.trainer.harnesses],
+            self.cfg.orchestrator.sandbox_config(self.cfg.sandbox).task_images,
         )
         self.trainer: Trainer | None = None
         self.tracker = Tracker()  # opened once the trainer knows its run id

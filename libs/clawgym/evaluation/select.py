@@ -37,15 +37,16 @@ def spread(tasks: Sequence[Task], n: int = 0) -> list[Task]:
     return chosen
 
 
-def eval_tasks(suite: str, n: int = 0, split: str = "test") -> list[Task]:
-    """`n` runnable tasks of the suite's `split` (every split when it has none of that name), spread."""
+def eval_tasks(suite: str, n: int = 0, split: str = "test", task_images: bool = False) -> list[Task]:
+    """`n` tasks of the suite's `split` (every split when it has none of that name), spread, that
+    the sandbox backend runs (`task_images`: it runs a task in its own image, as docker does)."""
     from clawgym.tasks.loader import load_tasks
     from clawgym.tasks.suites import resolve_suite
 
     tasks = load_tasks(resolve_suite(suite), split=split or None)
     if not tasks and split:
         tasks = load_tasks(resolve_suite(suite))
-    tasks = [t for t in tasks if not t.unsupported]
+    tasks = [t for t in tasks if not t.unsupported_by(task_images)]
     if not tasks:
         raise InvalidArgument(
             f"suite {suite!r} has no runnable task{f' in split {split!r}' if split else ''}"
@@ -68,11 +69,13 @@ def train_and_held_out(suite: str, max_level: int = 0, held_out: int = 0) -> tup
     return train, [t.id for t in spread(test, held_out)]
 
 
-def eval_spec(e: EvaluationConfig, trainer_suite: str, trainer_harnesses: Sequence[str]) -> EvalSpec:
+def eval_spec(
+    e: EvaluationConfig, trainer_suite: str, trainer_harnesses: Sequence[str], task_images: bool = False
+) -> EvalSpec:
     """The held-out evaluation the `evaluation` section asks for: its suite (default the trainer's),
     its task ids or `tasks` of its split spread over families, its harnesses (default every harness
     the trainer trains with, each once, so each is evaluated as it is trained)."""
     suite = e.suite or trainer_suite
     harnesses = e.harnesses or list(dict.fromkeys(trainer_harnesses))
-    ids = list(e.task_ids) or [t.id for t in eval_tasks(suite, e.tasks, e.split)]
+    ids = list(e.task_ids) or [t.id for t in eval_tasks(suite, e.tasks, e.split, task_images)]
     return EvalSpec(suite, ids, harnesses, e.samples, e.ks)

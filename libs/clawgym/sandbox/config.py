@@ -184,3 +184,8 @@ class SandboxConfig(Section):
         default_factory=KubernetesSandboxConfig, description="kubernetes backend"
     )
     docker: DockerSandboxConfig = Field(default_factory=DockerSandboxConfig, description="docker backend")
+
+    @property
+    def task_images(self) -> bool:
+        """Whether the backend runs a task that has its own image in that image (`Task.unsupported_by`)."""
+        return self.backend == "docker" or (self.backend == "kubernetes" and self.kubernetes.task_images)

@@ -106,7 +106,9 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
             "evaluation": e.model_copy(update=update),
         }
     )
-    return cfg, eval_spec(cfg.evaluation, cfg.trainer.suite, [h.name for h in cfg.trainer.harnesses])
+    sandbox = cfg.orchestrator.sandbox_config(cfg.sandbox)
+    harnesses = [h.name for h in cfg.trainer.harnesses]
+    return cfg, eval_spec(cfg.evaluation, cfg.trainer.suite, harnesses, sandbox.task_images)
 
 
 def known_run(store: TrajectoryStore, cfg: ClawgymConfig) -> str:
