@@ -83,11 +83,13 @@ def test_export_refuses_a_folder_that_holds_files_and_an_unknown_format(captured
 
 
 def test_clawgym_export_writes_a_run_folder_as_parquet(tmp_path: Path) -> None:
-    """The real CLI on a run folder (runs/<ts>/clawgym.db), the newest run by default."""
+    """The real CLI on a run folder (runs/<ts>/clawgym.db), its newest training run by default (not
+    the evaluation runs a run folder also holds, even when newer)."""
     run_dir = tmp_path / "runs" / "20260101-000000"
     run_dir.mkdir(parents=True)
     store = SqlStore(f"sqlite:///{run_dir / 'clawgym.db'}")
     run = capture_run(store)
+    store.create_run("quickstart-eval-1", {"kind": "eval"})
     out = tmp_path / "export"
     done = subprocess.run(
         [CLAWGYM, "export", "--run-dir", str(run_dir), "--format", "parquet",

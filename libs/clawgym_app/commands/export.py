@@ -13,7 +13,9 @@ from clawgym.errors import ClawgymError
 
 
 def command(
-    run: str = typer.Argument("", help="the run id (default: the newest run in the store)"),
+    run: str = typer.Argument(
+        "", help="the run id (default: the newest training run; an evaluation run only by its id)"
+    ),
     run_dir: Path = typer.Option(None, "--run-dir", help="a run folder (runs/<ts>/): its SQLite store"),
     store: str = typer.Option("", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"),
     store_service: str = typer.Option("", "--store-service", help="the store service's HOST:PORT"),
@@ -28,10 +30,7 @@ def command(
         s = open_read_store(store, store_service, run_dir)
         try:
             if not run:
-                runs = s.list_runs()
-                if not runs:
-                    raise typer.BadParameter("the store holds no runs")
-                run = runs[0].id
+                run = default_run(s.list_runs())
             manifest = export_run(s, run, fmt, out)
         finally:
             s.close()
@@ -40,3 +39,11 @@ def command(
         raise typer.Exit(2) from e
     rows = manifest["rows"]
     typer.echo(f"run {run}: {rows['calls']} calls, {rows['trees']} tree nodes → {out} ({fmt})")
+
+
+def default_run(runs: list) -> str:
+    """The newest training run (a run folder also holds its evaluations' runs, kind "eval")."""
+    if not runs:
+        raise typer.BadParameter("the store holds no runs")
+    training = [r for r in runs if (r.config or {}).get("kind") != "eval"]
+    return (training or runs)[0].id
