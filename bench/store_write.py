@@ -6,7 +6,7 @@ Each backend and write path gets a fresh database (a throwaway PostgreSQL schema
 file) and an in-process bus; `--writers` threads share one SqlStore and record `--calls` calls
 each, all starting together. Two write paths in the same run: `batched` (group commit, the
 default, `store.batch_writes`) and `single` (one transaction per call, the old path); with
-`--rounds N` they alternate N times and each figure is the median, so a loaded machine skews
+`--rounds N` they run N times, in alternating order, and each figure is the median, so a loaded machine skews
 both alike (compare the ratios). Per call: the latency of one `record_call` (what the proxy waits
 on before the harness's last byte), p50 and p99; per run: calls/s, MB/s, the mean batch size and
 the peak growth of this process's RSS while writing. A call's bytes are its packed arrays plus
@@ -193,8 +193,9 @@ def main() -> None:
     shape = (args.writers, args.calls, args.prompt_tokens, args.output_tokens)
 
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
-    for _ in range(args.rounds):
-        for path, batched in (("single", False), ("batched", True)):
+    for round_ in range(args.rounds):
+        paths = [("single", False), ("batched", True)]
+        for path, batched in paths if round_ % 2 == 0 else paths[::-1]:  # neither always runs first
             results.setdefault(("postgresql", path), []).append(
                 with_pg_schema(args.pg_url, lambda url, b=batched: bench_backend(url, *shape, b))
             )

@@ -11,9 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from clawgym.assemble import open_sql_store
 from clawgym.errors import AlreadyExists, FailedPrecondition, NotFound
 from clawgym.records import RolloutSpec
 from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.config import StoreConfig
 from clawgym.store.group_commit import GroupCommit, Pending
 from clawgym.store.sql import SqlStore
 
@@ -271,3 +273,14 @@ def test_no_more_batches_than_max_inflight_are_written_at_once(max_inflight: int
     assert peak <= max_inflight and all(n <= 3 and b <= 350 for n, b in sizes), (peak, sizes)
     assert commit.items == 200 and commit.batches == len(sizes) < 200
 
+
+
+def test_store_batch_writes_reaches_the_store(sqlite_url: str) -> None:
+    """`store.batch_writes` (config, env, flag) is what open_sql_store gives SqlStore."""
+    for flag in (True, False):
+        store = open_sql_store(StoreConfig(url=sqlite_url, batch_writes=flag))
+        try:
+            assert store.batch_writes is flag
+        finally:
+            store.close()
+    assert StoreConfig().batch_writes is True, "batching is the default"
