@@ -145,7 +145,7 @@ def bench_backend(
         "mean_ms": statistics.fmean(latencies) * 1e3,
         "p50_ms": cuts[49] * 1e3,
         "p99_ms": cuts[98] * 1e3,
-        "mean_batch": store.calls.items / store.calls.batches if batched and store.calls.batches else 1.0,
+        "mean_batch": store.call_batcher.items / store.call_batcher.batches if batched and store.call_batcher.batches else 1.0,
         "rss_growth_mb": rss.growth / 1e6,
     }
 

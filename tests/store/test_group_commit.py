@@ -53,10 +53,10 @@ def test_sixteen_threads_of_calls_are_all_committed_and_readable(store_url: str,
                 assert c.prompt_ids.tobytes() == want.prompt_ids.tobytes(), f"writer {w} call {c.seq} mixed up"
                 assert c.temperature == want.temperature and c.headers == want.headers
         if batched:
-            assert store.calls.items == WRITERS * CALLS_PER_WRITER
-            assert store.calls.batches < store.calls.items, "16 concurrent writers never shared a transaction"
+            assert store.call_batcher.items == WRITERS * CALLS_PER_WRITER
+            assert store.call_batcher.batches < store.call_batcher.items, "16 concurrent writers never shared a transaction"
         else:
-            assert store.calls.batches == 0, "batch_writes=False must take the one-transaction path"
+            assert store.call_batcher.batches == 0, "batch_writes=False must take the one-transaction path"
     finally:
         store.close()
 
@@ -65,7 +65,7 @@ def hold_first_batch(store: SqlStore) -> tuple[threading.Event, threading.Event]
     """Makes the store's next batch wait for `release` (after setting `holding`), so the calls that
     arrive meanwhile queue up and are written together in the batch after it."""
     holding, release = threading.Event(), threading.Event()
-    write_batch = store.calls._write_batch
+    write_batch = store.call_batcher._write_batch
 
     def held(batch: list[Pending]) -> None:
         if not holding.is_set():
@@ -73,7 +73,7 @@ def hold_first_batch(store: SqlStore) -> tuple[threading.Event, threading.Event]
             assert release.wait(30), "the test never released the first batch"
         write_batch(batch)
 
-    store.calls._write_batch = held
+    store.call_batcher._write_batch = held
     return holding, release
 
 
@@ -87,7 +87,7 @@ def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(store: SqlStore,
     )
     store.record_call(make_call(live, 0, key=1))
     store.finish_rollout(ended, "finished", reward=0.0)
-    before = store.calls.batches
+    before = store.call_batcher.batches
     holding, release = hold_first_batch(store)
     outcomes: dict[str, object] = {}
 
@@ -115,13 +115,13 @@ def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(store: SqlStore,
         threads.append(threading.Thread(target=record, args=(name, call)))
         threads[-1].start()
         deadline = time.monotonic() + 30
-        while len(store.calls._queue) < n:
+        while len(store.call_batcher._queue) < n:
             assert time.monotonic() < deadline, f"{name} never queued"
             time.sleep(0.001)
     release.set()
     for t in [first, *threads]:
         t.join(30)
-    assert store.calls.batches == before + 2, "the queued calls must have been one batch after the held one"
+    assert store.call_batcher.batches == before + 2, "the queued calls must have been one batch after the held one"
 
     for name in ("first", "good1", "twin_a", "good2", "good3"):
         assert isinstance(outcomes[name], str), f"{name} should have committed: {outcomes[name]!r}"
@@ -159,7 +159,7 @@ def test_a_batch_of_only_refused_calls_writes_nothing_and_the_next_batch_works(s
     bad = [threading.Thread(target=record, args=(make_call(f"nope{i}", 0),)) for i in range(3)]
     for t in bad:
         t.start()
-    while len(store.calls._queue) < 3:
+    while len(store.call_batcher._queue) < 3:
         time.sleep(0.001)
     release.set()
     for t in [first, *bad]:

@@ -114,9 +114,10 @@ class SqlStore:
         self.bus: EventBus = bus if bus is not None else MemoryBus()
         self.max_call_bytes = max_call_bytes
         self._engine = create_store_engine(url, pool_size=pool_size)
-        # One batch in flight, on both backends: two on PostgreSQL halved the batches and gained
-        # nothing measurable (bench/store_write.py); SQLite has a single writer anyway.
-        self.calls = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES)
+        # One batch in flight, on both backends: two on PostgreSQL halved the batches and lost
+        # throughput (bench/store_write.py, 16 writers); SQLite has a single writer anyway.
+        # `.batches` and `.items` say how much batching happened (the bench, the tests).
+        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES)
         self.batch_writes = batch_writes
         self._reader = read_only(self._engine)
         with self._db_errors():
@@ -330,7 +331,7 @@ class SqlStore:
         if not self.batch_writes:
             return self._write_call(values)
         size = sum(len(values[f]) for f in ("prompt_ids", "output_ids", "output_logprobs", "output_versions"))
-        return self.calls.submit(values, size)
+        return self.call_batcher.submit(values, size)
 
     def _write_call(self, values: dict[str, Any]) -> str:
         """One call in its own transaction: the old path, and the fallback of a batch that failed."""
