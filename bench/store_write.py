@@ -1,17 +1,24 @@
-"""Store write throughput with 20k-token calls, PostgreSQL vs SQLite, and packed arrays vs JSON lists.
+"""Store write throughput with 20k-token calls, PostgreSQL vs SQLite, batched vs one transaction per call.
 
-    .venv/bin/python bench/store_write.py [--writers 8] [--calls 50] [--prompt-tokens 20000]
+    .venv/bin/python bench/store_write.py [--writers 16] [--calls 50] [--prompt-tokens 20000] [--rounds 1]
 
-Each backend gets a fresh database (a throwaway PostgreSQL schema, a temp SQLite file) and an
-in-process bus; `--writers` threads share one SqlStore and record `--calls` calls each, all
-starting together. A call's bytes are its packed arrays plus its JSON; reads are one `get_group`
-of everything written. The size ratio compares one call's packed arrays with the same arrays as
-JSON lists (what the store must never do). The last line is one JSON object of the figures.
+Each backend and write path gets a fresh database (a throwaway PostgreSQL schema, a temp SQLite
+file) and an in-process bus; `--writers` threads share one SqlStore and record `--calls` calls
+each, all starting together. Two write paths in the same run: `batched` (group commit, the
+default, `store.batch_writes`) and `single` (one transaction per call, the old path); with
+`--rounds N` they run N times, in alternating order, and each figure is the median, so a loaded machine skews
+both alike (compare the ratios). Per call: the latency of one `record_call` (what the proxy waits
+on before the harness's last byte), mean, p50 and p99; per run: calls/s, MB/s, the mean batch size and
+the peak growth of this process's RSS while writing. A call's bytes are its packed arrays plus
+its JSON; reads are one `get_group` of everything written. The size ratio compares one call's
+packed arrays with the same arrays as JSON lists (what the store must never do). The last line
+is one JSON object of the figures.
 """
 
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -70,10 +77,36 @@ def call_bytes(call: Call) -> int:
     return sum(map(len, packed)) + len(json.dumps(call.request)) + len(json.dumps(call.response))
 
 
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    """Samples this process's RSS every 5 ms while in the block; `growth` is the peak minus the start."""
+
+    def __enter__(self) -> "PeakRss":
+        self.start = self.peak = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, rss_bytes())
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.growth = max(self.peak, rss_bytes()) - self.start
+
+
 def bench_backend(
-    url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int
+    url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int, batched: bool
 ) -> dict[str, float]:
-    store = open_sql_store(StoreConfig(url=url, pool_size=writers))  # bus: memory://
+    store = open_sql_store(StoreConfig(url=url, pool_size=writers, batch_writes=batched))  # bus: memory://
+    latencies: list[float] = []
     try:
         run = store.create_run("bench")
         specs = [RolloutSpec("bench-group", f"task{w}", "reference") for w in range(writers)]
@@ -85,9 +118,11 @@ def bench_backend(
         def write(batch: list[Call]) -> None:
             start.wait()
             for call in batch:
+                t = time.perf_counter()
                 store.record_call(call)
+                latencies.append(time.perf_counter() - t)  # list.append is atomic
 
-        with ThreadPoolExecutor(writers) as threads:
+        with ThreadPoolExecutor(writers) as threads, PeakRss() as rss:
             futures = [threads.submit(write, batch) for batch in work]
             start.wait()
             t0 = time.perf_counter()
@@ -101,12 +136,22 @@ def bench_backend(
     finally:
         store.close()
     n = writers * calls
+    cuts = statistics.quantiles(latencies, n=100)
     return {
         "calls_per_s": n / write_s,
         "mb_per_s": total_bytes / write_s / 1e6,
         "read_mb_per_s": total_bytes / read_s / 1e6,
         "write_s": write_s,
+        "mean_ms": statistics.fmean(latencies) * 1e3,
+        "p50_ms": cuts[49] * 1e3,
+        "p99_ms": cuts[98] * 1e3,
+        "mean_batch": store.call_batcher.items / store.call_batcher.batches if batched and store.call_batcher.batches else 1.0,
+        "rss_growth_mb": rss.growth / 1e6,
     }
+
+
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def with_pg_schema(base_url: str, fn):  # type: ignore[no-untyped-def]
@@ -135,7 +180,7 @@ def size_ratio(prompt_tokens: int, output_tokens: int) -> tuple[int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--writers", type=int, default=8, help="concurrent writer threads")
+    parser.add_argument("--writers", type=int, default=16, help="concurrent writer threads")
     parser.add_argument("--calls", type=int, default=50, help="calls per writer")
     parser.add_argument("--prompt-tokens", type=int, default=20_000)
     parser.add_argument("--output-tokens", type=int, default=256)
@@ -144,36 +189,60 @@ def main() -> None:
         default=os.environ.get("CLAWGYM_TEST_PG_URL", DEFAULT_PG_URL),
         help="a database to bench in",
     )
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the two paths N times; medians")
     args = parser.parse_args()
     shape = (args.writers, args.calls, args.prompt_tokens, args.output_tokens)
 
-    pg = with_pg_schema(args.pg_url, lambda url: bench_backend(url, *shape))
-    with tempfile.TemporaryDirectory() as tmp:
-        lite = bench_backend(f"sqlite:///{tmp}/bench.db", *shape)
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for round_ in range(args.rounds):
+        paths = [("single", False), ("batched", True)]
+        for path, batched in paths if round_ % 2 == 0 else paths[::-1]:  # neither always runs first
+            results.setdefault(("postgresql", path), []).append(
+                with_pg_schema(args.pg_url, lambda url, b=batched: bench_backend(url, *shape, b))
+            )
+            with tempfile.TemporaryDirectory() as tmp:
+                results.setdefault(("sqlite", path), []).append(
+                    bench_backend(f"sqlite:///{tmp}/bench.db", *shape, batched)
+                )
+    r = {key: median_of(runs) for key, runs in results.items()}
     packed, as_json = size_ratio(args.prompt_tokens, args.output_tokens)
 
     print(
         f"{args.writers} writers × {args.calls} calls, {args.prompt_tokens}-token prompts, {args.output_tokens} out"
+        f", median of {args.rounds} round(s)"
     )
-    for name, r in (("postgresql", pg), ("sqlite", lite)):
+    for (backend, path), x in r.items():
         print(
-            f"  {name:10s} {r['calls_per_s']:8.1f} calls/s  {r['mb_per_s']:7.1f} MB/s written"
-            f"  {r['read_mb_per_s']:7.1f} MB/s group read  ({r['write_s']:.1f} s)"
+            f"  {backend:10s} {path:7s} {x['calls_per_s']:7.1f} calls/s {x['mb_per_s']:6.1f} MB/s"
+            f"  record_call mean {x['mean_ms']:6.1f} p50 {x['p50_ms']:6.1f} p99 {x['p99_ms']:6.1f} ms"
+            f"  batch {x['mean_batch']:4.1f}  RSS +{x['rss_growth_mb']:5.0f} MB"
+            f"  group read {x['read_mb_per_s']:6.1f} MB/s ({x['write_s']:.1f} s)"
         )
     print(f"  one call's arrays: packed {packed / 1e3:.0f} kB, as JSON lists {as_json / 1e3:.0f} kB")
-    figures = {
-        "pg_calls_per_s": round(pg["calls_per_s"], 1),
-        "pg_mb_per_s": round(pg["mb_per_s"], 1),
-        "pg_group_read_mb_per_s": round(pg["read_mb_per_s"], 1),
-        "sqlite_calls_per_s": round(lite["calls_per_s"], 1),
-        "sqlite_mb_per_s": round(lite["mb_per_s"], 1),
-        "sqlite_group_read_mb_per_s": round(lite["read_mb_per_s"], 1),
-        "pg_vs_sqlite_calls": round(pg["calls_per_s"] / lite["calls_per_s"], 2),
+    figures: dict[str, float | int] = {}
+    for backend, short in (("postgresql", "pg"), ("sqlite", "sqlite")):
+        for path in ("batched", "single"):
+            x, tag = r[(backend, path)], short if path == "batched" else f"{short}_single"
+            figures |= {
+                f"{tag}_calls_per_s": round(x["calls_per_s"], 1),
+                f"{tag}_mb_per_s": round(x["mb_per_s"], 1),
+                f"{tag}_mean_ms": round(x["mean_ms"], 1),
+                f"{tag}_p50_ms": round(x["p50_ms"], 1),
+                f"{tag}_p99_ms": round(x["p99_ms"], 1),
+                f"{tag}_mean_batch": round(x["mean_batch"], 1),
+                f"{tag}_rss_growth_mb": round(x["rss_growth_mb"]),
+                f"{tag}_group_read_mb_per_s": round(x["read_mb_per_s"], 1),
+            }
+        batched, single = r[(backend, "batched")], r[(backend, "single")]
+        figures[f"{short}_batched_vs_single_calls"] = round(batched["calls_per_s"] / single["calls_per_s"], 2)
+    figures |= {
+        "pg_vs_sqlite_calls": round(r[("postgresql", "batched")]["calls_per_s"] / r[("sqlite", "batched")]["calls_per_s"], 2),
         "packed_vs_json_size": round(packed / as_json, 3),
         "writers": args.writers,
         "calls_per_writer": args.calls,
         "prompt_tokens": args.prompt_tokens,
         "output_tokens": args.output_tokens,
+        "rounds": args.rounds,
     }
     print(json.dumps(figures))
 

@@ -60,7 +60,13 @@ def open_sql_store(s: StoreConfig) -> SqlStore:
     from clawgym.store.bus import make_bus
     from clawgym.store.sql import SqlStore
 
-    return SqlStore(s.url, make_bus(s.bus_url), max_call_bytes=s.max_call_mb * 2**20, pool_size=s.pool_size)
+    return SqlStore(
+        s.url,
+        make_bus(s.bus_url),
+        max_call_bytes=s.max_call_mb * 2**20,
+        pool_size=s.pool_size,
+        batch_writes=s.batch_writes,
+    )
 
 
 def open_bus(cfg: ClawgymConfig, store: TrajectoryStore | None = None) -> EventBus:

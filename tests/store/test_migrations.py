@@ -2,7 +2,7 @@
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from clawgym.store.database import create_store_engine
 from clawgym.store.migrations import current_revision, head_revision, migrate
@@ -41,3 +41,25 @@ def test_opening_a_store_twice_keeps_the_schema_and_the_data(store_url: str) -> 
         assert second.get_run(run.id) == run, "re-opening a store must keep what was written"
     finally:
         second.close()
+
+
+def test_postgresql_keeps_the_packed_arrays_uncompressed(pg_url: str) -> None:
+    """Migration 0006: the calls' array columns are STORAGE EXTERNAL (no pglz attempt on every
+    80 kB prompt), the other columns keep PostgreSQL's defaults."""
+    migrate(pg_url)
+    engine = create_store_engine(pg_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            storage = dict(
+                conn.execute(
+                    text(
+                        "SELECT attname, attstorage FROM pg_attribute"
+                        " WHERE attrelid = 'calls'::regclass AND attnum > 0 AND NOT attisdropped"
+                    )
+                ).all()
+            )
+    finally:
+        engine.dispose()
+    arrays = ("prompt_ids", "output_ids", "output_logprobs", "output_versions")
+    assert {c: storage[c] for c in arrays} == dict.fromkeys(arrays, "e"), storage
+    assert storage["request"] == "x" and storage["seq"] == "p", "only the array columns change"

@@ -25,6 +25,9 @@ class StoreConfig(Section):
     )
     max_call_mb: int = Field(64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB")
     pool_size: int = Field(16, ge=1, description="database connections per store process (one per concurrent writer)")
+    batch_writes: bool = Field(
+        True, description="group-commit concurrent calls (several per transaction); false: one transaction per call"
+    )
     grpc_max_message_mb: int = Field(
         1024, ge=1, le=2047, description="largest gRPC message of the store service and client (a whole group), in MiB"
     )

@@ -6,6 +6,7 @@ The same schema runs on PostgreSQL and SQLite, so only portable types are used:
 
 - token arrays are `LargeBinary` holding packed little-endian arrays (`clawgym.arrays`):
   int32 ids and versions, float32 logprobs. A 20k-token prompt is 80 kB, never a JSON list;
+  PostgreSQL stores them uncompressed (STORAGE EXTERNAL, migration 0006: they barely compress);
 - times are unix seconds in a double (`created_at`), as in the records and on the wire;
 - ids are strings chosen by the store (uuid4 hex), except `group_id`, chosen by the orchestrator.
 
