@@ -229,4 +229,4 @@ def test_the_config_picks_the_backend_and_env_reaches_the_sandbox_section(monkey
         "CLAWGYM_SANDBOX__* must configure the backend the factory builds"
     )
     with pytest.raises(InvalidArgument):
-        load_config(sandbox={"backend": "docker"})
+        load_config(sandbox={"backend": "podman"})  # local, kubernetes and docker only
