@@ -387,16 +387,16 @@ class BatchLoop:
             return False
 
     def _groups(self, plan: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
-        """Splits the plan into forwards of at most `prefill_batch` requests whose left-padded shape
-        (rows × longest share) stays within `prefill_chunk` tokens, longest shares first, so padding
-        never more than doubles a step's prompt compute."""
+        """Splits the plan into forwards of at most `prefill_batch` requests, longest shares first; a
+        request joins the current forward while its left-padded shape (rows × longest share) stays
+        within twice the real tokens in it, so padding at most doubles a step's prompt compute."""
         groups: list[list[tuple[Request, int]]] = []
         for request, n in sorted(plan, key=lambda item: -item[1]):
             group = groups[-1] if groups else None
             if (
                 group
                 and len(group) < self.prefill_batch
-                and (len(group) + 1) * group[0][1] <= self.prefill_chunk
+                and (len(group) + 1) * group[0][1] <= 2 * (n + sum(m for _, m in group))
             ):
                 group.append((request, n))
             else:
