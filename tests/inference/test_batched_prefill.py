@@ -46,11 +46,11 @@ def _teacher_forced(model, prompt, ids, temperature):
 def test_prompts_of_different_lengths_prefilled_together_equal_one_at_a_time(
     engine_factory, collect, hf_greedy, tiny_model, prompts, chunk
 ):
-    """Eight prompts of 19 to 80 tokens arriving together: with P = 1024 they are prefilled in one
-    forward; with P = 48 in chunks over several steps, rows that carry a computed past batched with
-    fresh ones. Either way each request's greedy tokens equal HF generate alone and the one-per-forward
-    engine's, and its sampled tokens and logprobs (first token included) equal the one-per-forward
-    engine's within fp32 tolerance and a teacher-forced forward."""
+    """Eight prompts of 19 to 80 tokens arriving together: with P = 1024 they are prefilled in at
+    most 3 forwards (similar lengths together); with P = 48 in chunks over several steps, rows that
+    carry a computed past batched with fresh ones. Either way each request's greedy tokens equal HF
+    generate alone and the one-per-forward engine's, and its sampled tokens and logprobs (first token
+    included) equal the one-per-forward engine's within fp32 tolerance and a teacher-forced forward."""
     batched = engine_factory(tiny_model, prefill_chunk=chunk, prefix_cache_tokens=0)
     alone = engine_factory(tiny_model, prefill_chunk=chunk, prefix_cache_tokens=0, prefill_batch=1)
 
@@ -69,7 +69,9 @@ def test_prompts_of_different_lengths_prefilled_together_equal_one_at_a_time(
         "prefill_batch=1 runs one prompt per forward"
     )
     if chunk == 1024:
-        assert counters.prefill_forwards == 2, f"each round's 8 prompts must share one forward: {counters}"
+        assert counters.prefill_forwards <= 2 * 3, (
+            f"each round's 8 prompts must share <= 3 forwards: {counters}"
+        )
     else:
         steps = 2 * math.ceil(sum(map(len, prompts)) / chunk)  # each round needs this many steps at least
         assert counters.prefill_forwards <= steps + 4 < counters.prefill_chunks, (

@@ -12,22 +12,28 @@ One iteration of the loop (a "step"):
      a prefix with one still prefilling waits until that one has computed it, then copies it
      (a GRPO group's G equal prompts are prefilled once);
   3. prefill at most `prefill_chunk` (P) prompt tokens in all, shared between the admitted prompts:
-     up to P/4 to the oldest (so no prompt starves), the rest shortest-remaining first, each
-     request's share one forward of its own cache (batch 1). A prompt that is done is cached, samples
-     its first token and joins the running batch;
+     up to P/4 to the oldest (so no prompt starves), the rest shortest-remaining first. The shares
+     run batched (`_groups`): up to `prefill_batch` requests per forward, left-padded to the longest
+     share in it, each row attending only to its own past and tokens (a failing batched forward is
+     rerun one request at a time, so a failure still finds its own request); prompts of similar
+     share share a forward, padding is at most a quarter of a forward's tokens or `PAD_SLACK`.
+     A prompt that is done is cached and samples its first token; those done this step join the
+     running batch together;
   4. one decode step for all running rows together: each row feeds its last token and samples the
      next; rows that finish leave the batch.
-Fairness bound: a step computes at most P prompt tokens plus one decode token per running row, so
-running rows get a token every step however long a prompt is being prefilled, and a newcomer whose
-uncomputed prompt (plus those of shorter prompts prefilling with it) is at most 3P/4 tokens gets its
-first token at the end of the step after the one it arrived in: at most 2P prompt tokens computed
-from its arrival to its first token (P = 512 by default), given a free row and memory budget
-(admission stays in arrival order, so a long prompt that does not fit yet holds back those behind
-it rather than starve). A newcomer that follows a prompt still prefilling computes no more than
-that bound, but waits for its leader to pass the shared prefix.
-Failures stay with their request: a prefill forward or a sample is one request's, and a row whose
-logits are not finite (the sampler refuses NaN/inf) fails alone; only a failure of the shared decode
-forward, which no row can be blamed for, fails the rows of that step.
+Fairness bound: a step computes at most P prompt tokens (plus padding, above) and one decode token
+per running row, however its prefill is batched, so running rows get a token every step however
+long a prompt is being prefilled, and a newcomer whose uncomputed prompt (plus those of shorter
+prompts prefilling with it) is at most 3P/4 tokens gets its first token at the end of the step after
+the one it arrived in: at most 2P prompt tokens computed from its arrival to its first token
+(P = 512 by default), given a free row and memory budget (admission stays in arrival order, so a
+long prompt that does not fit yet holds back those behind it rather than starve). A newcomer that
+follows a prompt still prefilling computes no more than that bound, but waits for its leader to
+pass the shared prefix.
+Failures stay with their request: a prefill (rerun alone when batched) or a sample is one request's;
+the rows of a batched prefill forward never attend to each other's KV (NaN in one stays there); a
+row whose logits are not finite (the sampler refuses NaN/inf) fails alone; only a failure of the
+shared decode forward, which no row can be blamed for, fails the rows of that step.
 Tokens carry the policy version of the weights that computed them. After a swap, running rows
 keep their KV cache from the old weights (as vLLM does); their new tokens carry the new version.
 """
@@ -52,6 +58,10 @@ from clawgym.inference.prefix_cache import PrefixCache, common_prefix
 from clawgym.inference.sampler import Sampled, sample_rows
 
 log = logging.getLogger(__name__)
+
+# Padding tokens a batched prefill forward may carry whatever its size: on CPU one more forward of a
+# small model costs about as much as this many tokens (kernel launches, per-layer Python).
+PAD_SLACK = 64
 
 
 @dataclass
@@ -388,19 +398,19 @@ class BatchLoop:
 
     def _groups(self, plan: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
         """Splits the plan into forwards of at most `prefill_batch` requests, longest shares first; a
-        request joins the current forward while its left-padded shape (rows × longest share) stays
-        within twice the real tokens in it, so padding at most doubles a step's prompt compute."""
+        request joins the current forward while the padding its left-padded shape (rows × longest
+        share) adds stays within a quarter of the real tokens in it or `PAD_SLACK`, whichever is more:
+        short prompts batch freely (a forward's fixed cost outweighs their padding), long shares of
+        unequal length run apart (padding would cost more than the forward it saves)."""
         groups: list[list[tuple[Request, int]]] = []
         for request, n in sorted(plan, key=lambda item: -item[1]):
             group = groups[-1] if groups else None
-            if (
-                group
-                and len(group) < self.prefill_batch
-                and (len(group) + 1) * group[0][1] <= 2 * (n + sum(m for _, m in group))
-            ):
-                group.append((request, n))
-            else:
-                groups.append([(request, n)])
+            if group and len(group) < self.prefill_batch:
+                real = n + sum(m for _, m in group)
+                if (len(group) + 1) * group[0][1] - real <= max(PAD_SLACK, real // 4):
+                    group.append((request, n))
+                    continue
+            groups.append([(request, n)])
         return groups
 
     def _plan(self) -> list[tuple[Request, int]]:
