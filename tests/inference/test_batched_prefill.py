@@ -133,3 +133,48 @@ def test_running_request_decodes_every_step_while_a_long_prompt_and_a_batch_pref
     assert counters.prefill_forwards < counters.prefill_chunks, f"nothing was prefilled together: {counters}"
     diff = (torch.tensor(long[1]) - _teacher_forced(tiny_model, long_prompt, long[0], 0.7)).abs().max().item()
     assert diff < 1e-4, f"the long prompt's logprobs differ from a teacher-forced forward by {diff}"
+
+
+def test_a_batched_prefill_forward_that_raises_fails_only_its_request(
+    engine_factory, collect, hf_greedy, fresh_model, tiny_model, prompts
+):
+    """The model raises on one request's prompt token (a forward pre-hook: the real model, a real
+    exception), inside a forward shared with seven other prompts: the loop reruns the eight one at a
+    time, so only that request fails, with its error, and the seven complete exactly."""
+    bad = fresh_model.config.vocab_size - 1
+    assert all(bad not in p for p in prompts), "test setup: the poison token must be in no other prompt"
+
+    refused = []  # batch size of each forward that raised
+
+    def refuse(module, args, kwargs):
+        if bad in kwargs["input_ids"]:
+            refused.append(kwargs["input_ids"].shape[0])
+            raise ValueError("refused token")
+
+    fresh_model.register_forward_pre_hook(refuse, with_kwargs=True)
+    torch_engine = engine_factory(fresh_model, prefill_chunk=1024, prefix_cache_tokens=0)
+
+    async def failing(prompt):
+        with pytest.raises(Exception) as caught:
+            await collect(torch_engine, prompt, GREEDY, "bad:0")
+        return caught.value
+
+    async def body():
+        async with _admitted_together(torch_engine):
+            bad_task = asyncio.create_task(failing([*prompts[3], bad]))
+            good = [
+                asyncio.create_task(collect(torch_engine, p, GREEDY, f"r{i}:0"))
+                for i, p in enumerate(prompts[:7])
+            ]
+        return await bad_task, await asyncio.gather(*good), torch_engine.counters()
+
+    error, good, counters = asyncio.run(body())
+    assert "refused token" in str(error), f"the failing request must carry its own error: {error!r}"
+    for i, result in enumerate(good):
+        assert result[0] == hf_greedy(tiny_model, prompts[i], 12) and result[3] == "length", (
+            f"request {i} was hit"
+        )
+    assert counters.finished["error"] == 1 and counters.finished["length"] == 7, counters.finished
+    assert refused[0] > 1 and refused[1:] == [1], (
+        f"a shared forward must raise, then its rerun alone: {refused}"
+    )
