@@ -19,10 +19,10 @@ FinishReason = Literal["stop", "length", "abort"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    max_new_tokens: int = 0  # 0: up to the end of the context
-    temperature: float = 1.0  # 0: greedy
-    top_p: float = 1.0  # 1: off
-    top_k: int = 0  # 0: off
+    max_new_tokens: int = 0          # 0: up to the end of the context
+    temperature: float = 1.0         # 0: greedy
+    top_p: float = 1.0               # 1: off
+    top_k: int = 0                   # 0: off
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
 
