@@ -24,8 +24,7 @@ class InferenceConfig(Section):
         "comma-separated (host1:port,host2:port), each rollout then sticks to one; empty = in-process engine",
     )
     host: str = Field(
-        "127.0.0.1",
-        description="address `clawgym serve inference` and its /metrics listen on; deployments: 0.0.0.0",
+        "127.0.0.1", description="address `clawgym serve inference` and its /metrics listen on; deployments: 0.0.0.0"
     )
     port: int = Field(50052, description="gRPC port `clawgym serve inference` listens on")
     metrics_port: int = Field(
@@ -74,8 +73,8 @@ class InferenceConfig(Section):
     prefill_batch: int = Field(
         32,
         ge=1,
-        description="torch engine: prompts prefilled together in one forward at most (left-padded, within "
-        "prefill_chunk tokens); 1 = one forward per prompt",
+        description="torch engine: prompts prefilled together in one forward at most (left-padded; shares "
+        "of similar length go together); 1 = one forward per prompt",
     )
     prefix_cache_tokens: int = Field(
         8192,
