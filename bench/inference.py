@@ -9,11 +9,17 @@ Measured side by side in one run, on one model (default SmolLM2-135M, fp32, CPU)
     real first prompt: system prompt, worked examples, task) with the prefix cache on vs off, each
     round on a fresh engine (as after a weight swap, when the cache starts empty).
 The batching figures run with the prefix cache off (their rounds repeat the same prompts).
+Two engines run side by side in the same rounds: batched prefill (`--prefill-batch`, default 32
+prompts per forward) and the one-prompt-per-forward path (`prefill_batch=1`, the path before batched
+prefill); `--prefill-batch 1` runs only that one. The main figures are the first engine's, the
+`*_pb1` ones the old path's; both speedups divide by the best one-by-one figure of either engine
+(one request at a time takes the same path in both).
 Every request generates exactly --tokens tokens (greedy, no stop token); each figure is the best of
 --repeat interleaved rounds. The last line is JSON.
 
     .venv/bin/python bench/inference.py                       # SmolLM2-135M
     .venv/bin/python bench/inference.py --model tiny-qwen3 --tokens 64
+    .venv/bin/python bench/inference.py --prefill-batch 1             # only the old path
 """
 
 import argparse
@@ -84,10 +90,12 @@ def agent_prompts(tok, samples: int = 8) -> list[list[int]]:
 
 
 async def agent_step(
-    model, name: str, batch: list[list[int]], tokens: int, cache_tokens: int
+    model, name: str, batch: list[list[int]], tokens: int, cache_tokens: int, prefill_batch: int
 ) -> tuple[float, int]:
     """(seconds, prompt tokens computed) for `batch` at once on a fresh engine."""
-    engine = TorchEngine(model, name=name, max_batch=32, prefix_cache_tokens=cache_tokens)
+    engine = TorchEngine(
+        model, name=name, max_batch=32, prefix_cache_tokens=cache_tokens, prefill_batch=prefill_batch
+    )
     try:
         _, seconds = await run_requests(engine, batch, tokens, concurrent=True)
         return seconds, engine.counters().prefill_tokens
@@ -115,77 +123,107 @@ async def bench(args) -> dict:
     dtype = getattr(torch, args.dtype)
     tok = load_tokenizer(args.model)
     model = load_model(args.model, dtype=dtype)
-    engine = TorchEngine(model, name=args.model, max_batch=32, prefix_cache_tokens=0)
+    # suffix -> prefill_batch: "" is the path under test, "_pb1" one prompt per forward (the old path)
+    variants = {"": args.prefill_batch} if args.prefill_batch == 1 else {"": args.prefill_batch, "_pb1": 1}
+    engines = {
+        suffix: TorchEngine(model, name=args.model, max_batch=32, prefix_cache_tokens=0, prefill_batch=pb)
+        for suffix, pb in variants.items()
+    }
     batch = prompts(tok, 32)
     agent = agent_prompts(tok)
-    await run_requests(engine, batch[:2], 4, concurrent=True)  # warm-up
+    for engine in engines.values():
+        await run_requests(engine, batch[:2], 4, concurrent=True)  # warm-up
 
-    # Rounds interleave the four measurements and keep each one's best, so that load from other
-    # processes on a shared machine hits them alike rather than whichever ran during a spike.
+    # Rounds interleave all measurements (both engines) and keep each one's best, so that load from
+    # other processes on a shared machine hits them alike rather than whichever ran during a spike.
     best: dict[str, float] = {}
-    steps_32 = 0
+    steps_32: dict[str, int] = {}
     for _ in range(args.repeat):
-        for name, run in (
-            ("1", lambda: run_requests(engine, batch[: args.serial], args.tokens, concurrent=False)),
-            ("8", lambda: run_requests(engine, batch[:8], args.tokens, concurrent=True)),
-            ("32", lambda: run_requests(engine, batch, args.tokens, concurrent=True)),
-        ):
-            steps_before = engine.counters().decode_steps
-            n, seconds = await run()
-            if name == "32":
-                steps_32 = engine.counters().decode_steps - steps_before
-            best[name] = max(best.get(name, 0.0), n / seconds)
+        for suffix, engine in engines.items():
+            for name, run in (
+                ("1", lambda e=engine: run_requests(e, batch[: args.serial], args.tokens, concurrent=False)),
+                ("8", lambda e=engine: run_requests(e, batch[:8], args.tokens, concurrent=True)),
+                ("32", lambda e=engine: run_requests(e, batch, args.tokens, concurrent=True)),
+            ):
+                steps_before = engine.counters().decode_steps
+                n, seconds = await run()
+                if name == "32":
+                    steps_32[suffix] = engine.counters().decode_steps - steps_before
+                best[name + suffix] = max(best.get(name + suffix, 0.0), n / seconds)
         n, seconds = hf_generate(model, tok, batch, args.tokens)
         best["hf"] = max(best.get("hf", 0.0), n / seconds)
-        for cache_tokens in (0, 8192):
-            seconds, prefilled = await agent_step(model, args.model, agent, args.tokens, cache_tokens)
-            key = f"agent_{cache_tokens}"
-            best[key] = min(best.get(key, float("inf")), seconds)
-            best[f"{key}_prefill"] = prefilled
+        for suffix, pb in variants.items():
+            for cache_tokens in (0, 8192):
+                seconds, prefilled = await agent_step(model, args.model, agent, args.tokens, cache_tokens, pb)
+                key = f"agent_{cache_tokens}{suffix}"
+                best[key] = min(best.get(key, float("inf")), seconds)
+                best[f"agent_{cache_tokens}_prefill"] = prefilled
 
+    engine = engines[""]
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)  # a checkpoint as the trainer would publish it
         stream = engine.generate(batch[0], SamplingParams(max_new_tokens=args.tokens, temperature=0.0))
         first = await anext(stream)  # reload while a request is in flight
         reload_s = await engine.load_weights(1, folder)
         versions = first.policy_versions + [v async for c in stream for v in c.policy_versions]
-    await engine.aclose()
+    for each in engines.values():
+        await each.aclose()
 
-    tps1, tps8, tps32, tpshf = best["1"], best["8"], best["32"], best["hf"]
+    tpshf = best["hf"]
     print(
         f"model {args.model} ({args.dtype}), {args.tokens} tokens per request, torch threads {torch.get_num_threads()}"
     )
-    print(f"one by one ({args.serial} requests): {tps1:8.1f} tok/s")
-    print(f"8 concurrent:              {tps8:8.1f} tok/s  ({tps8 / tps1:.2f}x)")
-    print(f"32 concurrent:             {tps32:8.1f} tok/s  ({tps32 / tps1:.2f}x, {steps_32} decode steps)")
-    print(f"HF generate, padded 32:    {tpshf:8.1f} tok/s  (engine at 32 = {tps32 / tpshf:.2f}x)")
+    result: dict = {"model": args.model, "dtype": args.dtype, "tokens_per_request": args.tokens}
+    # One request at a time runs the same path whatever prefill_batch is: both engines' speedups
+    # divide by the best one-by-one figure of either, so their ratio is not the baseline's noise.
+    tps1 = max(best["1" + suffix] for suffix in variants)
+    for suffix, pb in variants.items():
+        tps8, tps32 = best["8" + suffix], best["32" + suffix]
+        off, on = best["agent_0" + suffix], best["agent_8192" + suffix]
+        print(f"-- prefill_batch {pb}{' (the old path: one prompt per forward)' if pb == 1 else ''}")
+        print(
+            f"one by one ({args.serial} requests): {best['1' + suffix]:8.1f} tok/s  (baseline: {tps1:.1f}, the best)"
+        )
+        print(f"8 concurrent:              {tps8:8.1f} tok/s  ({tps8 / tps1:.2f}x)")
+        print(
+            f"32 concurrent:             {tps32:8.1f} tok/s  ({tps32 / tps1:.2f}x, {steps_32[suffix]} decode steps)"
+        )
+        print(f"HF generate, padded 32:    {tpshf:8.1f} tok/s  (engine at 32 = {tps32 / tpshf:.2f}x)")
+        print(
+            f"agent step, 4 tasks x 8 samples, {len(agent[0])}-token prompts: prefix cache off {off:.2f} s "
+            f"({best['agent_0_prefill']:.0f} prompt tokens computed), on {on:.2f} s "
+            f"({best['agent_8192_prefill']:.0f}): {off / on:.2f}x"
+        )
+        result.update(
+            {
+                f"prefill_batch{suffix}": pb,
+                f"tok_s_1{suffix}": round(best["1" + suffix], 2),
+                f"tok_s_8{suffix}": round(tps8, 2),
+                f"tok_s_32{suffix}": round(tps32, 2),
+                f"speedup_8{suffix}": round(tps8 / tps1, 3),
+                f"speedup_32{suffix}": round(tps32 / tps1, 3),
+                f"vs_hf_generate_32{suffix}": round(tps32 / tpshf, 3),
+                f"decode_steps_32{suffix}": steps_32[suffix],
+                f"agent_step_s_cache_off{suffix}": round(off, 3),
+                f"agent_step_s_cache_on{suffix}": round(on, 3),
+                f"prefix_cache_speedup{suffix}": round(off / on, 3),
+            }
+        )
+    if "_pb1" in variants:
+        ratio = best["32"] / best["32_pb1"]
+        print(f"32 concurrent, batched prefill vs one prompt per forward: {ratio:.2f}x")
+        result["batched_prefill_vs_pb1_32"] = round(ratio, 3)
     print(f"reload: {reload_s:.3f} s, in-flight request finished with versions {sorted(set(versions))}")
-    off, on = best["agent_0"], best["agent_8192"]
-    print(
-        f"agent step, 4 tasks x 8 samples, {len(agent[0])}-token prompts: prefix cache off {off:.2f} s "
-        f"({best['agent_0_prefill']:.0f} prompt tokens computed), on {on:.2f} s "
-        f"({best['agent_8192_prefill']:.0f}): {off / on:.2f}x"
+    result.update(
+        {
+            "tok_s_hf_generate_32": round(tpshf, 2),
+            "reload_s": round(reload_s, 4),
+            "agent_prefill_tokens_cache_off": int(best["agent_0_prefill"]),
+            "agent_prefill_tokens_cache_on": int(best["agent_8192_prefill"]),
+            "rounds": args.repeat,
+        }
     )
-    return {
-        "model": args.model,
-        "dtype": args.dtype,
-        "tokens_per_request": args.tokens,
-        "tok_s_1": round(tps1, 2),
-        "tok_s_8": round(tps8, 2),
-        "tok_s_32": round(tps32, 2),
-        "tok_s_hf_generate_32": round(tpshf, 2),
-        "speedup_8": round(tps8 / tps1, 3),
-        "speedup_32": round(tps32 / tps1, 3),
-        "vs_hf_generate_32": round(tps32 / tpshf, 3),
-        "decode_steps_32": steps_32,
-        "reload_s": round(reload_s, 4),
-        "agent_step_s_cache_off": round(off, 3),
-        "agent_step_s_cache_on": round(on, 3),
-        "prefix_cache_speedup": round(off / on, 3),
-        "agent_prefill_tokens_cache_off": int(best["agent_0_prefill"]),
-        "agent_prefill_tokens_cache_on": int(best["agent_8192_prefill"]),
-        "rounds": args.repeat,
-    }
+    return result
 
 
 def main() -> None:
@@ -194,6 +232,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32, help="tokens generated per request")
     parser.add_argument("--serial", type=int, default=4, help="requests in the one-by-one baseline")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; each figure is its best round")
+    parser.add_argument(
+        "--prefill-batch",
+        type=int,
+        default=32,
+        help="prompts prefilled per forward in the engine under test (default 32); "
+        "1 = the old path alone; otherwise it runs side by side with prefill_batch=1",
+    )
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     args = parser.parse_args()
     print(json.dumps(asyncio.run(bench(args))))

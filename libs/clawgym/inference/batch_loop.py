@@ -12,22 +12,28 @@ One iteration of the loop (a "step"):
      a prefix with one still prefilling waits until that one has computed it, then copies it
      (a GRPO group's G equal prompts are prefilled once);
   3. prefill at most `prefill_chunk` (P) prompt tokens in all, shared between the admitted prompts:
-     up to P/4 to the oldest (so no prompt starves), the rest shortest-remaining first, each
-     request's share one forward of its own cache (batch 1). A prompt that is done is cached, samples
-     its first token and joins the running batch;
+     up to P/4 to the oldest (so no prompt starves), the rest shortest-remaining first. The shares
+     run batched (`_groups`): up to `prefill_batch` requests per forward, left-padded to the longest
+     share in it, each row attending only to its own past and tokens (a failing batched forward is
+     rerun one request at a time, so a failure still finds its own request); prompts of similar
+     share share a forward, padding is at most a quarter of a forward's tokens or `PAD_SLACK`.
+     A prompt that is done is cached and samples its first token; those done this step join the
+     running batch together;
   4. one decode step for all running rows together: each row feeds its last token and samples the
      next; rows that finish leave the batch.
-Fairness bound: a step computes at most P prompt tokens plus one decode token per running row, so
-running rows get a token every step however long a prompt is being prefilled, and a newcomer whose
-uncomputed prompt (plus those of shorter prompts prefilling with it) is at most 3P/4 tokens gets its
-first token at the end of the step after the one it arrived in: at most 2P prompt tokens computed
-from its arrival to its first token (P = 512 by default), given a free row and memory budget
-(admission stays in arrival order, so a long prompt that does not fit yet holds back those behind
-it rather than starve). A newcomer that follows a prompt still prefilling computes no more than
-that bound, but waits for its leader to pass the shared prefix.
-Failures stay with their request: a prefill forward or a sample is one request's, and a row whose
-logits are not finite (the sampler refuses NaN/inf) fails alone; only a failure of the shared decode
-forward, which no row can be blamed for, fails the rows of that step.
+Fairness bound: a step computes at most P prompt tokens (plus padding, above) and one decode token
+per running row, however its prefill is batched, so running rows get a token every step however
+long a prompt is being prefilled, and a newcomer whose uncomputed prompt (plus those of shorter
+prompts prefilling with it) is at most 3P/4 tokens gets its first token at the end of the step after
+the one it arrived in: at most 2P prompt tokens computed from its arrival to its first token
+(P = 512 by default), given a free row and memory budget (admission stays in arrival order, so a
+long prompt that does not fit yet holds back those behind it rather than starve). A newcomer that
+follows a prompt still prefilling computes no more than that bound, but waits for its leader to
+pass the shared prefix.
+Failures stay with their request: a prefill (rerun alone when batched) or a sample is one request's;
+the rows of a batched prefill forward never attend to each other's KV (NaN in one stays there); a
+row whose logits are not finite (the sampler refuses NaN/inf) fails alone; only a failure of the
+shared decode forward, which no row can be blamed for, fails the rows of that step.
 Tokens carry the policy version of the weights that computed them. After a swap, running rows
 keep their KV cache from the old weights (as vLLM does); their new tokens carry the new version.
 """
@@ -39,7 +45,9 @@ import logging
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -51,6 +59,10 @@ from clawgym.inference.sampler import Sampled, sample_rows
 
 log = logging.getLogger(__name__)
 
+# Padding tokens a batched prefill forward may carry whatever its size: on CPU one more forward of a
+# small model costs about as much as this many tokens (kernel launches, per-layer Python).
+PAD_SLACK = 64
+
 
 @dataclass
 class StepCounters:
@@ -60,6 +72,7 @@ class StepCounters:
     decode_rows: int = 0  # sum of batch sizes over decode steps
     batch_sizes: Counter = field(default_factory=Counter)  # batch size -> decode steps run at that size
     prefill_chunks: int = 0
+    prefill_forwards: int = 0  # forwards that ran them (several prompts' chunks share one when batched)
     prefill_tokens: int = 0
     prefix_hit_tokens: int = 0  # prompt tokens taken from the prefix cache instead of computed
     generated_tokens: int = 0
@@ -131,8 +144,10 @@ class BatchLoop:
         prefill_chunk: int,
         policy_version: int,
         prefix_cache_tokens: int = 0,
+        prefill_batch: int = 32,
     ) -> None:
         self.model = model
+        self.prefill_batch = prefill_batch
         self.targets = targets
         self.max_context = max_context
         self.max_batch = max_batch
@@ -342,17 +357,61 @@ class BatchLoop:
         self.counters.prefix_hit_tokens += length
 
     def _prefill(self) -> None:
-        """Runs this step's prefill plan; a request whose prefill fails fails alone."""
-        for request, n in self._plan():
-            if self._closed:
-                return
-            try:
-                self._prefill_chunk(request, n)
-            except Exception as e:  # its own forward or sample: nobody else's
-                log.exception("prefill of request %s failed", request.id)
-                if request in self._prefilling:
-                    self._prefilling.remove(request)
-                self._fail(request, e)
+        """Runs this step's prefill plan, several prompts per forward (`_groups`); a request whose
+        prefill fails fails alone: a batched forward that raises is retried one request at a time.
+        Prompts done this step join the running batch together at the end (one re-lay of its KV)."""
+        joining: list[Request] = []
+        try:
+            for group in self._groups(self._plan()):
+                if self._closed:
+                    return
+                if len(group) > 1:
+                    try:
+                        logits, batch = self._forward_rows(group)
+                    except Exception:  # the shared forward: find whose it is by running each alone
+                        log.exception(
+                            "batched prefill of %d requests failed; retrying each alone", len(group)
+                        )
+                    else:
+                        for b, (request, n) in enumerate(group):
+                            if self._guarded(request, partial(self._take_row, request, n, batch, b, logits)):
+                                joining.append(request)
+                        continue
+                for request, n in group:
+                    if self._guarded(request, partial(self._prefill_alone, request, n)):
+                        joining.append(request)
+        finally:
+            self._join(joining)
+
+    def _guarded(self, request: Request, work: Callable[[], bool]) -> bool:
+        """Runs one request's share of the prefill (True: its prompt is done, it joins the batch);
+        an exception fails that request only."""
+        try:
+            return work()
+        except Exception as e:  # its own forward or sample: nobody else's
+            log.exception("prefill of request %s failed", request.id)
+            if request in self._prefilling:
+                self._prefilling.remove(request)
+            request.cache = None
+            self._fail(request, e)
+            return False
+
+    def _groups(self, plan: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
+        """Splits the plan into forwards of at most `prefill_batch` requests, longest shares first; a
+        request joins the current forward while the padding its left-padded shape (rows × longest
+        share) adds stays within a quarter of the real tokens in it or `PAD_SLACK`, whichever is more:
+        short prompts batch freely (a forward's fixed cost outweighs their padding), long shares of
+        unequal length run apart (padding would cost more than the forward it saves)."""
+        groups: list[list[tuple[Request, int]]] = []
+        for request, n in sorted(plan, key=lambda item: -item[1]):
+            group = groups[-1] if groups else None
+            if group and len(group) < self.prefill_batch:
+                real = n + sum(m for _, m in group)
+                if (len(group) + 1) * group[0][1] - real <= max(PAD_SLACK, real // 4):
+                    group.append((request, n))
+                    continue
+            groups.append([(request, n)])
+        return groups
 
     def _plan(self) -> list[tuple[Request, int]]:
         """Prompt tokens per prefilling request this step, `prefill_chunk` in all: up to a quarter to
@@ -371,9 +430,8 @@ class BatchLoop:
             budget -= extra
         return [(r, grants[r]) for r in order if grants[r] > 0]
 
-    def _prefill_chunk(self, request: Request, n: int) -> None:
-        """Runs the next n prompt tokens of `request`; when its prompt is done, caches it, samples its
-        first token and merges it into the running batch."""
+    def _prefill_alone(self, request: Request, n: int) -> bool:
+        """Runs the next n prompt tokens of `request` in a forward of its own cache (batch 1)."""
         cache = request.cache
         chunk = request.prompt[request.prefilled : request.prefilled + n]
         cache.reserve(n, self.max_context)
@@ -384,27 +442,73 @@ class BatchLoop:
             cache,
         )
         cache.advance(n)
+        self.counters.prefill_forwards += 1
+        return self._prefilled(request, n, logits[0])
+
+    def _forward_rows(self, group: list[tuple[Request, int]]) -> tuple[torch.Tensor, BatchKVCache]:
+        """One forward of the next n_b prompt tokens of each request b, left-padded to the longest
+        share (padding repeats the row's own first new token, so a row's padding is as finite as the
+        row); each row attends only to its own past and tokens. Returns the last-position logits
+        (B, V) and the batch cache holding the new KV columns."""
+        news = [n for _, n in group]
+        width = max(news)
+        batch = BatchKVCache.gather([r.cache for r, _ in group], width)
+        ids, positions = [], []
+        for request, n in group:
+            chunk = request.prompt[request.prefilled : request.prefilled + n]
+            ids.append([chunk[0]] * (width - n) + chunk)
+            positions.append(
+                [request.prefilled] * (width - n) + list(range(request.prefilled, request.prefilled + n))
+            )
+        logits = self._forward(
+            torch.tensor(ids), torch.tensor(positions), batch.prefill_rows_mask(news, self._dtype), batch
+        )
+        self.counters.prefill_forwards += 1
+        return logits, batch
+
+    def _take_row(
+        self, request: Request, n: int, batch: BatchKVCache, row: int, logits: torch.Tensor
+    ) -> bool:
+        """Copies row `row`'s new KV of a batched prefill forward into the request's own cache."""
+        request.cache.append_row(batch, row, n, self.max_context)
+        return self._prefilled(request, n, logits[row])
+
+    def _prefilled(self, request: Request, n: int, logits: torch.Tensor) -> bool:
+        """Counts n more prompt tokens of `request` computed; when its prompt is done, caches it and
+        samples its first token from `logits` (V,); True when it should join the running batch."""
         request.prefilled += n
         self.counters.prefill_chunks += 1
         self.counters.prefill_tokens += n
         if request.remaining > 0:
-            return
+            return False
         self._prefilling.remove(request)
-        sampled = self._sample([request], logits)
+        sampled = self._sample([request], logits[None])
         if sampled.failed:
+            request.cache = None
             self._fail(request, _not_finite(request))
-            return
-        self.prefix_cache.insert(request.prompt, cache.keys, cache.values)  # only KV that sampled
+            return False
+        self.prefix_cache.insert(
+            request.prompt, request.cache.keys, request.cache.values
+        )  # only KV that sampled
         token = sampled.tokens[0]
         if self._emit(request, token, sampled.logprobs[0]) is not None:
-            return
+            request.cache = None
+            return False
         request.next_token = token
+        return True
+
+    def _join(self, requests: list[Request]) -> None:
+        """Merges the caches of prefilled requests into the running batch, in one re-lay."""
+        if not requests:
+            return
+        caches = [r.cache for r in requests]
         if self._cache is None:
-            self._cache = cache
-        else:
-            self._cache.merge(cache, self.max_context)
-        request.cache = None
-        self._rows.append(request)
+            self._cache, caches = caches[0], caches[1:]
+        if caches:
+            self._cache.merge(caches, self.max_context)
+        for request in requests:
+            request.cache = None
+            self._rows.append(request)
 
     # --- decode -----------------------------------------------------------------------------------
 

@@ -70,6 +70,12 @@ class InferenceConfig(Section):
         description="torch engine: prompt tokens computed per loop step in all, shared between the prompts "
         "being prefilled; bounds how long a long prompt holds back running rows and newcomers",
     )
+    prefill_batch: int = Field(
+        32,
+        ge=1,
+        description="torch engine: prompts prefilled together in one forward at most (left-padded; shares "
+        "of similar length go together); 1 = one forward per prompt",
+    )
     prefix_cache_tokens: int = Field(
         8192,
         ge=0,

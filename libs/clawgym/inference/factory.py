@@ -29,4 +29,5 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         max_batch_tokens=cfg.max_batch_tokens,
         prefill_chunk=cfg.prefill_chunk,
         prefix_cache_tokens=cfg.prefix_cache_tokens,
+        prefill_batch=cfg.prefill_batch,
     )

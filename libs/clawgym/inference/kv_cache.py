@@ -107,6 +107,52 @@ class BatchKVCache:
         mask = torch.zeros(valid.shape, dtype=dtype).masked_fill(~valid, torch.finfo(dtype).min)
         return mask[None, None].to(self.keys[0].device)
 
+    # --- batched prefill ----------------------------------------------------------------------
+
+    @classmethod
+    def gather(cls, caches: "list[BatchKVCache]", extra: int) -> "BatchKVCache":
+        """A batch of the one-row `caches` for one prefill forward of up to `extra` new tokens per row:
+        row b holds caches[b]'s tokens right-aligned at column `past` (the longest), zeros before
+        (masked, and finite so that a 0 weight times them stays 0); the forward writes its `extra`
+        left-padded columns at `past`. `prefill_rows_mask` masks the padding; `new_columns` reads
+        each row's real new columns back."""
+        past = max(c.width for c in caches)
+        first = caches[0].keys[0]
+        shape = (len(caches), first.shape[1], past + extra, first.shape[3])
+        keys = [first.new_zeros(shape) for _ in caches[0].keys]
+        values = [first.new_zeros(shape) for _ in caches[0].keys]
+        for b, c in enumerate(caches):
+            if c.width:
+                for layer in range(len(keys)):
+                    keys[layer][b, :, past - c.width : past] = c.keys[layer][0, :, c.start : c.end]
+                    values[layer][b, :, past - c.width : past] = c.values[layer][0, :, c.start : c.end]
+        return cls(keys, values, 0, past, [c.width for c in caches])
+
+    def prefill_rows_mask(self, news: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask for a `gather`ed batch whose row b feeds `news[b]` real tokens left-padded to
+        N = max(news): a real query sees its row's past and its real new tokens up to itself; a padding
+        query sees only itself (its output is never read, but must stay finite).  (B, 1, N, past + N)."""
+        past, n = self.end, max(news)
+        keys = torch.arange(past + n)[None, None, :]
+        query = torch.arange(n)[None, :, None] + past  # each query's own column
+        lengths = torch.tensor(self.lengths)[:, None, None]
+        first_new = past + n - torch.tensor(news)[:, None, None]
+        own_past = (keys >= past - lengths) & (keys < past)
+        own_new = (keys >= first_new) & (keys <= query)
+        valid = torch.where(query >= first_new, own_past | own_new, keys == query)
+        mask = torch.zeros(valid.shape, dtype=dtype).masked_fill(~valid, torch.finfo(dtype).min)
+        return mask[:, None].to(self.keys[0].device)
+
+    def append_row(self, batch: "BatchKVCache", row: int, n: int, limit: int) -> None:
+        """Appends to this one-row cache the last n columns of row `row` of a `gather`ed batch after
+        its forward (left-padded inputs: a row's real new tokens are its last columns)."""
+        self.reserve(n, limit)
+        stop = batch.keys[0].shape[2]
+        for mine, theirs in ((self.keys, batch.keys), (self.values, batch.values)):
+            for layer in range(len(mine)):
+                mine[layer][:, :, self.end : self.end + n] = theirs[layer][row : row + 1, :, stop - n : stop]
+        self.advance(n)
+
     # --- rows joining and leaving --------------------------------------------------------------
 
     def keep(self, rows: list[int]) -> None:
@@ -118,16 +164,16 @@ class BatchKVCache:
         if self.lengths:
             self.start = self.end - max(self.lengths)
 
-    def merge(self, other: "BatchKVCache", limit: int) -> None:
-        """Appends the rows of `other` (same layers and heads) below these, re-aligning both at a common end."""
-        width = max(self.width, other.width)
+    def merge(self, others: "list[BatchKVCache]", limit: int) -> None:
+        """Appends the rows of `others` (same layers and heads) below these, in order, re-aligning all
+        at a common end: one re-lay of the buffer however many caches join."""
+        width = max(self.width, *(o.width for o in others))
         capacity = min(max(self.capacity, 2 * width, 64), max(limit, width + 1))
-        mine = self._laid_out(capacity, width)
-        theirs = other._laid_out(capacity, width)
-        self.keys = [torch.cat([a, b]) for a, b in zip(mine[0], theirs[0], strict=True)]
-        self.values = [torch.cat([a, b]) for a, b in zip(mine[1], theirs[1], strict=True)]
+        parts = [c._laid_out(capacity, width) for c in (self, *others)]
+        self.keys = [torch.cat(layer) for layer in zip(*(keys for keys, _ in parts), strict=True)]
+        self.values = [torch.cat(layer) for layer in zip(*(values for _, values in parts), strict=True)]
         self.start, self.end = 0, width
-        self.lengths = self.lengths + other.lengths
+        self.lengths = [length for c in (self, *others) for length in c.lengths]
 
     def _laid_out(self, capacity: int, width: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Copies of the live columns right-aligned at column `width` of fresh (B, H, capacity, D) buffers."""

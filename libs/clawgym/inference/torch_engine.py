@@ -36,11 +36,13 @@ class TorchEngine:
         prefill_chunk: int = 512,
         max_context: int | None = None,
         prefix_cache_tokens: int = 8192,
+        prefill_batch: int = 32,
     ) -> None:
         """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
         prompt tokens computed per loop step in all, shared fairly between prompts (long prompts
         interleave with decode steps and newcomers; the bound is in `batch_loop`'s docstring);
-        `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off)."""
+        `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off);
+        `prefill_batch`: prompts prefilled together in one forward at most (1 = one forward each)."""
         config = model.config.get_text_config()
         self.name = name
         self.model = model.eval()
@@ -57,6 +59,7 @@ class TorchEngine:
             prefill_chunk=prefill_chunk,
             policy_version=policy_version,
             prefix_cache_tokens=prefix_cache_tokens,
+            prefill_batch=prefill_batch,
         )
 
     @classmethod
