@@ -74,6 +74,7 @@ from clawgym.sandbox.interface import (
     ExecResult,
     SandboxFailed,
     SandboxSpec,
+    exec_argv,
     label_value,
     locate,
     sandbox_path,
@@ -366,10 +367,7 @@ class DockerSandbox:
     ) -> ExecResult:
         if self._destroyed:
             raise FailedPrecondition(f"sandbox {self.id} is destroyed")
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if not argv:
-            raise InvalidArgument("exec: empty command")
-        cwd = sandbox_path(cwd or self.spec.workdir, what="cwd")
+        argv, cwd = exec_argv(cmd, cwd, self.spec.workdir)
         left = self.deadline - time.monotonic()
         if left <= 0:
             return ExecResult(137, b"", b"sandbox lifetime exceeded\n", 0.0, timed_out=True)

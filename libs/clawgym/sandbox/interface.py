@@ -247,6 +247,14 @@ def sandbox_path(path: str, *, what: str = "path") -> str:
     return norm
 
 
+def exec_argv(cmd: Sequence[str] | str, cwd: str | None, workdir: str) -> tuple[list[str], str]:
+    """(argv, cwd) of an exec: a shell string runs through `/bin/sh -c`; `cwd` defaults to the workdir."""
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    if not argv:
+        raise InvalidArgument("exec: empty command")
+    return argv, sandbox_path(cwd or workdir, what="cwd")
+
+
 def storage_layout(spec: SandboxSpec) -> list[tuple[str, str]]:
     """(storage dir name, sandbox path) of every writable directory, parents before children.
 

@@ -58,6 +58,7 @@ from clawgym.sandbox.interface import (
     ExecResult,
     SandboxFailed,
     SandboxSpec,
+    exec_argv,
     label_value,
     locate,
     sandbox_path,
@@ -460,10 +461,7 @@ class LocalSandbox:
     ) -> ExecResult:
         if self._destroyed:
             raise FailedPrecondition(f"sandbox {self.id} is destroyed")
-        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        if not argv:
-            raise InvalidArgument("exec: empty command")
-        cwd = sandbox_path(cwd or self.spec.workdir, what="cwd")
+        argv, cwd = exec_argv(cmd, cwd, self.spec.workdir)
         full_env = {**self.backend.base_env(self.spec, self.dirs), **self.spec.env, **(env or {})}
         left = self.deadline - time.monotonic()
         if left <= 0:
