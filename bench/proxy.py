@@ -96,10 +96,45 @@ def serve(a) -> None:
     engine = make_engine(tok, 64, a.token_delay)
     cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix)
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
+    if not a.profile:
+        uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+        return
+    import cProfile
+    import pstats
+
+    # the event loop's thread only (cProfile is per thread): what blocks it is what this shows
+    prof = cProfile.Profile()
+    prof.enable()
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 # --- part 1: latency ---
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far, all its threads (Linux /proc)."""
+    import os
+
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stage_means(metrics_text: str) -> dict[str, float]:
+    """Mean milliseconds per call of each `clawgym_proxy_stage_seconds` stage, from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums, counts = {}, {}
+    for fam in text_string_to_metric_families(metrics_text):
+        if fam.name != "clawgym_proxy_stage_seconds":
+            continue
+        for s in fam.samples:
+            if s.name.endswith("_sum"):
+                sums[s.labels["stage"]] = s.value
+            elif s.name.endswith("_count"):
+                counts[s.labels["stage"]] = s.value
+    return {k: 1000 * sums[k] / counts[k] for k in sorted(sums) if counts.get(k)}
 
 
 def percentiles(xs):
@@ -171,6 +206,7 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
     serve_args = ["--port", str(port), "--store", store_url, "--redis", redis_url, "--prefix", schema]
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
+        + (["--profile"] if a.profile else [])
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -194,9 +230,13 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
                 )
             return lat
 
+        cpu0 = cpu_seconds(proc.pid)
         proxy_lat = asyncio.run(proxy_side())
+        cpu_ms_per_call = 1000 * (cpu_seconds(proc.pid) - cpu0) / len(proxy_lat)
+        stages = stage_means(httpx.get(f"{url}/metrics", timeout=10).text)
         calls = [c for r in regs for c in store.list_calls(r.rollout_id)]
         server_overhead = [c.response["_clawgym"]["overhead_s"] for c in calls]
+        engine_wait_ms = 1000 * statistics.mean(c.response["_clawgym"]["engine_wait_s"] for c in calls)
         extended = sum(c.response["_clawgym"]["prefix_extended"] for c in calls) / len(calls)
         prompt_len = int(statistics.median(len(c.prompt_ids) for c in calls if c.seq == 0))
     finally:
@@ -229,6 +269,9 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
         "server_overhead_p50_ms": s["p50"],
         "server_overhead_p99_ms": s["p99"],
         "prefix_extension_rate": extended,
+        "server_cpu_ms_per_call": cpu_ms_per_call,
+        "engine_wait_ms_mean": engine_wait_ms,
+        "stage_ms_mean": stages,
     }
 
 
@@ -288,6 +331,9 @@ def main() -> None:
     ap.add_argument("--store", default="", help=argparse.SUPPRESS)
     ap.add_argument("--redis", default="", help=argparse.SUPPRESS)
     ap.add_argument("--prefix", default="clawgym", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--profile", action="store_true", help="print the proxy's event-loop cProfile (top 25 by own time)"
+    )
     ap.add_argument("--calls", type=int, default=6, help="calls per rollout")
     ap.add_argument("--system-tokens", type=int, default=20000, help="system prompt size")
     ap.add_argument("--token-delay", type=float, default=0.002, help="scripted engine seconds per token")
@@ -319,6 +365,9 @@ def main() -> None:
               f" / p99 {r['direct_p99_ms']:.1f} ms → added p50 {r['added_p50_ms']:.1f} / p99 {r['added_p99_ms']:.1f} ms; "
               f"proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / p99 {r['server_overhead_p99_ms']:.1f} ms; "
               f"prefix-extension rate {r['prefix_extension_rate']:.2f}")  # fmt: skip
+        print(f"   proxy server CPU {r['server_cpu_ms_per_call']:.1f} ms per call (whole process); engine wait mean "
+              f"{r['engine_wait_ms_mean']:.1f} ms; stage means (ms; build_* = inside the render thread): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in r["stage_ms_mean"].items()))  # fmt: skip
     hi, lo = runs[max(runs)], runs[min(runs)]
     figures = {
         "concurrency": max(runs),
@@ -329,6 +378,9 @@ def main() -> None:
         "server_overhead_p50_ms": round(hi["server_overhead_p50_ms"], 2),
         "server_overhead_p99_ms": round(hi["server_overhead_p99_ms"], 2),
         "direct_p50_ms": round(hi["direct_p50_ms"], 2),
+        "server_cpu_ms_per_call": round(hi["server_cpu_ms_per_call"], 2),
+        "server_cpu_ms_per_call_1": round(lo["server_cpu_ms_per_call"], 2),
+        "stage_ms_mean": {k: round(v, 3) for k, v in hi["stage_ms_mean"].items()},
         "prefix_extension_rate": hi["prefix_extension_rate"],
         "render_ms_per_new_ktok": round(render["render_ms_per_new_ktok"], 3),
         "full_render_ms_per_prompt_ktok": round(render["full_render_ms_per_prompt_ktok"], 3),

@@ -309,7 +309,8 @@ class CallRun:
 
     async def _write(self, completion: Completion) -> None:
         s = self.setup
-        latency = time.perf_counter() - s.started
+        build_at = time.perf_counter()
+        latency = build_at - s.started
         overhead = max(0.0, latency - self._engine_wait)
         response = dict(s.reply.response(completion))
         # clawgym-specific: how the prompt was built and where the time went (not sent to the harness)
@@ -321,6 +322,7 @@ class CallRun:
             "engine_wait_s": self._engine_wait,
             "overhead_s": overhead,  # up to the engine's last token; recording comes after
             **{f"{k}_s": v for k, v in s.timings.items()},
+            **{f"build_{k}_s": v for k, v in s.prompt.step_s.items()},
         }
         call = Call(
             rollout_id=s.rollout.id,
@@ -338,13 +340,16 @@ class CallRun:
             headers=s.headers,
             temperature=s.sampling.temperature,  # what the engine sampled at (forced or the harness's)
         )
+        r0 = time.perf_counter()
         await self._pools.store(self._store.record_call, call)
+        r1 = time.perf_counter()
         acks.info("recorded %s#%d %s", s.rollout.id, self.seq, completion.finish_reason)
         if completion.finish_reason != "abort":
             # kept before the harness sees the end, so its next request can splice these ids
             segment = s.prompt.ids[s.prompt.segment_start :]
             key = turn_key(s.prompt.prompt_key, completion.as_message())
             await self._live.put_turn(s.rollout.id, turn_of(key, s.prompt.parent, segment, self._ids))
+        r2 = time.perf_counter()
         # the metrics include the recording, which the record itself cannot
         latency = time.perf_counter() - s.started
         m, labels = self._metrics, self._labels
@@ -357,3 +362,7 @@ class CallRun:
         m.temperature.labels(*labels).observe(s.sampling.temperature)
         if s.prompt.extended:
             m.prefix_extended.labels(*labels).inc()
+        stages = {**s.timings, **{f"build_{k}": v for k, v in s.prompt.step_s.items()}}
+        stages.update(build_response=r0 - build_at, record_call=r1 - r0, put_turn=r2 - r1)
+        for stage, seconds in stages.items():
+            m.stage.labels(stage).observe(seconds)
