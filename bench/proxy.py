@@ -94,13 +94,17 @@ def serve(a) -> None:
 
     tok = load_tokenizer("tiny-qwen3")
     engine = make_engine(tok, 64, a.token_delay)
-    cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix)
+    cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix, record_off_loop=not a.old_path)
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
     if not a.profile:
         uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
         return
     import cProfile
     import pstats
+    import signal
+
+    # uvicorn re-raises the SIGTERM it caught once it has shut down: a no-op handler lets us print
+    signal.signal(signal.SIGTERM, lambda *_: None)
 
     # the event loop's thread only (cProfile is per thread): what blocks it is what this shows
     prof = cProfile.Profile()
@@ -116,8 +120,9 @@ def serve(a) -> None:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far, all its threads (Linux /proc)."""
     import os
+    from pathlib import Path
 
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -184,7 +189,7 @@ async def rollout_direct(engine, prompt_len, calls, lat):
         lat.append(time.perf_counter() - t0)
 
 
-def latency_run(a, tok, system, tools, concurrency: int) -> dict:
+def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False) -> dict:
     from clawgym.records import RolloutSpec
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -207,6 +212,7 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
         + (["--profile"] if a.profile else [])
+        + (["--old-path"] if old_path else [])
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -334,6 +340,12 @@ def main() -> None:
     ap.add_argument(
         "--profile", action="store_true", help="print the proxy's event-loop cProfile (top 25 by own time)"
     )
+    ap.add_argument("--old-path", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--compare-old",
+        action="store_true",
+        help="also run each size with the record built on the event loop (before #18), old then new",
+    )
     ap.add_argument("--calls", type=int, default=6, help="calls per rollout")
     ap.add_argument("--system-tokens", type=int, default=20000, help="system prompt size")
     ap.add_argument("--token-delay", type=float, default=0.002, help="scripted engine seconds per token")
@@ -356,8 +368,13 @@ def main() -> None:
           f"  ({render['new_tokens_per_call']:.0f} new tokens per call, {render['render_ms_per_new_ktok']:.2f} ms per new 1k tokens)")  # fmt: skip
     print(f"  from scratch: {render['full_ms_first_later']:.1f} ms at turn 2, {render['full_ms_last']:.1f} ms at turn {a.turns}"
           f"  ({render['full_render_ms_per_prompt_ktok']:.2f} ms per prompt 1k tokens)")  # fmt: skip
-    runs = {}
+    runs, old_runs = {}, {}
     for conc in a.concurrency:
+        if a.compare_old:
+            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=True)
+            print(f"[old path: record built on the event loop] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
+                  f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
+                  f"p99 {r['server_overhead_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call")  # fmt: skip
         r = latency_run(a, tok, system, tools, conc)
         runs[conc] = r
         print(f"{conc:>2} concurrent rollouts × {a.calls} calls ({r['prompt_tokens_first_call']} prompt tokens at call 1): "
@@ -388,6 +405,16 @@ def main() -> None:
         "full_render_ms_last": round(render["full_ms_last"], 2),
         "store": "sqlite+memory" if a.embedded else "postgresql+redis",
     }
+    if old_runs:
+        oh = old_runs[max(old_runs)]
+        figures.update(
+            old_overhead_p50_ms=round(oh["added_p50_ms"], 2),
+            old_overhead_p99_ms=round(oh["added_p99_ms"], 2),
+            old_server_overhead_p50_ms=round(oh["server_overhead_p50_ms"], 2),
+            old_server_overhead_p99_ms=round(oh["server_overhead_p99_ms"], 2),
+            old_server_cpu_ms_per_call=round(oh["server_cpu_ms_per_call"], 2),
+            old_stage_ms_mean={k: round(v, 3) for k, v in oh["stage_ms_mean"].items()},
+        )
     print(json.dumps(figures))
 
 

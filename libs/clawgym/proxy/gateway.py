@@ -273,6 +273,7 @@ class Gateway:
             self.template.info.stop_token_ids,
             self.background,
             self.pools,
+            self.cfg.record_off_loop,
         )
         await run.start(disconnected)
         return run

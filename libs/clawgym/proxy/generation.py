@@ -41,7 +41,7 @@ from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.proxy.pools import WorkerPools
 from clawgym.records import Call, Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
-from clawgym.rendering.splice import BuiltPrompt, turn_key
+from clawgym.rendering.splice import BuiltPrompt, GeneratedTurn, turn_key
 from clawgym.rendering.toolcalls import OutputParser
 from clawgym.store.interface import TrajectoryStore
 
@@ -94,8 +94,10 @@ class CallRun:
         stop_token_ids: tuple[int, ...],
         background: set[asyncio.Task],
         pools: WorkerPools,
+        record_off_loop: bool = True,
     ) -> None:
         self.setup = setup
+        self._record_off_loop = record_off_loop
         self._engine = engine
         self._detok = detokenizer
         self._store = store
@@ -301,6 +303,41 @@ class CallRun:
 
     # --- recording ---
 
+    def _call_of(self, completion: Completion, response: dict[str, Any], latency: float) -> Call:
+        s = self.setup
+        return Call(
+            rollout_id=s.rollout.id,
+            seq=self.seq,
+            protocol=s.protocol,
+            request=s.request,
+            response=response,
+            prompt_ids=np.asarray(s.prompt.ids, dtype=IDS),
+            output_ids=np.asarray(self._ids, dtype=IDS),
+            output_logprobs=np.asarray(self._logprobs, dtype=LOGPROBS),
+            output_versions=np.asarray(self._versions, dtype=IDS),
+            policy_version=self._versions[0] if self._versions else s.policy_version,
+            finish_reason=completion.finish_reason,
+            latency_s=latency,
+            headers=s.headers,
+            temperature=s.sampling.temperature,  # what the engine sampled at (forced or the harness's)
+        )
+
+    def _turn_of(self, completion: Completion) -> GeneratedTurn | None:
+        """The generated turn to keep for splicing; None for an aborted call."""
+        if completion.finish_reason == "abort":
+            return None
+        s = self.setup
+        key = turn_key(s.prompt.prompt_key, completion.as_message())
+        return turn_of(key, s.prompt.parent, s.prompt.ids[s.prompt.segment_start :], self._ids)
+
+    def _store_sync(
+        self, completion: Completion, response: dict[str, Any], latency: float
+    ) -> GeneratedTurn | None:
+        """In a store thread (the producer is done, nothing mutates the outputs): records the call
+        durably, then builds the turn to keep."""
+        self._store.record_call(self._call_of(completion, response, latency))
+        return self._turn_of(completion)
+
     async def _record(self, completion: Completion) -> None:
         """Records the call once (shielded: a cancel while recording waits for the same write)."""
         if self._record_task is None:
@@ -324,31 +361,19 @@ class CallRun:
             **{f"{k}_s": v for k, v in s.timings.items()},
             **{f"build_{k}_s": v for k, v in s.prompt.step_s.items()},
         }
-        call = Call(
-            rollout_id=s.rollout.id,
-            seq=self.seq,
-            protocol=s.protocol,
-            request=s.request,
-            response=response,
-            prompt_ids=np.asarray(s.prompt.ids, dtype=IDS),
-            output_ids=np.asarray(self._ids, dtype=IDS),
-            output_logprobs=np.asarray(self._logprobs, dtype=LOGPROBS),
-            output_versions=np.asarray(self._versions, dtype=IDS),
-            policy_version=self._versions[0] if self._versions else s.policy_version,
-            finish_reason=completion.finish_reason,
-            latency_s=latency,
-            headers=s.headers,
-            temperature=s.sampling.temperature,  # what the engine sampled at (forced or the harness's)
-        )
         r0 = time.perf_counter()
-        await self._pools.store(self._store.record_call, call)
+        if self._record_off_loop:
+            # the arrays and the turn are O(prompt): built in the store thread, not on the event loop
+            turn = await self._pools.store(self._store_sync, completion, response, latency)
+        else:  # the path before issue #18, kept for bench/proxy.py's side-by-side
+            call = self._call_of(completion, response, latency)
+            await self._pools.store(self._store.record_call, call)
+            turn = self._turn_of(completion)
         r1 = time.perf_counter()
         acks.info("recorded %s#%d %s", s.rollout.id, self.seq, completion.finish_reason)
-        if completion.finish_reason != "abort":
+        if turn is not None:
             # kept before the harness sees the end, so its next request can splice these ids
-            segment = s.prompt.ids[s.prompt.segment_start :]
-            key = turn_key(s.prompt.prompt_key, completion.as_message())
-            await self._live.put_turn(s.rollout.id, turn_of(key, s.prompt.parent, segment, self._ids))
+            await self._live.put_turn(s.rollout.id, turn)
         r2 = time.perf_counter()
         # the metrics include the recording, which the record itself cannot
         latency = time.perf_counter() - s.started
@@ -363,6 +388,6 @@ class CallRun:
         if s.prompt.extended:
             m.prefix_extended.labels(*labels).inc()
         stages = {**s.timings, **{f"build_{k}": v for k, v in s.prompt.step_s.items()}}
-        stages.update(build_response=r0 - build_at, record_call=r1 - r0, put_turn=r2 - r1)
+        stages.update(build_response=r0 - build_at, record=r1 - r0, put_turn=r2 - r1)
         for stage, seconds in stages.items():
             m.stage.labels(stage).observe(seconds)
