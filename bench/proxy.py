@@ -94,7 +94,12 @@ def serve(a) -> None:
 
     tok = load_tokenizer("tiny-qwen3")
     engine = make_engine(tok, 64, a.token_delay)
-    cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix, record_off_loop=not a.old_path)
+    cfg = ProxyConfig(
+        redis_url=a.redis,
+        redis_prefix=a.prefix,
+        record_off_loop=not a.old_path,
+        token_run_cache=0 if a.old_path else 64,
+    )
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
     if not a.profile:
         uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
@@ -344,7 +349,7 @@ def main() -> None:
     ap.add_argument(
         "--compare-old",
         action="store_true",
-        help="also run each size with the record built on the event loop (before #18), old then new",
+        help="also run each size the way before #18 (no token-run cache, record built on the event loop), old then new",
     )
     ap.add_argument("--calls", type=int, default=6, help="calls per rollout")
     ap.add_argument("--system-tokens", type=int, default=20000, help="system prompt size")
@@ -372,7 +377,7 @@ def main() -> None:
     for conc in a.concurrency:
         if a.compare_old:
             r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=True)
-            print(f"[old path: record built on the event loop] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
+            print(f"[old path: no token-run cache, record built on the event loop] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
                   f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
                   f"p99 {r['server_overhead_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call")  # fmt: skip
         r = latency_run(a, tok, system, tools, conc)

@@ -129,7 +129,7 @@ class Gateway:
         self.tokenizer = tokenizer
         self.live = live
         self.metrics = metrics
-        self.template = ChatTemplate(tokenizer, supports_tools)
+        self.template = ChatTemplate(tokenizer, supports_tools, cfg.token_run_cache)
         self.builder = PromptBuilder(self.template)
         self.pools = WorkerPools(cfg.store_threads, cfg.render_threads)
         self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s, self.pools)
