@@ -247,6 +247,7 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False)
         stages = stage_means(httpx.get(f"{url}/metrics", timeout=10).text)
         calls = [c for r in regs for c in store.list_calls(r.rollout_id)]
         server_overhead = [c.response["_clawgym"]["overhead_s"] for c in calls]
+        server_latency = [c.latency_s for c in calls]  # handler start → record built (recording excluded)
         engine_wait_ms = 1000 * statistics.mean(c.response["_clawgym"]["engine_wait_s"] for c in calls)
         extended = sum(c.response["_clawgym"]["prefix_extended"] for c in calls) / len(calls)
         prompt_len = int(statistics.median(len(c.prompt_ids) for c in calls if c.seq == 0))
@@ -267,6 +268,7 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False)
 
     direct_lat = asyncio.run(direct_side())
     p, d, s = percentiles(proxy_lat), percentiles(direct_lat), percentiles(server_overhead)
+    sl = percentiles(server_latency)
     return {
         "concurrency": concurrency,
         "calls": len(proxy_lat),
@@ -281,6 +283,8 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False)
         "server_overhead_p99_ms": s["p99"],
         "prefix_extension_rate": extended,
         "server_cpu_ms_per_call": cpu_ms_per_call,
+        "server_latency_p50_ms": sl["p50"],
+        "server_latency_p99_ms": sl["p99"],
         "engine_wait_ms_mean": engine_wait_ms,
         "stage_ms_mean": stages,
     }
@@ -290,7 +294,7 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False)
 
 
 def render_run(tok, system_text, tools_json, turns_n: int) -> dict:
-    builder = PromptBuilder(ChatTemplate(tok, supports_tools=True))
+    builder = PromptBuilder(ChatTemplate(tok, supports_tools=True, run_cache=0))  # what tokenizing costs
     tools = tuple(Tool(t["name"], t["description"], t["input_schema"]) for t in tools_json)
     messages = [Message("system", system_text), Message("user", "Fix the failing test.")]
     cache: dict = {}
@@ -379,7 +383,9 @@ def main() -> None:
             r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=True)
             print(f"[old path: no token-run cache, record built on the event loop] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
                   f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
-                  f"p99 {r['server_overhead_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call")  # fmt: skip
+                  f"p99 {r['server_overhead_p99_ms']:.1f} ms, server-side latency p50 {r['server_latency_p50_ms']:.1f} / "
+                  f"p99 {r['server_latency_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call; "
+                  f"stage means (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in r["stage_ms_mean"].items()))  # fmt: skip
         r = latency_run(a, tok, system, tools, conc)
         runs[conc] = r
         print(f"{conc:>2} concurrent rollouts × {a.calls} calls ({r['prompt_tokens_first_call']} prompt tokens at call 1): "
@@ -387,7 +393,8 @@ def main() -> None:
               f" / p99 {r['direct_p99_ms']:.1f} ms → added p50 {r['added_p50_ms']:.1f} / p99 {r['added_p99_ms']:.1f} ms; "
               f"proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / p99 {r['server_overhead_p99_ms']:.1f} ms; "
               f"prefix-extension rate {r['prefix_extension_rate']:.2f}")  # fmt: skip
-        print(f"   proxy server CPU {r['server_cpu_ms_per_call']:.1f} ms per call (whole process); engine wait mean "
+        print(f"   server-side latency (handler start to record, recording excluded) p50 {r['server_latency_p50_ms']:.1f}"
+              f" / p99 {r['server_latency_p99_ms']:.1f} ms; proxy server CPU {r['server_cpu_ms_per_call']:.1f} ms per call (whole process); engine wait mean "
               f"{r['engine_wait_ms_mean']:.1f} ms; stage means (ms; build_* = inside the render thread): "
               + ", ".join(f"{k} {v:.2f}" for k, v in r["stage_ms_mean"].items()))  # fmt: skip
     hi, lo = runs[max(runs)], runs[min(runs)]
@@ -401,6 +408,8 @@ def main() -> None:
         "server_overhead_p99_ms": round(hi["server_overhead_p99_ms"], 2),
         "direct_p50_ms": round(hi["direct_p50_ms"], 2),
         "server_cpu_ms_per_call": round(hi["server_cpu_ms_per_call"], 2),
+        "server_latency_p50_ms": round(hi["server_latency_p50_ms"], 2),
+        "server_latency_p99_ms": round(hi["server_latency_p99_ms"], 2),
         "server_cpu_ms_per_call_1": round(lo["server_cpu_ms_per_call"], 2),
         "stage_ms_mean": {k: round(v, 3) for k, v in hi["stage_ms_mean"].items()},
         "prefix_extension_rate": hi["prefix_extension_rate"],
@@ -418,6 +427,8 @@ def main() -> None:
             old_server_overhead_p50_ms=round(oh["server_overhead_p50_ms"], 2),
             old_server_overhead_p99_ms=round(oh["server_overhead_p99_ms"], 2),
             old_server_cpu_ms_per_call=round(oh["server_cpu_ms_per_call"], 2),
+            old_server_latency_p50_ms=round(oh["server_latency_p50_ms"], 2),
+            old_server_latency_p99_ms=round(oh["server_latency_p99_ms"], 2),
             old_stage_ms_mean={k: round(v, 3) for k, v in oh["stage_ms_mean"].items()},
         )
     print(json.dumps(figures))
