@@ -12,7 +12,14 @@ recorded overhead (call time not waiting for the engine) is shown beside it.
 Part 2 (rendering): the PromptBuilder on a growing conversation, spliced vs rendered from
 scratch, per call: time and tokens newly tokenized. Spliced cost should track new tokens only.
 
-    .venv/bin/python bench/proxy.py [--calls 6] [--embedded]
+Part 1 also reports the proxy server's CPU per call (its process's user + system time over the
+run, divided by calls), its server-side latency, and the mean of each step of a call from its
+`clawgym_proxy_stage_seconds` metric (identity, read_body, json, validate, chain_keys, turn_fetch,
+render = waiting for and running the render thread, build_* = inside it, record, put_turn).
+`--compare-old` first runs each size the way the proxy worked before issue #18 (no token-run
+cache, the record built on the event loop); `--profile` prints the event loop's cProfile.
+
+    .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--compare-old] [--profile]
 
 The last line is one JSON object of the figures.
 """
