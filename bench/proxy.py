@@ -12,7 +12,14 @@ recorded overhead (call time not waiting for the engine) is shown beside it.
 Part 2 (rendering): the PromptBuilder on a growing conversation, spliced vs rendered from
 scratch, per call: time and tokens newly tokenized. Spliced cost should track new tokens only.
 
-    .venv/bin/python bench/proxy.py [--calls 6] [--embedded]
+Part 1 also reports the proxy server's CPU per call (its process's user + system time over the
+run, divided by calls), its server-side latency, and the mean of each step of a call from its
+`clawgym_proxy_stage_seconds` metric (identity, read_body, json, validate, chain_keys, turn_fetch,
+render = waiting for and running the render thread, build_* = inside it, record, put_turn).
+`--compare-old` first runs each size the way the proxy worked before issue #18 (no token-run
+cache, the record built on the event loop); `--profile` prints the event loop's cProfile.
+
+    .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--compare-old] [--profile]
 
 The last line is one JSON object of the figures.
 """
@@ -94,12 +101,57 @@ def serve(a) -> None:
 
     tok = load_tokenizer("tiny-qwen3")
     engine = make_engine(tok, 64, a.token_delay)
-    cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix)
+    cfg = ProxyConfig(
+        redis_url=a.redis,
+        redis_prefix=a.prefix,
+        record_off_loop=not a.old_path,
+        token_run_cache=0 if a.old_path else 64,
+    )
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
+    if not a.profile:
+        uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+        return
+    import cProfile
+    import pstats
+    import signal
+
+    # uvicorn re-raises the SIGTERM it caught once it has shut down: a no-op handler lets us print
+    signal.signal(signal.SIGTERM, lambda *_: None)
+
+    # the event loop's thread only (cProfile is per thread): what blocks it is what this shows
+    prof = cProfile.Profile()
+    prof.enable()
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 # --- part 1: latency ---
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far, all its threads (Linux /proc)."""
+    import os
+    from pathlib import Path
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stage_means(metrics_text: str) -> dict[str, float]:
+    """Mean milliseconds per call of each `clawgym_proxy_stage_seconds` stage, from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums, counts = {}, {}
+    for fam in text_string_to_metric_families(metrics_text):
+        if fam.name != "clawgym_proxy_stage_seconds":
+            continue
+        for s in fam.samples:
+            if s.name.endswith("_sum"):
+                sums[s.labels["stage"]] = s.value
+            elif s.name.endswith("_count"):
+                counts[s.labels["stage"]] = s.value
+    return {k: 1000 * sums[k] / counts[k] for k in sorted(sums) if counts.get(k)}
 
 
 def percentiles(xs):
@@ -149,7 +201,7 @@ async def rollout_direct(engine, prompt_len, calls, lat):
         lat.append(time.perf_counter() - t0)
 
 
-def latency_run(a, tok, system, tools, concurrency: int) -> dict:
+def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False) -> dict:
     from clawgym.records import RolloutSpec
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -171,6 +223,8 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
     serve_args = ["--port", str(port), "--store", store_url, "--redis", redis_url, "--prefix", schema]
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
+        + (["--profile"] if a.profile else [])
+        + (["--old-path"] if old_path else [])
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -194,9 +248,14 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
                 )
             return lat
 
+        cpu0 = cpu_seconds(proc.pid)
         proxy_lat = asyncio.run(proxy_side())
+        cpu_ms_per_call = 1000 * (cpu_seconds(proc.pid) - cpu0) / len(proxy_lat)
+        stages = stage_means(httpx.get(f"{url}/metrics", timeout=10).text)
         calls = [c for r in regs for c in store.list_calls(r.rollout_id)]
         server_overhead = [c.response["_clawgym"]["overhead_s"] for c in calls]
+        server_latency = [c.latency_s for c in calls]  # handler start → record built (recording excluded)
+        engine_wait_ms = 1000 * statistics.mean(c.response["_clawgym"]["engine_wait_s"] for c in calls)
         extended = sum(c.response["_clawgym"]["prefix_extended"] for c in calls) / len(calls)
         prompt_len = int(statistics.median(len(c.prompt_ids) for c in calls if c.seq == 0))
     finally:
@@ -216,6 +275,7 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
 
     direct_lat = asyncio.run(direct_side())
     p, d, s = percentiles(proxy_lat), percentiles(direct_lat), percentiles(server_overhead)
+    sl = percentiles(server_latency)
     return {
         "concurrency": concurrency,
         "calls": len(proxy_lat),
@@ -229,6 +289,11 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
         "server_overhead_p50_ms": s["p50"],
         "server_overhead_p99_ms": s["p99"],
         "prefix_extension_rate": extended,
+        "server_cpu_ms_per_call": cpu_ms_per_call,
+        "server_latency_p50_ms": sl["p50"],
+        "server_latency_p99_ms": sl["p99"],
+        "engine_wait_ms_mean": engine_wait_ms,
+        "stage_ms_mean": stages,
     }
 
 
@@ -236,7 +301,7 @@ def latency_run(a, tok, system, tools, concurrency: int) -> dict:
 
 
 def render_run(tok, system_text, tools_json, turns_n: int) -> dict:
-    builder = PromptBuilder(ChatTemplate(tok, supports_tools=True))
+    builder = PromptBuilder(ChatTemplate(tok, supports_tools=True, run_cache=0))  # what tokenizing costs
     tools = tuple(Tool(t["name"], t["description"], t["input_schema"]) for t in tools_json)
     messages = [Message("system", system_text), Message("user", "Fix the failing test.")]
     cache: dict = {}
@@ -288,6 +353,15 @@ def main() -> None:
     ap.add_argument("--store", default="", help=argparse.SUPPRESS)
     ap.add_argument("--redis", default="", help=argparse.SUPPRESS)
     ap.add_argument("--prefix", default="clawgym", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--profile", action="store_true", help="print the proxy's event-loop cProfile (top 25 by own time)"
+    )
+    ap.add_argument("--old-path", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--compare-old",
+        action="store_true",
+        help="also run each size the way before #18 (no token-run cache, record built on the event loop), old then new",
+    )
     ap.add_argument("--calls", type=int, default=6, help="calls per rollout")
     ap.add_argument("--system-tokens", type=int, default=20000, help="system prompt size")
     ap.add_argument("--token-delay", type=float, default=0.002, help="scripted engine seconds per token")
@@ -310,8 +384,15 @@ def main() -> None:
           f"  ({render['new_tokens_per_call']:.0f} new tokens per call, {render['render_ms_per_new_ktok']:.2f} ms per new 1k tokens)")  # fmt: skip
     print(f"  from scratch: {render['full_ms_first_later']:.1f} ms at turn 2, {render['full_ms_last']:.1f} ms at turn {a.turns}"
           f"  ({render['full_render_ms_per_prompt_ktok']:.2f} ms per prompt 1k tokens)")  # fmt: skip
-    runs = {}
+    runs, old_runs = {}, {}
     for conc in a.concurrency:
+        if a.compare_old:
+            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=True)
+            print(f"[old path: no token-run cache, record built on the event loop] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
+                  f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
+                  f"p99 {r['server_overhead_p99_ms']:.1f} ms, server-side latency p50 {r['server_latency_p50_ms']:.1f} / "
+                  f"p99 {r['server_latency_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call; "
+                  f"stage means (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in r["stage_ms_mean"].items()))  # fmt: skip
         r = latency_run(a, tok, system, tools, conc)
         runs[conc] = r
         print(f"{conc:>2} concurrent rollouts × {a.calls} calls ({r['prompt_tokens_first_call']} prompt tokens at call 1): "
@@ -319,6 +400,10 @@ def main() -> None:
               f" / p99 {r['direct_p99_ms']:.1f} ms → added p50 {r['added_p50_ms']:.1f} / p99 {r['added_p99_ms']:.1f} ms; "
               f"proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / p99 {r['server_overhead_p99_ms']:.1f} ms; "
               f"prefix-extension rate {r['prefix_extension_rate']:.2f}")  # fmt: skip
+        print(f"   server-side latency (handler start to record, recording excluded) p50 {r['server_latency_p50_ms']:.1f}"
+              f" / p99 {r['server_latency_p99_ms']:.1f} ms; proxy server CPU {r['server_cpu_ms_per_call']:.1f} ms per call (whole process); engine wait mean "
+              f"{r['engine_wait_ms_mean']:.1f} ms; stage means (ms; build_* = inside the render thread): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in r["stage_ms_mean"].items()))  # fmt: skip
     hi, lo = runs[max(runs)], runs[min(runs)]
     figures = {
         "concurrency": max(runs),
@@ -329,6 +414,11 @@ def main() -> None:
         "server_overhead_p50_ms": round(hi["server_overhead_p50_ms"], 2),
         "server_overhead_p99_ms": round(hi["server_overhead_p99_ms"], 2),
         "direct_p50_ms": round(hi["direct_p50_ms"], 2),
+        "server_cpu_ms_per_call": round(hi["server_cpu_ms_per_call"], 2),
+        "server_latency_p50_ms": round(hi["server_latency_p50_ms"], 2),
+        "server_latency_p99_ms": round(hi["server_latency_p99_ms"], 2),
+        "server_cpu_ms_per_call_1": round(lo["server_cpu_ms_per_call"], 2),
+        "stage_ms_mean": {k: round(v, 3) for k, v in hi["stage_ms_mean"].items()},
         "prefix_extension_rate": hi["prefix_extension_rate"],
         "render_ms_per_new_ktok": round(render["render_ms_per_new_ktok"], 3),
         "full_render_ms_per_prompt_ktok": round(render["full_render_ms_per_prompt_ktok"], 3),
@@ -336,6 +426,18 @@ def main() -> None:
         "full_render_ms_last": round(render["full_ms_last"], 2),
         "store": "sqlite+memory" if a.embedded else "postgresql+redis",
     }
+    if old_runs:
+        oh = old_runs[max(old_runs)]
+        figures.update(
+            old_overhead_p50_ms=round(oh["added_p50_ms"], 2),
+            old_overhead_p99_ms=round(oh["added_p99_ms"], 2),
+            old_server_overhead_p50_ms=round(oh["server_overhead_p50_ms"], 2),
+            old_server_overhead_p99_ms=round(oh["server_overhead_p99_ms"], 2),
+            old_server_cpu_ms_per_call=round(oh["server_cpu_ms_per_call"], 2),
+            old_server_latency_p50_ms=round(oh["server_latency_p50_ms"], 2),
+            old_server_latency_p99_ms=round(oh["server_latency_p99_ms"], 2),
+            old_stage_ms_mean={k: round(v, 3) for k, v in oh["stage_ms_mean"].items()},
+        )
     print(json.dumps(figures))
 
 

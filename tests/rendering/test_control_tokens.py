@@ -83,3 +83,21 @@ def cached(name: str) -> ChatTemplate:
     if name not in _TEMPLATES:
         _TEMPLATES[name] = ChatTemplate(load_tokenizer(name))
     return _TEMPLATES[name]
+
+
+def test_long_runs_are_tokenized_once_and_exactly_as_without_the_cache(template):
+    """Issue #18: the system prompt + tools run every rollout sends is kept tokenized; the ids
+    are those of the uncached path and of the tokenizer itself, and a second call hits the cache."""
+    system = "You are an interactive CLI agent. Prefer editing files — 你好 ✓. " * 120  # > LONG_RUN_CHARS
+    tools = (
+        Tool("Bash", "Runs a command. " * 40, {"type": "object", "properties": {"cmd": {"type": "string"}}}),
+    )
+    uncached = ChatTemplate(template.tokenizer, run_cache=0)
+    for turn in range(3):  # the same long system run, a different short user message each time
+        messages = (Message("system", system), Message("user", f"task {turn}: fix the test"))
+        text = template.render(messages, tools)
+        ids = template.encode(text)
+        assert ids == uncached.encode(text) == template.tokenizer.encode(text, add_special_tokens=False)
+    info = template.control._long_runs.cache_info()
+    assert info.hits >= 2 and info.currsize >= 1, f"the long run is tokenized once, then reused: {info}"
+    assert uncached.control._long_runs is None

@@ -74,6 +74,17 @@ class ProxyConfig(Section):
         32, ge=1, description="threads waiting on store calls (recording, token lookups)"
     )
     render_threads: int = Field(4, ge=1, description="threads rendering and tokenizing prompts")
+    token_run_cache: int = Field(
+        64,
+        ge=0,
+        description="long text runs (a harness's system prompt + tools) kept tokenized, shared by every "
+        "rollout; 0 = off (each rollout's first call tokenizes them anew, as before issue #18)",
+    )
+    record_off_loop: bool = Field(
+        True,
+        description="build a call's record (arrays of the whole prompt) in the store thread; false: "
+        "on the event loop, as before issue #18 (kept to measure the two side by side)",
+    )
     retry_after_s: int = Field(
         2, ge=0, description="Retry-After seconds sent with 503 while the engine is down"
     )

@@ -129,7 +129,7 @@ class Gateway:
         self.tokenizer = tokenizer
         self.live = live
         self.metrics = metrics
-        self.template = ChatTemplate(tokenizer, supports_tools)
+        self.template = ChatTemplate(tokenizer, supports_tools, cfg.token_run_cache)
         self.builder = PromptBuilder(self.template)
         self.pools = WorkerPools(cfg.store_threads, cfg.render_threads)
         self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s, self.pools)
@@ -167,9 +167,15 @@ class Gateway:
         try:
             rollout = await self.resolver.resolve(api_key(headers))
             harness = rollout.harness or "unknown"
-            request = parse_body(await read_body(body, headers, self.cfg.max_body_bytes))
+            t0 = time.perf_counter()
+            raw = await read_body(body, headers, self.cfg.max_body_bytes)
+            t1 = time.perf_counter()
+            request = parse_body(raw)
+            t2 = time.perf_counter()
             wire = protocol.parse(request)
-            run = await self._start(protocol, wire, request, headers, rollout, started, disconnected)
+            t3 = time.perf_counter()
+            timings = {"identity": t0 - started, "read_body": t1 - t0, "json": t2 - t1, "validate": t3 - t2}
+            run = await self._start(protocol, wire, request, headers, rollout, started, disconnected, timings)
         except ClawgymError as e:
             return self._error(protocol, e, harness)
         except Exception as e:  # a bug: still answered in the protocol's shape, with the traceback logged
@@ -210,15 +216,17 @@ class Gateway:
         rollout: Rollout,
         started: float,
         disconnected: Disconnected | None,
+        timings: dict[str, float],
     ) -> CallRun:
         conv, opts = wire.conversation, wire.options
         t0 = time.perf_counter()
         keys = chain_keys(conv)
-        turns = await self.live.get_turns(rollout.id, self.builder.candidate_keys(conv, keys))
         t1 = time.perf_counter()
+        turns = await self.live.get_turns(rollout.id, self.builder.candidate_keys(conv, keys))
+        t2 = time.perf_counter()
         # in a worker thread: the tokenizer releases the GIL, so other calls keep streaming meanwhile
         prompt = await self.pools.render(self.builder.build, conv, turns, keys)
-        t2 = time.perf_counter()
+        t3 = time.perf_counter()
         status = await self.engine_status()
         room = status.max_context - len(prompt.ids)
         if room < 1:
@@ -253,7 +261,7 @@ class Gateway:
             starts_in_thinking=self.template.info.starts_in_thinking,
             policy_version=status.policy_version,
             started=started,
-            timings={"turn_fetch": t1 - t0, "render": t2 - t1},
+            timings={**timings, "chain_keys": t1 - t0, "turn_fetch": t2 - t1, "render": t3 - t2},
         )
         run = CallRun(
             setup,
@@ -265,6 +273,7 @@ class Gateway:
             self.template.info.stop_token_ids,
             self.background,
             self.pools,
+            self.cfg.record_off_loop,
         )
         await run.start(disconnected)
         return run

@@ -41,7 +41,7 @@ from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.proxy.pools import WorkerPools
 from clawgym.records import Call, Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
-from clawgym.rendering.splice import BuiltPrompt, turn_key
+from clawgym.rendering.splice import BuiltPrompt, GeneratedTurn, turn_key
 from clawgym.rendering.toolcalls import OutputParser
 from clawgym.store.interface import TrajectoryStore
 
@@ -94,8 +94,10 @@ class CallRun:
         stop_token_ids: tuple[int, ...],
         background: set[asyncio.Task],
         pools: WorkerPools,
+        record_off_loop: bool = True,
     ) -> None:
         self.setup = setup
+        self._record_off_loop = record_off_loop
         self._engine = engine
         self._detok = detokenizer
         self._store = store
@@ -301,28 +303,9 @@ class CallRun:
 
     # --- recording ---
 
-    async def _record(self, completion: Completion) -> None:
-        """Records the call once (shielded: a cancel while recording waits for the same write)."""
-        if self._record_task is None:
-            self._record_task = asyncio.create_task(self._write(completion))
-        await asyncio.shield(self._record_task)
-
-    async def _write(self, completion: Completion) -> None:
+    def _call_of(self, completion: Completion, response: dict[str, Any], latency: float) -> Call:
         s = self.setup
-        latency = time.perf_counter() - s.started
-        overhead = max(0.0, latency - self._engine_wait)
-        response = dict(s.reply.response(completion))
-        # clawgym-specific: how the prompt was built and where the time went (not sent to the harness)
-        response["_clawgym"] = {
-            "prefix_extended": s.prompt.extended,
-            "rendered_tokens": s.prompt.rendered_tokens,
-            "reused_tokens": s.prompt.segment_start,
-            "ttft_s": self._ttft,
-            "engine_wait_s": self._engine_wait,
-            "overhead_s": overhead,  # up to the engine's last token; recording comes after
-            **{f"{k}_s": v for k, v in s.timings.items()},
-        }
-        call = Call(
+        return Call(
             rollout_id=s.rollout.id,
             seq=self.seq,
             protocol=s.protocol,
@@ -338,13 +321,60 @@ class CallRun:
             headers=s.headers,
             temperature=s.sampling.temperature,  # what the engine sampled at (forced or the harness's)
         )
-        await self._pools.store(self._store.record_call, call)
+
+    def _turn_of(self, completion: Completion) -> GeneratedTurn | None:
+        """The generated turn to keep for splicing; None for an aborted call."""
+        if completion.finish_reason == "abort":
+            return None
+        s = self.setup
+        key = turn_key(s.prompt.prompt_key, completion.as_message())
+        return turn_of(key, s.prompt.parent, s.prompt.ids[s.prompt.segment_start :], self._ids)
+
+    def _store_sync(
+        self, completion: Completion, response: dict[str, Any], latency: float
+    ) -> GeneratedTurn | None:
+        """In a store thread (the producer is done, nothing mutates the outputs): records the call
+        durably, then builds the turn to keep."""
+        self._store.record_call(self._call_of(completion, response, latency))
+        return self._turn_of(completion)
+
+    async def _record(self, completion: Completion) -> None:
+        """Records the call once (shielded: a cancel while recording waits for the same write)."""
+        if self._record_task is None:
+            self._record_task = asyncio.create_task(self._write(completion))
+        await asyncio.shield(self._record_task)
+
+    async def _write(self, completion: Completion) -> None:
+        s = self.setup
+        build_at = time.perf_counter()
+        latency = build_at - s.started
+        overhead = max(0.0, latency - self._engine_wait)
+        response = dict(s.reply.response(completion))
+        # clawgym-specific: how the prompt was built and where the time went (not sent to the harness)
+        response["_clawgym"] = {
+            "prefix_extended": s.prompt.extended,
+            "rendered_tokens": s.prompt.rendered_tokens,
+            "reused_tokens": s.prompt.segment_start,
+            "ttft_s": self._ttft,
+            "engine_wait_s": self._engine_wait,
+            "overhead_s": overhead,  # up to the engine's last token; recording comes after
+            **{f"{k}_s": v for k, v in s.timings.items()},
+            **{f"build_{k}_s": v for k, v in s.prompt.step_s.items()},
+        }
+        r0 = time.perf_counter()
+        if self._record_off_loop:
+            # the arrays and the turn are O(prompt): built in the store thread, not on the event loop
+            turn = await self._pools.store(self._store_sync, completion, response, latency)
+        else:  # the path before issue #18, kept for bench/proxy.py's side-by-side
+            call = self._call_of(completion, response, latency)
+            await self._pools.store(self._store.record_call, call)
+            turn = self._turn_of(completion)
+        r1 = time.perf_counter()
         acks.info("recorded %s#%d %s", s.rollout.id, self.seq, completion.finish_reason)
-        if completion.finish_reason != "abort":
+        if turn is not None:
             # kept before the harness sees the end, so its next request can splice these ids
-            segment = s.prompt.ids[s.prompt.segment_start :]
-            key = turn_key(s.prompt.prompt_key, completion.as_message())
-            await self._live.put_turn(s.rollout.id, turn_of(key, s.prompt.parent, segment, self._ids))
+            await self._live.put_turn(s.rollout.id, turn)
+        r2 = time.perf_counter()
         # the metrics include the recording, which the record itself cannot
         latency = time.perf_counter() - s.started
         m, labels = self._metrics, self._labels
@@ -357,3 +387,7 @@ class CallRun:
         m.temperature.labels(*labels).observe(s.sampling.temperature)
         if s.prompt.extended:
             m.prefix_extended.labels(*labels).inc()
+        stages = {**s.timings, **{f"build_{k}": v for k, v in s.prompt.step_s.items()}}
+        stages.update(build_response=r0 - build_at, record=r1 - r0, put_turn=r2 - r1)
+        for stage, seconds in stages.items():
+            m.stage.labels(stage).observe(seconds)

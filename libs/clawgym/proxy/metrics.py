@@ -60,6 +60,13 @@ class ProxyMetrics:
             buckets=TEMPERATURE_BUCKETS,
             registry=r,
         )
+        self.stage = Histogram(
+            "clawgym_proxy_stage_seconds",
+            "wall seconds of one step of a call (`build_*`: inside the rendering thread)",
+            ("stage",),
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
         self.prefix_extended = Counter(
             "clawgym_proxy_prefix_extended_calls",
             "calls whose prompt extends an earlier call's prompt + output exactly",

@@ -17,6 +17,7 @@ re-tokenize history are unaffected. Tokenizers without a `tokenizers` backend fa
 `split_special_tokens=True`, which protects special tokens only.
 """
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -26,12 +27,17 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 START, END = "\ue000", "\ue001"  # private use: no tokenizer gives them meaning, no template touches them
+# Runs at least this long are kept tokenized (least recently used dropped): every rollout of a
+# harness sends the same ~100 kB system prompt + tools run, which is otherwise tokenized anew
+# by each rollout's first call. Exact: each run is tokenized on its own either way.
+LONG_RUN_CHARS = 2048
+RUN_CACHE_SIZE = 64
 
 
 class ControlTokens:
     """Escapes harness strings before rendering and tokenizes the rendered text."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, run_cache: int = RUN_CACHE_SIZE) -> None:
         self.ids = {a.content: i for i, a in tokenizer.added_tokens_decoder.items() if a.content}
         self.literals = [START, *sorted(self.ids, key=len, reverse=True)]  # longest first: alternation order
         self._index = {text: i for i, text in enumerate(self.literals)}
@@ -39,6 +45,11 @@ class ControlTokens:
         structure = "|".join(re.escape(t) for t in self.literals[1:])
         self._pieces = re.compile(f"{START}(\\d+){END}" + (f"|{structure}" if structure else ""))
         self._encode_runs = _plain_encoder(tokenizer)
+        self._long_runs = (  # lru_cache is thread-safe: rendering threads share it
+            functools.lru_cache(maxsize=run_cache)(lambda run: tuple(self._encode_runs([run])[0]))
+            if run_cache > 0
+            else None
+        )
 
     # --- before rendering ---
 
@@ -75,13 +86,23 @@ class ControlTokens:
                 run = []
         run.append(text[pos:])
         runs.append("".join(run))
-        encoded = self._encode_runs(runs)
+        encoded = self._encode(runs)
         ids: list[int] = []
         for i, token in enumerate(tokens):
             ids += encoded[i]
             ids.append(token)
         ids += encoded[-1]
         return ids
+
+    def _encode(self, runs: list[str]) -> list[list[int]]:
+        """Each run's ids; long runs from the cache (tokenized once), the rest in one batch."""
+        cached = self._long_runs
+        if cached is None:
+            return self._encode_runs(runs)
+        encoded = self._encode_runs([r if len(r) < LONG_RUN_CHARS else "" for r in runs])
+        return [
+            list(cached(r)) if len(r) >= LONG_RUN_CHARS else e for r, e in zip(runs, encoded, strict=True)
+        ]
 
 
 def _plain_encoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[str]], list[list[int]]]:

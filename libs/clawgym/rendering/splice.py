@@ -19,8 +19,9 @@ rendered from scratch; nothing is forced. Storage of turns is `clawgym.proxy.liv
 
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,6 +52,7 @@ class BuiltPrompt:
     parent: bytes  # key of the spliced turn, b"" if rendered from scratch
     segment_start: int  # ids[segment_start:] are new after the parent's prompt + output
     rendered_tokens: int  # ids produced by tokenizing text in this call
+    step_s: dict[str, float] = field(default_factory=dict)  # wall seconds of each build step, in its thread
 
     @property
     def extended(self) -> bool:
@@ -112,6 +114,7 @@ class PromptBuilder:
     ) -> BuiltPrompt:
         """The prompt for `conv`, given the generated turns found under its candidate keys
         (`keys`: its `chain_keys`, if already computed)."""
+        c0 = time.perf_counter()
         keys = chain_keys(conv) if keys is None else keys
         prompt_key = keys[-1] if keys else tools_key(conv.tools)
         for i in range(len(conv.messages) - 1, -1, -1):
@@ -122,12 +125,18 @@ class PromptBuilder:
                 continue  # an ancestor expired: try an earlier turn
             turn = turns[keys[i]]
             stop_text = self._stop_texts.get(int(turn.output[-1])) if len(turn.output) else None
+            c1 = time.perf_counter()
             text = self.continuation(conv.messages[i + 1 :], conv.tools, stop_text)
+            c2 = time.perf_counter()
             new = self.template.encode(text)
-            return BuiltPrompt(base + new, prompt_key, keys[i], len(base), len(new))
+            steps = {"splice": c1 - c0, "render": c2 - c1, "tokenize": time.perf_counter() - c2}
+            return BuiltPrompt(base + new, prompt_key, keys[i], len(base), len(new), steps)
+        c1 = time.perf_counter()
         text = self.template.render(conv.messages, conv.tools, add_generation_prompt=True)
+        c2 = time.perf_counter()
         ids = self.template.encode(text)
-        return BuiltPrompt(ids, prompt_key, b"", 0, len(ids))
+        steps = {"splice": c1 - c0, "render": c2 - c1, "tokenize": time.perf_counter() - c2}
+        return BuiltPrompt(ids, prompt_key, b"", 0, len(ids), steps)
 
     def continuation(self, rest: Sequence[Message], tools: Sequence[Tool], stop_text: str | None) -> str:
         """Template text after a generated turn: its closing (less the stop token the engine already

@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from clawgym.errors import InvalidArgument
 from clawgym.protocols.conversation import Message, Tool
-from clawgym.rendering.control_tokens import ControlTokens
+from clawgym.rendering.control_tokens import RUN_CACHE_SIZE, ControlTokens
 
 MARK = "CLAWGYMSPLICEMARK7f3a"  # placeholder text located in rendered probes
 _PROBE_TOOL = Tool(
@@ -75,9 +75,14 @@ class TemplateInfo:
 class ChatTemplate:
     """One tokenizer's chat template, with the probing done once at construction."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, supports_tools: bool | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        supports_tools: bool | None = None,
+        run_cache: int = RUN_CACHE_SIZE,
+    ) -> None:
         self.tokenizer = tokenizer
-        self.control = ControlTokens(tokenizer)
+        self.control = ControlTokens(tokenizer, run_cache)
         self.info = self._probe(supports_tools)
 
     # --- canonical messages → template dicts ---
