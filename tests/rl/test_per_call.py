@@ -54,6 +54,9 @@ def test_loss_rows_sit_on_each_calls_output_tokens():
     segments = call_segments(flat, grpo_terms(flat), calls)
     for call, (positions, tokens, rows) in zip(calls, segments, strict=True):
         assert np.array_equal(tokens, np.concatenate([call.prompt_ids, call.output_ids]))
+        assert (
+            np.array_equal(flat.tokens[positions], tokens) and (np.diff(flat.depth()[positions]) == 1).all()
+        )
         assert (rows.token >= len(call.prompt_ids)).all(), "no loss on prompt tokens"
     assert any(len(s[2].token) for s in segments)
 

@@ -42,7 +42,9 @@ class _Walker:
                 raise InvalidArgument(f"a call's tokens leave the tree at token {i} of {len(ids)}")
             start, take = int(f.node_start[n]), min(int(f.node_len[n]), len(ids) - i)
             if not np.array_equal(f.tokens[start : start + take], ids[i : i + take]):
-                raise InvalidArgument(f"a call's tokens leave the tree within tokens {i}-{i + take} of {len(ids)}")
+                raise InvalidArgument(
+                    f"a call's tokens leave the tree within tokens {i}-{i + take} of {len(ids)}"
+                )
             out.append(np.arange(start, start + take))
             node, i = n, i + take
         return np.concatenate(out) if out else np.zeros(0, np.int64)
@@ -73,7 +75,9 @@ def call_segments(
     for call in calls:
         r = index.get(call.rollout_id)
         if r is None:
-            raise InvalidArgument(f"call {call.seq} of rollout {call.rollout_id!r}: the rollout is not in the tree")
+            raise InvalidArgument(
+                f"call {call.seq} of rollout {call.rollout_id!r}: the rollout is not in the tree"
+            )
         prompt, output = np.asarray(call.prompt_ids), np.asarray(call.output_ids)
         positions = walker.positions(np.concatenate([prompt, output]))
         slots = np.arange(len(prompt), len(positions))
