@@ -40,13 +40,14 @@ import time
 import torch
 
 from clawgym.rl import grpo_terms, merge_terms, pack, tree_loss
+from clawgym.rl.per_call import pack_calls
 from clawgym.rl.per_path import pack_paths, path_loss
 from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trajectory import tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
-INSERT_SHAPE = TraceShape(n_groups=4, group_size=8, calls=(10, 30), system_tokens=2000, task_tokens=200,
-                          observation_tokens=60, output_tokens=40)  # fmt: skip
+INSERT_SHAPE = TraceShape(n_groups=4, group_size=8, calls=(10, 30), system_tokens=20000, task_tokens=200,
+                          observation_tokens=60, output_tokens=40, subagent_system_tokens=3000)  # fmt: skip
 TRAIN_SHAPES = {
     "tiny-qwen3": TraceShape(group_size=8, calls=(10, 16), system_tokens=600, task_tokens=100, observation_tokens=16,
                              output_tokens=12, header_tokens=4, subagent_system_tokens=100, p_compaction=0.03,
@@ -71,7 +72,13 @@ def insertion(reps: int) -> dict:
         f" = {s.call_tokens / best / 1e6:.1f}M tokens/s; {s.unique_tokens:,} unique, {s.path_tokens:,} path tokens,"
         f" sharing ×{s.sharing_ratio:.2f}, {s.branch_points} branch points, depth {s.depth:,}"
     )
-    return {"insert_tokens_per_s": s.call_tokens / best, "sharing_ratio_harness_scale": s.sharing_ratio}
+    vs_calls = s.call_tokens / max(s.unique_tokens, 1)
+    print(f"insertion: harness scale sharing ×{s.sharing_ratio:.2f} vs paths, ×{vs_calls:.2f} vs calls")
+    return {
+        "insert_tokens_per_s": s.call_tokens / best,
+        "sharing_ratio_harness_scale": s.sharing_ratio,
+        "sharing_ratio_vs_calls_harness_scale": vs_calls,
+    }
 
 
 def grads(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -84,7 +91,9 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
     model = load_model(name)  # fp32, CPU, eval mode (no dropout); gradients still flow
     shape = TRAIN_SHAPES[name]
     shape = TraceShape(**{**shape.__dict__, "vocab_size": min(shape.vocab_size, model.config.vocab_size)})
-    flat = tree_from_groups(synthetic_groups(shape, seed=1)).flatten()
+    groups = synthetic_groups(shape, seed=1)
+    flat = tree_from_groups(groups).flatten()
+    calls = [c for g in groups for r in g.rollouts for c in sorted(r.calls, key=lambda c: c.seq)]
     s = flat.to_radix().stats()
     terms = grpo_terms(flat)
     budget = max(budget, int(flat.depth().max()) + 1)
@@ -99,6 +108,12 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
 
     longest = int(flat.depth().max()) + 1
     seq_packs = pack_paths(flat, terms, longest)  # 1-2 paths per sequence: little dense-mask waste
+    call_packs = pack_calls(flat, terms, calls, longest)  # the same budget for the per-call baseline
+    vs_calls = s.call_tokens / max(s.unique_tokens, 1)
+    print(
+        f"{name}: {len(calls)} calls, {s.call_tokens:,} call tokens (sharing ×{vs_calls:.2f} vs calls)"
+        f" in {len(call_packs)} sequence(s) of ≤{longest}"
+    )
 
     def timed(step) -> tuple[float, float]:
         model.zero_grad(set_to_none=True)
@@ -114,25 +129,39 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
         for pk in seq_packs:
             tree_loss(model, pk, LOSS)[0].backward()
 
+    def calls_packed() -> None:
+        for pk in call_packs:
+            tree_loss(model, pk, LOSS)[0].backward()
+
     def one_by_one() -> None:
         for p in range(n_paths):
             path_loss(model, flat, terms, p, LOSS, trim_logits=True)[0].backward()
 
-    methods = {"tree": tree_packed, "paths_packed": sequence_packed, "paths_one_by_one": one_by_one}
+    methods = {
+        "tree": tree_packed,
+        "paths_packed": sequence_packed,
+        "paths_one_by_one": one_by_one,
+        "calls_packed": calls_packed,
+    }
+    once = ("paths_one_by_one", "calls_packed")  # the slowest baselines run once
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in methods}
     final_grads = {}
     for i in range(reps):
-        names = list(methods)[i % 3 :] + list(methods)[: i % 3]  # rotate the order between runs
+        names = list(methods)[i % 4 :] + list(methods)[: i % 4]  # rotate the order between runs
         for k in names:
-            if k == "paths_one_by_one" and times[k]:
-                continue  # the slowest baseline runs once
+            if k in once and times[k]:
+                continue
             times[k].append(timed(methods[k]))
             final_grads[k] = grads(model)
-    rel = max(
-        float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
-        for k in ("paths_packed", "paths_one_by_one")
-        for a, b in zip(final_grads["tree"], final_grads[k], strict=True)
-    )
+
+    def rel_diff(k: str) -> float:  # max over parameters of max|Δg| / max|g|, tree vs method k
+        return max(
+            float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
+            for a, b in zip(final_grads["tree"], final_grads[k], strict=True)
+        )
+
+    rel = max(rel_diff("paths_packed"), rel_diff("paths_one_by_one"))
+    rel_calls = rel_diff("calls_packed")
     cpu = {k: min(t[1] for t in v) for k, v in times.items()}
     wall = {k: min(t[0] for t in v) for k, v in times.items()}
     best_linear = min(cpu["paths_packed"], cpu["paths_one_by_one"])
@@ -148,11 +177,23 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
         f" sequence-packed, ×{cpu['paths_one_by_one'] / cpu['tree']:.2f} one by one); limit ×{s.sharing_ratio:.2f} (sharing), ×{limit:.2f} (path/packed tokens)"
         f" → {speedup / s.sharing_ratio:.0%} of the sharing ratio; max relative gradient difference {rel:.1e}"
     )
+    speedup_calls = cpu["calls_packed"] / cpu["tree"]
+    print(
+        f"{name}: per-call sequence-packed {cpu['calls_packed']:.2f}s CPU (wall {wall['calls_packed']:.2f}s):"
+        f" speedup ×{speedup_calls:.2f} vs calls; limit ×{vs_calls:.2f} (call tokens / unique)"
+        f" → {speedup_calls / vs_calls:.0%}; max relative gradient difference {rel_calls:.1e}"
+    )
     return {
         "sharing_ratio": s.sharing_ratio,
         "speedup": speedup,
         "speedup_vs_paths_packed": cpu["paths_packed"] / cpu["tree"],
         "speedup_vs_one_by_one": cpu["paths_one_by_one"] / cpu["tree"],
+        "sharing_ratio_vs_calls": vs_calls,
+        "speedup_vs_calls": speedup_calls,
+        "speedup_vs_calls_wall": wall["calls_packed"] / wall["tree"],
+        "call_tokens": s.call_tokens,
+        "calls": len(calls),
+        "grad_rel_diff_vs_calls": rel_calls,
         "speedup_wall": min(wall["paths_packed"], wall["paths_one_by_one"]) / wall["tree"],
         "limit_path_over_packed": limit,
         "cpu_s": cpu,
@@ -180,6 +221,8 @@ def main() -> None:
         sharing_ratio=headline.get("sharing_ratio"),
         speedup=headline.get("speedup"),
         speedup_over_sharing=(headline["speedup"] / headline["sharing_ratio"]) if headline else None,
+        sharing_ratio_vs_calls=headline.get("sharing_ratio_vs_calls"),
+        speedup_vs_calls=headline.get("speedup_vs_calls"),
         models=per_model,
     )
     print(json.dumps(figures))
