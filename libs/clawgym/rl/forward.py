@@ -5,7 +5,9 @@ the base model with the tree mask and position ids = depth, then the LM head onl
 whose logits are needed (the parents of the loss rows' tokens). It does not define losses.
 
 Attention backends (`model.config._attn_implementation`):
-- "sdpa" (CPU and GPU): a 4D boolean mask, passed through transformers unchanged;
+- "sdpa" (CPU and GPU): a 4D boolean mask, passed through transformers unchanged; longer than
+  one block, the attention runs block-sparse (`block_attention`: each block of queries over the
+  keys it may attend to only, instead of all T²);
 - "eager": the same mask as an additive float tensor;
 - "flex_attention" (GPU): a FlexAttention BlockMask. This path is not exercised by CI (no GPU);
 - flash-attention kernels take no arbitrary mask and are refused.
@@ -20,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from clawgym.errors import FailedPrecondition
+from clawgym.rl.block_attention import BLOCK, block_attention, plan
 from clawgym.rl.packing import PackedSequence, eager_mask, flex_block_mask, sdpa_mask
 
 
@@ -75,12 +78,14 @@ def hidden_states(model: nn.Module, pack: PackedSequence) -> Tensor:
     """(T, H) last hidden states of the base model on the packed tree."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    out = model.base_model(
-        input_ids=pack.input_ids[None].to(device),
-        position_ids=pack.position_ids[None].to(device),
-        attention_mask=tree_attention_mask(model, pack, device, dtype),
-        use_cache=False,
-    )
+    mask = tree_attention_mask(model, pack, device, dtype)
+    args = dict(input_ids=pack.input_ids[None].to(device), position_ids=pack.position_ids[None].to(device))
+    if isinstance(mask, Tensor) and mask.dtype == torch.bool and len(pack) > BLOCK:
+        # sdpa, full attention only: block-sparse, attention work over the keys each block needs
+        with block_attention(model):
+            out = model.base_model(**args, attention_mask=mask, use_cache=False, tree_blocks=plan(mask))
+    else:
+        out = model.base_model(**args, attention_mask=mask, use_cache=False)
     return out.last_hidden_state[0]
 
 
