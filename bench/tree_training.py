@@ -4,27 +4,43 @@
 
 Synthetic traces (`clawgym.trajectory.synthetic`): one shared system prompt + tools, G=8 samples
 per task, 10+ calls per rollout with a growing history, and branches from compactions and
-sub-agents. Sizes (chosen so the whole run takes a few minutes on 2 shared CPU cores):
+sub-agents. Sizes (training sizes chosen so the whole run takes minutes on 2 shared CPU cores):
 
-- insertion / harness-scale sharing: 4 groups × 8 samples, 10-30 calls, system 2000 tokens, task
-  200, tool results ~60, outputs ~40 (about 2M call tokens, ~100k unique);
+- insertion / harness-scale sharing (the shape of a Claude Code rollout batch): 4 groups × 8
+  samples, 10-30 calls, system prompt + tools 20,000 tokens, sub-agent system 3,000, task 200,
+  tool results ~60, outputs ~40 (about 14M call tokens, ~100k unique): the sharing ratio against
+  paths and against calls at that scale (`sharing_ratio_harness_scale`,
+  `sharing_ratio_vs_calls_harness_scale`); not trained (far beyond CPU time);
 - training, tiny-qwen3 (4M params): 1 group × 8, 10-16 calls, system 600, task 100, tool results
   ~16, outputs ~12 (a few thousand unique tokens);
 - training, SmolLM2-135M: 1 group × 8, 10-11 calls, system 160, task 32, tool results ~6,
   outputs ~6 (about 1.3k unique tokens; CPU time is the limit, not memory).
+Both ratios grow with the system prompt and the number of calls, so the small training shapes
+understate what the harness-scale shape allows.
 
 Three ways to compute the same GRPO loss (token aggregation, TIS, clip) and the same gradients
 (checked: max relative gradient difference printed):
 - tree: the tree packed once (`clawgym.rl.packing.pack`), shared prefixes computed once;
 - paths sequence-packed: every rollout path as its own causal segment, side by side in sequences
   no longer than the longest path (`clawgym.rl.per_path.pack_paths`), with the same forward and
-  loss code. The budget is kept short because SDPA on CPU computes a 4D mask densely (no skipping
-  of masked blocks), so long sequences of several paths would waste attention work;
+  loss code. The budget is kept to the longest path (1-2 paths per sequence) so a sequence
+  wastes little attention on masked pairs even where a block spans two paths;
 - paths one by one: each path through the model's ordinary causal forward (LM head trimmed to the
-  needed slots, as the others), run once.
+  needed slots, as the others), run once;
+- calls sequence-packed (`clawgym.rl.per_call.pack_calls`, run once): every captured call's
+  prompt + output as its own sample, loss on its output tokens (what Agent Lightning, rLLM and
+  slime's agent path train), packed like the paths. Each generated (rollout, position) pair is
+  trained once, by the call that generated it, with its summed path weight, so the loss and the
+  gradient are the tree's: `grad_rel_diff_vs_calls` = max over parameters of max|g_tree - g_calls|
+  / max|g_calls|. `speedup_vs_calls` = its CPU time / the tree's; its limit
+  `sharing_ratio_vs_calls` = call tokens / unique tokens.
+Packed sequences longer than one block (256) run block-sparse attention
+(`clawgym.rl.block_attention`: each block of queries over only the keys it may attend to), the
+tree and the packed baselines alike.
 `speedup` is the faster of the two per-path methods over the tree. How it relates to the limit
-(the sharing ratio) on CPU: the tree's attention is dense (T² over the packed tree; FlexAttention's
-BlockMask on GPU skips masked blocks), which costs most on the tiny model; and fewer, longer
+(the sharing ratio) on CPU: the tree's attention was dense (T² over the packed tree) before block-
+sparse attention, which cost most on the tiny model (FlexAttention's BlockMask does the
+skipping on GPU); and fewer, longer
 sequences run faster per token (SmolLM2-135M, 2 threads: 1428 tokens as one sequence 18-23 s,
 as 3 sequences 32 s, as 5 sequences 35 s of CPU), which lets the tree beat the token ratio there.
 Runs rotate the order of the methods; each keeps its fastest run, in process CPU time (headline:
