@@ -5,8 +5,8 @@ the base model with the tree mask and position ids = depth, then the LM head onl
 whose logits are needed (the parents of the loss rows' tokens). It does not define losses.
 
 Attention backends (`model.config._attn_implementation`):
-- "sdpa" (CPU and GPU): a 4D boolean mask, passed through transformers unchanged; longer than
-  one block, the attention runs block-sparse (`block_attention`: each block of queries over the
+- "sdpa" (CPU and GPU): a 4D boolean mask, passed through transformers unchanged; on CPU, longer
+  than one block, the attention runs block-sparse (`block_attention`: each block of queries over the
   keys it may attend to only, instead of all T²);
 - "eager": the same mask as an additive float tensor;
 - "flex_attention" (GPU): a FlexAttention BlockMask. This path is not exercised by CI (no GPU);
@@ -80,8 +80,9 @@ def hidden_states(model: nn.Module, pack: PackedSequence) -> Tensor:
     dtype = next(model.parameters()).dtype
     mask = tree_attention_mask(model, pack, device, dtype)
     args = dict(input_ids=pack.input_ids[None].to(device), position_ids=pack.position_ids[None].to(device))
-    if isinstance(mask, Tensor) and mask.dtype == torch.bool and len(pack) > BLOCK:
-        # sdpa, full attention only: block-sparse, attention work over the keys each block needs
+    if isinstance(mask, Tensor) and mask.dtype == torch.bool and device.type == "cpu" and len(pack) > BLOCK:
+        # sdpa on CPU, full attention only: block-sparse, attention work over the keys each block
+        # needs (not measured on GPU yet, where FlexAttention is the tree's backend)
         with block_attention(model):
             out = model.base_model(**args, attention_mask=mask, use_cache=False, tree_blocks=plan(mask))
     else:
