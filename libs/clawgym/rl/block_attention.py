@@ -1,4 +1,4 @@
-"""Block-sparse SDPA for a packed tree on any device: attention work over the keys a block needs.
+"""Block-sparse SDPA for a packed tree: attention work over the keys a block needs.
 
 Owns one attention function for transformers (`ALL_ATTENTION_FUNCTIONS`, name `NAME`). SDPA
 with a 4D mask computes every (query, key) pair, masked or not (no block skipping on CPU), so a
@@ -7,7 +7,7 @@ are cut into blocks of `BLOCK` consecutive slots; a block attends to the union o
 allowed keys (`plan`), gathered, with the sub-mask. The masked keys it drops have zero weight
 in the softmax, so the result is the same attention (to rounding), at Σ_blocks |block| × |keys|.
 In pre-order a subtree is contiguous, so a block needs its subtree's root path plus itself: far
-less than T on a tree of G samples. `forward.hidden_states` uses it for "sdpa" models
+less than T on a tree of G samples. `forward.hidden_states` uses it on CPU for "sdpa" models
 without sliding-window layers (FlexAttention's BlockMask does the same skipping on GPU).
 """
 
