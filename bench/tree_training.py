@@ -4,24 +4,36 @@
 
 Synthetic traces (`clawgym.trajectory.synthetic`): one shared system prompt + tools, G=8 samples
 per task, 10+ calls per rollout with a growing history, and branches from compactions and
-sub-agents. Sizes (chosen so the whole run takes a few minutes on 2 shared CPU cores):
+sub-agents. Sizes (training sizes chosen so the whole run takes minutes on 2 shared CPU cores):
 
-- insertion / harness-scale sharing: 4 groups × 8 samples, 10-30 calls, system 2000 tokens, task
-  200, tool results ~60, outputs ~40 (about 2M call tokens, ~100k unique);
+- insertion / harness-scale sharing (the shape of a Claude Code rollout batch): 4 groups × 8
+  samples, 10-30 calls, system prompt + tools 20,000 tokens, sub-agent system 3,000, task 200,
+  tool results ~60, outputs ~40 (about 14M call tokens, ~100k unique): the sharing ratio against
+  paths and against calls at that scale (`sharing_ratio_harness_scale`,
+  `sharing_ratio_vs_calls_harness_scale`); not trained (far beyond CPU time);
 - training, tiny-qwen3 (4M params): 1 group × 8, 10-16 calls, system 600, task 100, tool results
   ~16, outputs ~12 (a few thousand unique tokens);
 - training, SmolLM2-135M: 1 group × 8, 10-11 calls, system 160, task 32, tool results ~6,
   outputs ~6 (about 1.3k unique tokens; CPU time is the limit, not memory).
+Both ratios grow with the system prompt and the number of calls, so the small training shapes
+understate what the harness-scale shape allows.
 
 Three ways to compute the same GRPO loss (token aggregation, TIS, clip) and the same gradients
 (checked: max relative gradient difference printed):
 - tree: the tree packed once (`clawgym.rl.packing.pack`), shared prefixes computed once;
 - paths sequence-packed: every rollout path as its own causal segment, side by side in sequences
   no longer than the longest path (`clawgym.rl.per_path.pack_paths`), with the same forward and
-  loss code. The budget is kept short because SDPA on CPU computes a 4D mask densely (no skipping
-  of masked blocks), so long sequences of several paths would waste attention work;
+  loss code. The budget is kept to the longest path (1-2 paths per sequence) so a sequence
+  wastes little attention on masked pairs even where a block spans two paths;
 - paths one by one: each path through the model's ordinary causal forward (LM head trimmed to the
-  needed slots, as the others), run once.
+  needed slots, as the others), run once;
+- calls sequence-packed (`clawgym.rl.per_call.pack_calls`, run once): every captured call's
+  prompt + output as its own sample, loss on its output tokens (what Agent Lightning, rLLM and
+  slime's agent path train), packed like the paths. Each generated (rollout, position) pair is
+  trained once, by the call that generated it, with its summed path weight, so the loss and the
+  gradient are the tree's: `grad_rel_diff_vs_calls` = max over parameters of max|g_tree - g_calls|
+  / max|g_calls|. `speedup_vs_calls` = its CPU time / the tree's; its limit
+  `sharing_ratio_vs_calls` = call tokens / unique tokens.
 `speedup` is the faster of the two per-path methods over the tree. How it relates to the limit
 (the sharing ratio) on CPU: the tree's attention is dense (T² over the packed tree; FlexAttention's
 BlockMask on GPU skips masked blocks), which costs most on the tiny model; and fewer, longer
@@ -40,13 +52,14 @@ import time
 import torch
 
 from clawgym.rl import grpo_terms, merge_terms, pack, tree_loss
+from clawgym.rl.per_call import pack_calls
 from clawgym.rl.per_path import pack_paths, path_loss
 from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trajectory import tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
-INSERT_SHAPE = TraceShape(n_groups=4, group_size=8, calls=(10, 30), system_tokens=2000, task_tokens=200,
-                          observation_tokens=60, output_tokens=40)  # fmt: skip
+INSERT_SHAPE = TraceShape(n_groups=4, group_size=8, calls=(10, 30), system_tokens=20000, task_tokens=200,
+                          observation_tokens=60, output_tokens=40, subagent_system_tokens=3000)  # fmt: skip
 TRAIN_SHAPES = {
     "tiny-qwen3": TraceShape(group_size=8, calls=(10, 16), system_tokens=600, task_tokens=100, observation_tokens=16,
                              output_tokens=12, header_tokens=4, subagent_system_tokens=100, p_compaction=0.03,
@@ -71,7 +84,13 @@ def insertion(reps: int) -> dict:
         f" = {s.call_tokens / best / 1e6:.1f}M tokens/s; {s.unique_tokens:,} unique, {s.path_tokens:,} path tokens,"
         f" sharing ×{s.sharing_ratio:.2f}, {s.branch_points} branch points, depth {s.depth:,}"
     )
-    return {"insert_tokens_per_s": s.call_tokens / best, "sharing_ratio_harness_scale": s.sharing_ratio}
+    vs_calls = s.call_tokens / max(s.unique_tokens, 1)
+    print(f"insertion: harness scale sharing ×{s.sharing_ratio:.2f} vs paths, ×{vs_calls:.2f} vs calls")
+    return {
+        "insert_tokens_per_s": s.call_tokens / best,
+        "sharing_ratio_harness_scale": s.sharing_ratio,
+        "sharing_ratio_vs_calls_harness_scale": vs_calls,
+    }
 
 
 def grads(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -84,7 +103,9 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
     model = load_model(name)  # fp32, CPU, eval mode (no dropout); gradients still flow
     shape = TRAIN_SHAPES[name]
     shape = TraceShape(**{**shape.__dict__, "vocab_size": min(shape.vocab_size, model.config.vocab_size)})
-    flat = tree_from_groups(synthetic_groups(shape, seed=1)).flatten()
+    groups = synthetic_groups(shape, seed=1)
+    flat = tree_from_groups(groups).flatten()
+    calls = [c for g in groups for r in g.rollouts for c in sorted(r.calls, key=lambda c: c.seq)]
     s = flat.to_radix().stats()
     terms = grpo_terms(flat)
     budget = max(budget, int(flat.depth().max()) + 1)
@@ -99,6 +120,12 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
 
     longest = int(flat.depth().max()) + 1
     seq_packs = pack_paths(flat, terms, longest)  # 1-2 paths per sequence: little dense-mask waste
+    call_packs = pack_calls(flat, terms, calls, longest)  # the same budget for the per-call baseline
+    vs_calls = s.call_tokens / max(s.unique_tokens, 1)
+    print(
+        f"{name}: {len(calls)} calls, {s.call_tokens:,} call tokens (sharing ×{vs_calls:.2f} vs calls)"
+        f" in {len(call_packs)} sequence(s) of ≤{longest}"
+    )
 
     def timed(step) -> tuple[float, float]:
         model.zero_grad(set_to_none=True)
@@ -114,25 +141,39 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
         for pk in seq_packs:
             tree_loss(model, pk, LOSS)[0].backward()
 
+    def calls_packed() -> None:
+        for pk in call_packs:
+            tree_loss(model, pk, LOSS)[0].backward()
+
     def one_by_one() -> None:
         for p in range(n_paths):
             path_loss(model, flat, terms, p, LOSS, trim_logits=True)[0].backward()
 
-    methods = {"tree": tree_packed, "paths_packed": sequence_packed, "paths_one_by_one": one_by_one}
+    methods = {
+        "tree": tree_packed,
+        "paths_packed": sequence_packed,
+        "paths_one_by_one": one_by_one,
+        "calls_packed": calls_packed,
+    }
+    once = ("paths_one_by_one", "calls_packed")  # the slowest baselines run once
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in methods}
     final_grads = {}
     for i in range(reps):
-        names = list(methods)[i % 3 :] + list(methods)[: i % 3]  # rotate the order between runs
+        names = list(methods)[i % 4 :] + list(methods)[: i % 4]  # rotate the order between runs
         for k in names:
-            if k == "paths_one_by_one" and times[k]:
-                continue  # the slowest baseline runs once
+            if k in once and times[k]:
+                continue
             times[k].append(timed(methods[k]))
             final_grads[k] = grads(model)
-    rel = max(
-        float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
-        for k in ("paths_packed", "paths_one_by_one")
-        for a, b in zip(final_grads["tree"], final_grads[k], strict=True)
-    )
+
+    def rel_diff(k: str) -> float:  # max over parameters of max|Δg| / max|g|, tree vs method k
+        return max(
+            float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
+            for a, b in zip(final_grads["tree"], final_grads[k], strict=True)
+        )
+
+    rel = max(rel_diff("paths_packed"), rel_diff("paths_one_by_one"))
+    rel_calls = rel_diff("calls_packed")
     cpu = {k: min(t[1] for t in v) for k, v in times.items()}
     wall = {k: min(t[0] for t in v) for k, v in times.items()}
     best_linear = min(cpu["paths_packed"], cpu["paths_one_by_one"])
@@ -148,11 +189,23 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
         f" sequence-packed, ×{cpu['paths_one_by_one'] / cpu['tree']:.2f} one by one); limit ×{s.sharing_ratio:.2f} (sharing), ×{limit:.2f} (path/packed tokens)"
         f" → {speedup / s.sharing_ratio:.0%} of the sharing ratio; max relative gradient difference {rel:.1e}"
     )
+    speedup_calls = cpu["calls_packed"] / cpu["tree"]
+    print(
+        f"{name}: per-call sequence-packed {cpu['calls_packed']:.2f}s CPU (wall {wall['calls_packed']:.2f}s):"
+        f" speedup ×{speedup_calls:.2f} vs calls; limit ×{vs_calls:.2f} (call tokens / unique)"
+        f" → {speedup_calls / vs_calls:.0%}; max relative gradient difference {rel_calls:.1e}"
+    )
     return {
         "sharing_ratio": s.sharing_ratio,
         "speedup": speedup,
         "speedup_vs_paths_packed": cpu["paths_packed"] / cpu["tree"],
         "speedup_vs_one_by_one": cpu["paths_one_by_one"] / cpu["tree"],
+        "sharing_ratio_vs_calls": vs_calls,
+        "speedup_vs_calls": speedup_calls,
+        "speedup_vs_calls_wall": wall["calls_packed"] / wall["tree"],
+        "call_tokens": s.call_tokens,
+        "calls": len(calls),
+        "grad_rel_diff_vs_calls": rel_calls,
         "speedup_wall": min(wall["paths_packed"], wall["paths_one_by_one"]) / wall["tree"],
         "limit_path_over_packed": limit,
         "cpu_s": cpu,
@@ -180,6 +233,8 @@ def main() -> None:
         sharing_ratio=headline.get("sharing_ratio"),
         speedup=headline.get("speedup"),
         speedup_over_sharing=(headline["speedup"] / headline["sharing_ratio"]) if headline else None,
+        sharing_ratio_vs_calls=headline.get("sharing_ratio_vs_calls"),
+        speedup_vs_calls=headline.get("speedup_vs_calls"),
         models=per_model,
     )
     print(json.dumps(figures))
