@@ -8,6 +8,12 @@ then the task's verifier. This is the harness's first turn only: a lower bound o
 multi-turn rollout scores.
 
     .venv/bin/python bench/mini_suite_baseline.py [--per-family 3] [--temperatures 0.7,1.0] [--samples 2]
+        [--examples harness|none|leaky] [--max-level 2]
+
+`--examples` chooses the worked examples before the task: the harness's own (`harness`, which share
+no program with any solution of the suite), none, or `leaky`: the examples the harness had until
+#17 (`echo hello > greeting.txt` and `tail -n 2 notes.md`, the answer shapes of three families),
+kept here only to measure what such a leak is worth.
 
 Prints a table per family; the LAST line is one JSON object of the figures.
 """
@@ -31,6 +37,23 @@ from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.generate import mini_suite_dir
 from clawgym.tasks.model import Task
 from clawgym.tasks.verify import prepare_workspace, verify
+
+LEAKY_EXAMPLES = [
+    {"role": "user", "content": "Write the word hello into the file greeting.txt."},
+    {"role": "assistant", "content": "```bash\necho hello > greeting.txt\n```"},
+    {"role": "user", "content": "Output (exit code 0):\n(no output)"},
+    {"role": "assistant", "content": "DONE"},
+    {"role": "user", "content": "Show the last 2 lines of the file notes.md."},
+    {"role": "assistant", "content": "```bash\ntail -n 2 notes.md\n```"},
+    {"role": "user", "content": "Output (exit code 0):\nbuy milk\ncall Sam"},
+    {"role": "assistant", "content": "DONE"},
+]
+
+
+def first_request(instruction: str, examples: str) -> list[dict]:
+    """The harness's first request's messages, with the worked examples `examples` names."""
+    messages = reference_agent.build_messages(instruction, examples=examples == "harness")
+    return messages[:1] + LEAKY_EXAMPLES + messages[1:] if examples == "leaky" else messages
 
 
 class FenceClosed:
@@ -109,6 +132,8 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=40)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--examples", choices=("harness", "none", "leaky"), default="harness")
+    p.add_argument("--max-level", type=int, default=0, help="only families up to this level (0 = all)")
     p.add_argument("--show", action="store_true", help="print every reply")
     p.add_argument(
         "--replies",
@@ -120,6 +145,8 @@ def main() -> None:
 
     by_family: dict[str, list[Task]] = defaultdict(list)
     for task in load_tasks(mini_suite_dir(), split="test"):
+        if args.max_level and int(task.metadata["level"]) > args.max_level:
+            continue
         if len(by_family[task.metadata["family"]]) < args.per_family:
             by_family[task.metadata["family"]].append(task)
     tasks = [t for family in by_family.values() for t in family]
@@ -128,7 +155,7 @@ def main() -> None:
     runs = [(m, t) for m in modes for t in tasks for _ in range(1 if m == "greedy" else args.samples)]
     key = {
         "task_ids": [t.id for t in tasks],
-        "messages": reference_agent.build_messages("{task}"),
+        "messages": first_request("{task}", args.examples),
         "modes": modes,
     }
 
@@ -143,7 +170,7 @@ def main() -> None:
         model = load_model("smollm2-135m", dtype=torch.bfloat16)
         prompt = {
             t.id: tok.apply_chat_template(
-                reference_agent.build_messages(t.instruction), tokenize=False, add_generation_prompt=True
+                first_request(t.instruction, args.examples), tokenize=False, add_generation_prompt=True
             )
             for t in tasks
         }
@@ -175,11 +202,13 @@ def main() -> None:
             print(f"--- {mode} {task.id} reward={reward}: {task.instruction}\n{reply}")
 
     rate = lambda xs: round(sum(xs) / len(xs), 3) if xs else 0.0  # noqa: E731
-    print(f"{'family':14} lvl " + "".join(f"{m:>8}" for m in modes))
+    print(f"{'family':20} lvl split   " + "".join(f"{m:>8}" for m in modes))
     for family, members in by_family.items():
         cells = "".join(f"{rate(passed[m][family]):8.2f}" for m in modes)
-        print(f"{family:14} {members[0].metadata['level']:>3} {cells}")
+        meta = members[0].metadata
+        print(f"{family:20} {meta['level']:>3} {meta.get('family_split', ''):7} {cells}")
     figures: dict[str, object] = {
+        "examples": args.examples,
         "tasks": len(tasks),
         "samples_per_task": args.samples,
         "generate_s": round(gen_s, 1),

@@ -22,10 +22,10 @@ from rich.console import Console
 from rich.progress import Progress
 
 from clawgym.evaluation.runner import EvalResult, recorded_results
-from clawgym.evaluation.select import eval_spec
+from clawgym.evaluation.select import HeldOut, eval_spec, held_out
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
-from clawgym.report.summary import before_after
+from clawgym.report.summary import before_after, per_family
 from clawgym.tracking import Tracker, eval_scalars, step_scalars
 from clawgym.trainer.loop import Trainer
 from clawgym_app.progress import RolloutBar, Stopwatch, make_progress
@@ -225,14 +225,37 @@ class TrainingRun:
 
     def summary(self, outcome: RunOutcome) -> dict[str, Any]:
         """Headline figures (`clawgym.report.summary`): steps, minutes, Pass@1 before/after per
-        harness with 95% CIs and the paired difference, the evaluation's size."""
+        harness with 95% CIs and the paired difference, for the held-out instances of the trained
+        families (the plain keys) and for the families never trained on (`_unseen_families`), what
+        each set shares with training, Pass@1 per family, the evaluation's size."""
         out: dict[str, Any] = {"steps": outcome.version, "minutes": round(self.clock.elapsed / 60, 2)}
         first = next((e.result for e in outcome.evals if e.label == "before"), None)
         last = next((e.result for e in reversed(outcome.evals) if e.label == "after"), None)
-        out |= before_after(self.spec.harnesses, first, last)
-        out["eval_tasks"] = len(self.spec.task_ids)
+        parts = self.held_out()
+        trained, unseen = parts.ids("trained"), parts.ids("unseen")
+        out |= before_after(self.spec.harnesses, first, last, trained or None)
+        if unseen:
+            out |= before_after(self.spec.harnesses, first, last, unseen, "_unseen_families")
+        out["eval_tasks"] = len(trained) if unseen else len(self.spec.task_ids)
+        if unseen:
+            out["eval_tasks_unseen_families"] = len(unseen)
         out["eval_samples"] = self.spec.samples
+        out["held_out"] = {
+            "": f"new instances of the {len(parts.trained)} task families trained on: "
+            "their templates, phrasings and vocabulary, and the harness prompt, are shared with training; "
+            "no instruction or solution is",
+            **({"_unseen_families": f"tasks of {len(parts.families('unseen'))} families with no training "
+                f"task ({', '.join(parts.families('unseen'))}): only the harness prompt and the suite's "
+                "vocabulary are shared with training"} if unseen else {}),
+        }  # fmt: skip
+        out["per_family"] = per_family(
+            self.spec.harnesses, {"before": first, "after": last}, parts.family_of, parts.kind_of
+        )
         return out
+
+    def held_out(self) -> HeldOut:
+        """The evaluated tasks split into held-out instances of trained families and unseen families."""
+        return held_out(self.spec.suite, self.cfg.trainer.tasks, self.spec.task_ids)
 
     def write_report(self, outcome: RunOutcome) -> Path:
         points = [

@@ -1,25 +1,59 @@
-"""The bundled mini suite: reproducible, split without leaks, and every family's tasks are sound."""
+"""The bundled mini suite: reproducible, split without leaks, and every task is sound."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import shlex
 from collections import Counter
 from pathlib import Path
 
+from clawgym.evaluation.select import held_out, train_and_held_out
+from clawgym.harnesses import reference_agent
 from clawgym.orchestrator.check import check_tasks, summarize
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.families import FAMILIES
-from clawgym.tasks.mini.generate import mini_suite_dir, write_suite
+from clawgym.tasks.mini.generate import (
+    TEST_PER_FAMILY,
+    TRAIN_PER_FAMILY,
+    UNSEEN_PER_FAMILY,
+    generate_tasks,
+    mini_suite_dir,
+    unseen_families,
+    write_suite,
+)
 from clawgym.tasks.provision import Provisioner
+
+OPERATORS = {">", ">>", "<", "|", "&&", "||", ";", "&"}
 
 
 def tree_digest(root: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in sorted(root.rglob("*")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        if path.is_file():
+            digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def shape(command: str) -> tuple[tuple[str, ...], set[str]]:
+    """(the command's answer shape, its programs): programs, flags and operators kept, every other
+    word an ARG; `echo hello > a.txt` is ("echo", "ARG", ">", "ARG")."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words, programs, at_start = [], set(), True
+    for word in lexer:
+        if word in OPERATORS:
+            words.append(word)
+            at_start = word not in (">", ">>", "<")
+        elif at_start:
+            words.append(word)
+            programs.add(word)
+            at_start = False
+        else:
+            words.append(word if word.startswith("-") else "ARG")
+    return tuple(words), programs
 
 
 def test_generation_is_byte_for_byte_reproducible(tmp_path):
@@ -29,44 +63,115 @@ def test_generation_is_byte_for_byte_reproducible(tmp_path):
     assert tree_digest(tmp_path / "a") == tree_digest(tmp_path / "b"), "two generations differ"
 
 
-def test_suite_has_16_held_out_and_16_train_tasks_per_family_in_disjoint_splits(tmp_path):
+def test_suite_has_many_families_with_several_phrasings_and_large_vocabularies():
+    """At least 30 families at levels 1-2, each with several phrasings; names vary widely."""
+    splits = generate_tasks()
+    tasks = splits["train"] + splits["test"]
+    levels = Counter(t.level for t in {t.family: t for t in tasks}.values())
+    assert levels[1] + levels[2] >= 30, f"families per level: {levels}"
+    for family in FAMILIES:
+        mine = [t for t in tasks if t.family == family]
+        # a phrasing is the instruction with every word that also occurs in the solution taken out
+        templates = {
+            " ".join(w for w in t.instruction.split() if w.strip(".,:'\"?") not in t.solution) for t in mine
+        }
+        assert len(templates) >= 2, f"{family} has one phrasing: {templates}"
+    paths = {p for t in tasks for p in t.inputs}
+    assert len(paths) >= 300 and any("/" in p.rstrip("/") for p in paths), "input paths vary and nest"
+
+
+def test_family_split_keeps_unseen_families_out_of_training(tmp_path):
+    """No family of the unseen-family split has a training task; every trained family has held-out
+    instances; no held-out instruction or solution equals a training task's (whatever its family)."""
     suite = mini_suite_dir(tmp_path)
     assert mini_suite_dir(tmp_path) == suite, "a second call reuses the generated folder"
     tasks = load_tasks(suite)
-    splits = Counter(t.split for t in tasks)
-    assert 400 <= len(tasks) <= 500 and splits["test"] >= 14 * 16, f"unexpected sizes: {splits}"
-    families = Counter(t.metadata["family"] for t in tasks if t.split == "test")
-    assert set(families) == set(FAMILIES), "every family appears in the held-out split"
-    per_family = Counter(t.metadata["family"] for t in tasks if t.split == "train")
-    assert min(per_family.values()) == 16, f"every family has 16 train tasks: {per_family}"
-    train = {t.instruction for t in tasks if t.split == "train"}
-    leaked = [t.instruction for t in tasks if t.split == "test" and t.instruction in train]
-    assert not leaked, f"held-out instructions also in train: {leaked[:3]}"
+    unseen = set(unseen_families())
+    assert 0 < len(unseen) < len(FAMILIES) / 2, unseen
+    assert {1, 2} <= {_level(f) for f in unseen}, "unseen families at both quickstart levels"
+    train = [t for t in tasks if t.split == "train"]
+    test = [t for t in tasks if t.split == "test"]
+    assert not unseen & {t.metadata["family"] for t in train}, "an unseen family has a train task"
+    per_family = Counter(t.metadata["family"] for t in test)
+    for family in FAMILIES:
+        want = UNSEEN_PER_FAMILY if family in unseen else TEST_PER_FAMILY
+        assert per_family[family] == want, f"{family}: {per_family[family]} held-out tasks, want {want}"
+    assert Counter(t.metadata["family"] for t in train) == {
+        f: TRAIN_PER_FAMILY for f in FAMILIES if f not in unseen
+    }
+    assert all(
+        t.metadata["family_split"] == ("unseen" if t.metadata["family"] in unseen else "trained")
+        for t in tasks
+    )
+    splits = generate_tasks()
+    train_solutions = {t.solution for t in splits["train"]}
+    train_instructions = {t.instruction for t in splits["train"]}
+    leaked = [
+        t for t in splits["test"] if t.solution in train_solutions or t.instruction in train_instructions
+    ]
+    assert not leaked, f"held-out tasks whose solution or instruction is a training task's: {leaked[:3]}"
     assert len({t.id for t in tasks}) == len(tasks), "task ids are unique"
 
 
-def test_every_family_passes_its_oracle_and_fails_nop(tmp_path):
-    """One task per family and split, in real sandboxes: the reference solution scores 1, doing nothing 0."""
+def _level(family: str) -> int:
+    import random
+
+    return FAMILIES[family](random.Random(0)).level
+
+
+def test_quickstart_held_out_sets_are_what_they_say():
+    """The quickstart's two held-out sets: instances of trained families, and families never trained."""
+    train_ids, eval_ids = train_and_held_out("mini", max_level=2, held_out=48, unseen=24)
+    parts = held_out("mini", train_ids, eval_ids)
+    assert len(parts.ids("trained")) == 48 and len(parts.ids("unseen")) == 24
+    assert set(parts.families("unseen")) == {f for f in unseen_families() if _level(f) <= 2}
+    assert not set(parts.families("unseen")) & parts.trained
+    assert not set(eval_ids) & set(train_ids)
+
+
+def test_worked_examples_share_no_answer_shape_or_program_with_any_family():
+    """The reference harness's worked examples answer no mini-suite task: no example command has the
+    shape of a solution, nor uses a program any solution uses."""
+    examples = [
+        reference_agent.extract_action(turn["content"])
+        for turn in reference_agent.EXAMPLE_TURNS
+        if turn["role"] == "assistant" and "```" in turn["content"]
+    ]
+    assert len(examples) == 2 and all(examples), examples
+    splits = generate_tasks()
+    solution_shapes = {shape(t.solution)[0] for ts in splits.values() for t in ts}
+    solution_programs = set().union(*(shape(t.solution)[1] for ts in splits.values() for t in ts))
+    assert shape("echo hello > greeting.txt")[0] in solution_shapes, (
+        "the shape check would catch the old example"
+    )
+    for command in examples:
+        example_shape, programs = shape(command)
+        assert example_shape not in solution_shapes, f"example {command!r} has a solution's shape"
+        assert not programs & solution_programs, f"example {command!r} uses {programs & solution_programs}"
+
+
+def test_every_task_passes_its_oracle_and_fails_nop(tmp_path):
+    """Every task of the suite, in real sandboxes: the reference solution scores 1, doing nothing 0."""
     tasks = load_tasks(mini_suite_dir(tmp_path / "cache"))
-    sample = list({(t.metadata["family"], t.split): t for t in tasks}.values())
     cfg = SandboxConfig()
     cfg.local.root_dir = str(tmp_path / "sandboxes")
 
     async def run():
         backend = make_sandbox_backend(cfg)
         try:
-            return await check_tasks(sample, backend, Provisioner(tmp_path / "provision"), concurrency=4)
+            return await check_tasks(tasks, backend, Provisioner(tmp_path / "provision"), concurrency=8)
         finally:
             await backend.close()
 
     checks = asyncio.run(run())
     bad = [c.as_json() for c in checks if not c.ok]
-    assert not bad, f"unsound tasks: {bad[:2]}"
+    assert not bad, f"{len(bad)} unsound tasks, e.g. {bad[:2]}"
+    n = len(tasks)
     assert summarize(checks) == {
-        "tasks": len(sample),
-        "ok": len(sample),
-        "oracle_passed": len(sample),
-        "nop_failed": len(sample),
+        "tasks": n,
+        "ok": n,
+        "oracle_passed": n,
+        "nop_failed": n,
         "errors": 0,
         "broken": 0,
     }

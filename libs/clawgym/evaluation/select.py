@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clawgym.errors import InvalidArgument
@@ -54,19 +55,26 @@ def eval_tasks(suite: str, n: int = 0, split: str = "test", task_images: bool = 
     return spread(tasks, n)
 
 
-def train_and_held_out(suite: str, max_level: int = 0, held_out: int = 0) -> tuple[list[str], list[str]]:
+def train_and_held_out(
+    suite: str, max_level: int = 0, held_out: int = 0, unseen: int | None = None
+) -> tuple[list[str], list[str]]:
     """(train, held-out) task ids: the suite's runnable tasks of its train and test splits (all tasks
-    where a split is missing), at most `max_level` (tasks carrying a `level`; 0 = every level), the
-    held-out ones cut to `held_out` spread over families (0 = all)."""
+    where a split is missing), at most `max_level` (tasks carrying a `level`; 0 = every level). The
+    held-out ones are cut to `held_out` tasks of families with train tasks and `unseen` tasks of
+    families without (each spread over families; 0 = all, None = the same cut as `held_out`)."""
     from clawgym.tasks.loader import load_tasks
     from clawgym.tasks.suites import resolve_suite
 
     tasks = [t for t in load_tasks(resolve_suite(suite)) if not t.unsupported]
     if max_level:
         tasks = [t for t in tasks if int(t.metadata.get("level", 0) or 0) <= max_level]
-    train = [t.id for t in tasks if t.split == "train"] or [t.id for t in tasks]
+    train = [t for t in tasks if t.split == "train"] or tasks
     test = [t for t in tasks if t.split == "test"] or tasks
-    return train, [t.id for t in spread(test, held_out)]
+    trained = {str(t.metadata.get("family", "")) for t in train}
+    seen = [t for t in test if str(t.metadata.get("family", "")) in trained]
+    new = [t for t in test if str(t.metadata.get("family", "")) not in trained]
+    chosen = spread(seen, held_out) + spread(new, held_out if unseen is None else unseen)
+    return [t.id for t in train], [t.id for t in chosen]
 
 
 def eval_spec(
@@ -79,3 +87,38 @@ def eval_spec(
     harnesses = e.harnesses or list(dict.fromkeys(trainer_harnesses))
     ids = list(e.task_ids) or [t.id for t in eval_tasks(suite, e.tasks, e.split, task_images)]
     return EvalSpec(suite, ids, harnesses, e.samples, e.ks)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The evaluated tasks split by what they share with training: `trained` are held-out
+    instances of families the run trains on, `unseen` the tasks of families it never trains on
+    (a family is a task's `metadata["family"]`; tasks without one form one family)."""
+
+    family_of: dict[str, str]  # evaluated task id → family
+    kind_of: dict[str, str]  # evaluated task id → "trained" | "unseen"
+    trained: frozenset[str] = frozenset()  # every family the run trains on
+
+    def ids(self, kind: str) -> list[str]:
+        return [t for t, k in self.kind_of.items() if k == kind]
+
+    def families(self, kind: str) -> list[str]:
+        return sorted({self.family_of[t] for t in self.ids(kind)})
+
+
+def held_out(suite: str, train_ids: Sequence[str], eval_ids: Sequence[str]) -> HeldOut:
+    """Which evaluated tasks belong to a family the run trains on (`train_ids`; none named = the
+    suite's train split, or every task where it has none)."""
+    from clawgym.tasks.loader import load_tasks
+    from clawgym.tasks.suites import resolve_suite
+
+    tasks = {t.id: t for t in load_tasks(resolve_suite(suite))}
+    family = {t.id: str(t.metadata.get("family", "")) for t in tasks.values()}
+    train = list(train_ids) or [t.id for t in tasks.values() if t.split == "train"] or list(tasks)
+    trained = {family[t] for t in train if t in family}
+    known = [t for t in eval_ids if t in family]
+    return HeldOut(
+        {t: family[t] for t in known},
+        {t: "trained" if family[t] in trained else "unseen" for t in known},
+        frozenset(trained),
+    )

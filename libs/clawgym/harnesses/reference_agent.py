@@ -34,17 +34,18 @@ SYSTEM_PROMPT = """You are a Linux shell assistant. You do the user's task by ru
 Reply with one bash code block. After the command has run, reply DONE if the task is finished."""
 
 # Two worked examples, sent as real chat turns before the task: a small model copies the shape of a
-# conversation far more reliably than it follows a description of one. Each uses the names its own
-# task gives (a 135M model copied a lone example's file name into every answer). The first shows the
-# `echo WORD > FILE` shape the easiest mini-suite families need; `tail` answers none of them.
+# conversation (one fenced bash block, then DONE) far more reliably than it follows a description of
+# one. They answer no task of the bundled suite: no program they use appears in any mini-suite
+# solution (tests/tasks/test_mini_suite.py checks it), so whatever a policy scores there it did not
+# copy from the prompt. Their file name is outside the suite's vocabulary for the same reason.
 EXAMPLE_TURNS = [
-    {"role": "user", "content": "Write the word hello into the file greeting.txt."},
-    {"role": "assistant", "content": "```bash\necho hello > greeting.txt\n```"},
-    {"role": "user", "content": "Output (exit code 0):\n(no output)"},
+    {"role": "user", "content": "Which directory am I working in?"},
+    {"role": "assistant", "content": "```bash\npwd\n```"},
+    {"role": "user", "content": "Output (exit code 0):\n/home/user/project"},
     {"role": "assistant", "content": "DONE"},
-    {"role": "user", "content": "Show the last 2 lines of the file notes.md."},
-    {"role": "assistant", "content": "```bash\ntail -n 2 notes.md\n```"},
-    {"role": "user", "content": "Output (exit code 0):\nbuy milk\ncall Sam"},
+    {"role": "user", "content": "Show the size and date of the file shopping.txt."},
+    {"role": "assistant", "content": "```bash\nls -l shopping.txt\n```"},
+    {"role": "user", "content": "Output (exit code 0):\n-rw-r--r-- 1 user user 24 Jan  5 10:00 shopping.txt"},
     {"role": "assistant", "content": "DONE"},
 ]
 
@@ -70,13 +71,13 @@ _FENCE_LINE = re.compile(r"^[ \t]*```[ \t]*([\w+-]*)[ \t]*$")
 SHELL_TAGS = ("", "bash", "sh", "shell", "console", "zsh")
 
 
-def build_messages(instruction: str, mode: str = "text") -> list[dict]:
-    """The first request's messages: the system prompt, (text mode) the worked example, then the task."""
+def build_messages(instruction: str, mode: str = "text", examples: bool = True) -> list[dict]:
+    """The first request's messages: the system prompt, (text mode) the worked examples, then the task."""
     if mode != "text":
         return [{"role": "system", "content": TOOLS_SYSTEM_PROMPT}, {"role": "user", "content": instruction}]
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        *EXAMPLE_TURNS,
+        *(EXAMPLE_TURNS if examples else []),
         {"role": "user", "content": instruction},
     ]
 
@@ -179,7 +180,7 @@ def chat(base_url: str, api_key: str, body: dict, timeout: float) -> dict:
 
 def run_agent(args: argparse.Namespace, log=print) -> int:
     """The loop: ask, act, observe, until the model stops, max turns or the total time runs out."""
-    messages = build_messages(args.instruction, args.mode)
+    messages = build_messages(args.instruction, args.mode, examples=not args.no_examples)
     deadline = time.monotonic() + args.total_timeout
     for turn in range(1, args.max_turns + 1):
         body: dict = {"model": args.model, "messages": messages, "max_tokens": args.max_tokens}
@@ -243,6 +244,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--workdir", default=os.getcwd(), help="where commands run (default: the current directory)"
+    )
+    p.add_argument(
+        "--no-examples", action="store_true", help="text mode: leave the worked examples out of the prompt"
     )
     p.add_argument("--max-turns", type=int, default=8, help="model calls at most")
     p.add_argument("--max-tokens", type=int, default=256, help="max_tokens per reply")

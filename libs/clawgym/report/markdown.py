@@ -49,12 +49,14 @@ def render(report: RunReport, images: list[Path]) -> str:
     """The markdown text; `images` are the PNGs (relative to the report's folder)."""
     out = [f"# {report.title}", "", f"Run `{report.run_id}`.", ""]
     if report.summary:
+        figures = {k: v for k, v in report.summary.items() if k not in ("held_out", "per_family")}
         out += [
             "## Summary",
             "",
-            *_table(["figure", "value"], [[k, _summary_value(v)] for k, v in report.summary.items()]),
+            *_table(["figure", "value"], [[k, _summary_value(v)] for k, v in figures.items()]),
             "",
         ]
+        out += _held_out(report.summary)
     if report.evals:
         ks = sorted({k for e in report.evals for k in e.pass_at})
         header = ["when", "version", "harness", "suite", "tasks", "samples", *(f"Pass@{k} (95% CI)" for k in ks),
@@ -119,6 +121,31 @@ def render(report: RunReport, images: list[Path]) -> str:
     if report.settings:
         out += ["## Settings", "", "```json", json.dumps(report.settings, indent=2, default=str), "```", ""]
     return "\n".join(out)
+
+
+def _held_out(summary: dict[str, Any]) -> list[str]:
+    """What each held-out figure means, and Pass@1 per family (the summary's `held_out`, `per_family`)."""
+    out: list[str] = []
+    if summary.get("held_out"):
+        rows = [
+            [f"`pass1_*{suffix}`" if suffix else "`pass1_*`", text]
+            for suffix, text in summary["held_out"].items()
+        ]
+        out += [
+            "### What the held-out figures share with training",
+            "",
+            *_table(["keys", "held-out set"], rows),
+            "",
+        ]
+    families = summary.get("per_family") or {}
+    if families:
+        labels = list(dict.fromkeys(k for row in families.values() for k in row if k not in ("kind", "tasks")))
+        rows = [
+            [family, row["kind"], str(row["tasks"]), *(_cell(row.get(label), "{:.3f}") for label in labels)]
+            for family, row in sorted(families.items(), key=lambda kv: (kv[1]["kind"], kv[0]))
+        ]
+        out += ["### Pass@1 per family", "", *_table(["family", "kind", "tasks", *labels], rows), ""]
+    return out
 
 
 def _summary_value(v: Any) -> str:

@@ -3,16 +3,18 @@
 Owns the figures' names and rounding: per harness `pass1_before`, `ci95_before`, `pass1_after`,
 `ci95_after` (Pass@1 with its 95% interval), `delta` and `ci95_delta` (the paired difference) and
 `significant` (the 95% intervals apart), each with a `_<harness>` suffix when a run evaluates
-several harnesses. Not the statistics behind them (`clawgym.evaluation.compare`), nor when a
+several harnesses; the same keys ending in `_unseen_families` for the held-out tasks of families
+the run never trained on (`before_after(..., task_ids, suffix)`), and Pass@1 per family. Not the statistics behind them (`clawgym.evaluation.compare`), nor when a
 run evaluates (the app's training run).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from clawgym.evaluation.compare import compare
+from clawgym.evaluation.passk import TaskCounts, estimate
 from clawgym.evaluation.runner import EvalResult
 
 DIGITS = 4
@@ -22,22 +24,58 @@ def _interval(ci: tuple[float, float]) -> list[float]:
     return [round(ci[0], DIGITS), round(ci[1], DIGITS)]
 
 
+def _counts(result: EvalResult, harness: str, task_ids: Collection[str] | None) -> list[TaskCounts]:
+    counts = result.harnesses[harness].counts
+    return [t for t in counts if task_ids is None or t.task_id in task_ids]
+
+
 def before_after(
-    harnesses: Sequence[str], before: EvalResult | None, after: EvalResult | None
+    harnesses: Sequence[str],
+    before: EvalResult | None,
+    after: EvalResult | None,
+    task_ids: Collection[str] | None = None,
+    suffix: str = "",
 ) -> dict[str, Any]:
     """Pass@1 before and after per harness with 95% intervals; the paired difference and the verdict
-    where both evaluations exist. Keys in that order, harness after harness."""
+    where both evaluations exist. Keys in that order, harness after harness; `task_ids` restricts
+    the figures to part of the evaluated tasks, whose keys end in `suffix`."""
     out: dict[str, Any] = {}
     for harness in harnesses:
-        suffix = "" if len(harnesses) == 1 else f"_{harness}"
+        tail = ("" if len(harnesses) == 1 else f"_{harness}") + suffix
         for name, result in (("before", before), ("after", after)):
-            if result is not None and 1 in result.harnesses[harness].pass_at:
-                p = result.harnesses[harness].pass_at[1]
-                out[f"pass1_{name}{suffix}"] = round(p.value, DIGITS)
-                out[f"ci95_{name}{suffix}"] = _interval(p.ci95)
+            counts = _counts(result, harness, task_ids) if result is not None else []
+            if counts:
+                p = estimate(counts, 1)
+                out[f"pass1_{name}{tail}"] = round(p.value, DIGITS)
+                out[f"ci95_{name}{tail}"] = _interval(p.ci95)
         if before is not None and after is not None:
-            c = compare(before.harnesses[harness].counts, after.harnesses[harness].counts)
-            out[f"delta{suffix}"] = round(c.delta, DIGITS)
-            out[f"ci95_delta{suffix}"] = _interval(c.ci95_delta)
-            out[f"significant{suffix}"] = c.intervals_apart
+            b, a = _counts(before, harness, task_ids), _counts(after, harness, task_ids)
+            if b and a:
+                c = compare(b, a)
+                out[f"delta{tail}"] = round(c.delta, DIGITS)
+                out[f"ci95_delta{tail}"] = _interval(c.ci95_delta)
+                out[f"significant{tail}"] = c.intervals_apart
+    return out
+
+
+def per_family(
+    harnesses: Sequence[str],
+    evals: Mapping[str, EvalResult | None],
+    family_of: Mapping[str, str],
+    kind_of: Mapping[str, str],
+) -> dict[str, dict[str, Any]]:
+    """Pass@1 of each task family in each labelled evaluation (`{"before": r0, "after": r1}`), with
+    the family's kind (`trained`: held-out instances of a family trained on; `unseen`: a family
+    with no training task) and its task count; per harness when a run evaluates several."""
+    out: dict[str, dict[str, Any]] = {}
+    for family in sorted(set(family_of.values())):
+        ids = {t for t, f in family_of.items() if f == family}
+        row: dict[str, Any] = {"kind": kind_of[next(iter(ids))], "tasks": len(ids)}
+        for harness in harnesses:
+            tail = "" if len(harnesses) == 1 else f"_{harness}"
+            for label, result in evals.items():
+                counts = _counts(result, harness, ids) if result is not None else []
+                if counts:
+                    row[f"{label}{tail}"] = round(estimate(counts, 1).value, DIGITS)
+        out[family] = row
     return out

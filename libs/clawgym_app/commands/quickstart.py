@@ -40,7 +40,8 @@ class QuickstartOptions:
     suite: str = "mini"
     max_level: int = 2
     steps: int = 24
-    eval_tasks: int = 0
+    eval_tasks: int = 96
+    eval_unseen_tasks: int = 96
     eval_samples: int = 1
     group_size: int = 8
     groups_per_step: int = 4
@@ -104,11 +105,12 @@ class QuickstartOptions:
         )
 
     def task_ids(self) -> tuple[list[str], list[str]]:
-        """(train, held-out) task ids: the suite's train and test splits up to `max_level`, the
-        held-out ones cut to `eval_tasks` spread over families."""
+        """(train, held-out) task ids: the suite's train and test splits up to `max_level`; the
+        held-out ones are `eval_tasks` new instances of trained families and `eval_unseen_tasks`
+        tasks of families never trained on, each spread over its families."""
         from clawgym.evaluation.select import train_and_held_out
 
-        return train_and_held_out(self.suite, self.max_level, self.eval_tasks)
+        return train_and_held_out(self.suite, self.max_level, self.eval_tasks, self.eval_unseen_tasks)
 
     def harness_settings(self) -> dict[str, HarnessSettings]:
         from clawgym_app.runtime import HarnessSettings
@@ -123,7 +125,10 @@ def command(
     model: str = typer.Option(Q.model, help="policy: smollm2-135m, tiny-qwen3 or a local HF folder"),
     steps: int = typer.Option(Q.steps, help="GRPO steps (optimizer steps = policy versions)"),
     eval_tasks: int = typer.Option(
-        Q.eval_tasks, help="held-out tasks evaluated before and after, spread over families (0 = all)"
+        Q.eval_tasks, help="held-out instances of the trained families, evaluated before and after (0 = all)"
+    ),
+    eval_unseen_tasks: int = typer.Option(
+        Q.eval_unseen_tasks, help="held-out tasks of families never trained on, evaluated too (0 = all)"
     ),
     eval_samples: int = typer.Option(Q.eval_samples, help="rollouts per held-out task (n of Pass@1)"),
     group_size: int = typer.Option(Q.group_size, "--group-size", "-G", help="G: samples per task group"),
@@ -149,7 +154,8 @@ def command(
 ) -> None:
     """Train the bundled small policy through the reference harness on the bundled suite; Pass@1 before/after."""
     opts = QuickstartOptions(
-        model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks, eval_samples=eval_samples,
+        model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks,
+        eval_unseen_tasks=eval_unseen_tasks, eval_samples=eval_samples,
         group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
         max_new_tokens=max_new_tokens, max_turns=max_turns, concurrency=concurrency, threads=threads, minutes=minutes,
         seed=seed, run_dir=run_dir,
@@ -225,15 +231,29 @@ def summary_table(outcome: RunOutcome) -> Table:
         low, high = s.get(key, [float("nan")] * 2)
         return f"[{low:.3f}, {high:.3f}]"
 
-    if "pass1_before" in s:
-        table.add_row("held-out Pass@1 before", f"{s['pass1_before']:.3f}  {interval('ci95_before')}")
-    if "pass1_after" in s:
-        table.add_row("held-out Pass@1 after", f"{s['pass1_after']:.3f}  {interval('ci95_after')}")
-    if "delta" in s:
-        verdict = "[green]yes[/green]" if s.get("significant") else "[yellow]no[/yellow]"
-        table.add_row("difference (paired 95% CI)", f"{s['delta']:+.3f}  {interval('ci95_delta')}")
-        table.add_row("95% intervals apart", verdict)
-    table.add_row("eval tasks × samples", f"{s.get('eval_tasks')} × {s.get('eval_samples')}")
+    for suffix, what in (("", "trained families"), ("_unseen_families", "unseen families")):
+        if f"pass1_before{suffix}" in s:
+            table.add_row(
+                f"held-out Pass@1 before, {what}",
+                f"{s[f'pass1_before{suffix}']:.3f}  {interval(f'ci95_before{suffix}')}",
+            )
+        if f"pass1_after{suffix}" in s:
+            table.add_row(
+                f"held-out Pass@1 after, {what}",
+                f"{s[f'pass1_after{suffix}']:.3f}  {interval(f'ci95_after{suffix}')}",
+            )
+        if f"delta{suffix}" in s:
+            verdict = "[green]yes[/green]" if s.get(f"significant{suffix}") else "[yellow]no[/yellow]"
+            table.add_row(
+                "  difference (paired 95% CI)",
+                f"{s[f'delta{suffix}']:+.3f}  {interval(f'ci95_delta{suffix}')}",
+            )
+            table.add_row("  95% intervals apart", verdict)
+    unseen = s.get("eval_tasks_unseen_families")
+    table.add_row(
+        "eval tasks × samples",
+        f"{s.get('eval_tasks')}{f' + {unseen}' if unseen else ''} × {s.get('eval_samples')}",
+    )
     table.add_row("training steps", str(s.get("steps")))
     for stage, seconds in outcome.stages.items():
         table.add_row(f"  {stage}", f"{seconds:.0f} s")
@@ -246,8 +266,7 @@ def summary_table(outcome: RunOutcome) -> Table:
 def json_line(outcome: RunOutcome) -> str:
     """The `--json` object: the contract's keys first, then everything else the summary has."""
     s: dict[str, Any] = dict(outcome.summary)
-    head = {
-        k: s.pop(k, None) for k in ("pass1_before", "pass1_after", "ci95_before", "ci95_after", "minutes")
-    }
+    keys = ("pass1_before", "pass1_after", "ci95_before", "ci95_after")
+    head = {k: s.pop(k, None) for k in (*keys, *(f"{k}_unseen_families" for k in keys), "minutes")}
     return json.dumps({**head, **s, "stages_s": {k: round(v, 1) for k, v in outcome.stages.items()},
                        "report": str(outcome.report) if outcome.report else None})  # fmt: skip

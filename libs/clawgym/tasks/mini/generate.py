@@ -1,9 +1,16 @@
 """Writes the bundled mini suite to disk in the ClawGym task format, deterministically.
 
 Every task's randomness comes from a string seed (suite seed, family, split, index), so the same
-code writes the same bytes on any machine. The held-out test split is drawn first and the train
-split never repeats one of its instructions. `mini_suite_dir()` generates once into a cache folder
-named after a hash of the generator's source, so a changed family means a fresh folder.
+code writes the same bytes on any machine. Two kinds of held-out task, both in the `test` split:
+
+- new instances of a *trained* family (its `train` split holds other instances);
+- every task of an *unseen* family: about a quarter of each level's families, chosen by a hash
+  of the seed and the family name (not by how well a policy does on them), have no train tasks
+  at all. `data_entry.json` says which (`family_split`: `trained` or `unseen`).
+
+The test split is drawn first; no train task repeats a held-out instruction or solution, whatever
+its family. `mini_suite_dir()` generates once into a cache folder named after a hash of the
+generator's source, so a changed family means a fresh folder.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from clawgym.tasks.mini.families import FAMILIES, MiniTask
 SEED = 20261129
 TRAIN_PER_FAMILY = 16
 TEST_PER_FAMILY = 16
+UNSEEN_PER_FAMILY = 24  # an unseen family is all held out: more instances to measure it by
+UNSEEN_SHARE = 0.25  # of each level's families
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "clawgym" / "tasks"
 _MAX_TRIES = 200
 
@@ -36,28 +45,50 @@ set -e
 """
 
 
-def generate_tasks(
-    seed: int = SEED, train: int = TRAIN_PER_FAMILY, test: int = TEST_PER_FAMILY
-) -> dict[str, list[MiniTask]]:
-    """{"train": [...], "test": [...]}: `test` then `train` tasks per family; no instruction in both."""
-    splits: dict[str, list[MiniTask]] = {"train": [], "test": []}
+def unseen_families(seed: int = SEED) -> list[str]:
+    """The families held out of training: round(UNSEEN_SHARE × n) of each level's n families, those
+    whose sha256(seed:family) sorts first."""
+    by_level: dict[int, list[str]] = {}
     for family, make in FAMILIES.items():
-        seen: set[str] = set()
-        for split, count in (("test", test), ("train", train)):
-            made = 0
-            for attempt in range(count * _MAX_TRIES):
-                task = make(random.Random(f"{seed}:{family}:{split}:{attempt}"))
-                if task.instruction in seen:
-                    continue
-                seen.add(task.instruction)
-                splits[split].append(task)
-                made += 1
-                if made == count:
-                    break
+        by_level.setdefault(make(random.Random(0)).level, []).append(family)
+    chosen: list[str] = []
+    for level in sorted(by_level):
+        ranked = sorted(by_level[level], key=lambda f: hashlib.sha256(f"{seed}:{f}".encode()).hexdigest())
+        chosen += ranked[: round(UNSEEN_SHARE * len(ranked))]
+    return [f for f in FAMILIES if f in chosen]
+
+
+def generate_tasks(
+    seed: int = SEED,
+    train: int = TRAIN_PER_FAMILY,
+    test: int = TEST_PER_FAMILY,
+    unseen: int = UNSEEN_PER_FAMILY,
+) -> dict[str, list[MiniTask]]:
+    """{"train": [...], "test": [...]}: every family's held-out tasks first (`unseen` for a held-out
+    family, else `test`), then `train` tasks of the trained families, none repeating a held-out
+    instruction or solution."""
+    held_out = set(unseen_families(seed))
+    splits: dict[str, list[MiniTask]] = {"train": [], "test": []}
+    taken: set[str] = set()  # instructions and solutions of the test split
+    plan = [(f, "test", unseen if f in held_out else test) for f in FAMILIES]
+    plan += [(f, "train", train) for f in FAMILIES if f not in held_out]
+    for family, split, count in plan:
+        make, seen, made = FAMILIES[family], set(), 0
+        for attempt in range(count * _MAX_TRIES):
+            task = make(random.Random(f"{seed}:{family}:{split}:{attempt}"))
+            if task.instruction in seen or task.instruction in taken or task.solution in taken:
+                continue
+            seen.add(task.instruction)
+            splits[split].append(task)
+            made += 1
+            if made == count:
+                break
+        if split == "test":
+            taken |= {t.solution for t in splits["test"]} | {t.instruction for t in splits["test"]}
     return splits
 
 
-def write_task(task: MiniTask, dest: Path, task_id: str, split: str) -> None:
+def write_task(task: MiniTask, dest: Path, task_id: str, split: str, family_split: str) -> None:
     """One task folder: data_entry.json, input_files/, reward/reward.sh, solution/solve.sh."""
     dest.mkdir(parents=True)
     entry = {
@@ -65,13 +96,17 @@ def write_task(task: MiniTask, dest: Path, task_id: str, split: str) -> None:
         "user_query": task.instruction,
         "split": split,
         "family": task.family,
+        "family_split": family_split,
         "level": task.level,
     }
     (dest / "data_entry.json").write_text(json.dumps(entry, indent=2) + "\n")
-    if task.inputs:
-        (dest / "input_files").mkdir()
-        for name, content in task.inputs.items():
-            (dest / "input_files" / name).write_text(content)
+    for name, content in task.inputs.items():
+        target = dest / "input_files" / name
+        if name.endswith("/"):
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
     for folder, name, text in (
         (
             "reward",
@@ -90,18 +125,21 @@ def write_task(task: MiniTask, dest: Path, task_id: str, split: str) -> None:
 def write_suite(dest: Path, seed: int = SEED) -> int:
     """Writes every task under dest/{train,test}/<id>/ plus suite.json; returns the task count."""
     splits = generate_tasks(seed)
+    unseen = unseen_families(seed)
     counters: dict[tuple[str, str], int] = {}
     for split, tasks in splits.items():
         for task in tasks:
             n = counters[(split, task.family)] = counters.get((split, task.family), -1) + 1
             task_id = f"mini-{split}-{task.family}-{n:02d}"
-            write_task(task, dest / split / task_id, task_id, split)
+            family_split = "unseen" if task.family in unseen else "trained"
+            write_task(task, dest / split / task_id, task_id, split, family_split)
     total = sum(len(t) for t in splits.values())
     summary = {
         "name": "mini",
         "format": "clawgym",
         "seed": seed,
         "families": list(FAMILIES),
+        "unseen_families": unseen,
         "tasks": total,
         "splits": {s: len(t) for s, t in splits.items()},
     }
