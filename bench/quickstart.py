@@ -1,4 +1,5 @@
-"""Wall time of each stage of `clawgym quickstart` and its held-out Pass@1 before/after.
+"""Wall time of each stage of `clawgym quickstart` and its held-out Pass@1 before/after (for new
+instances of the trained families and for the families never trained on, and per family).
 
 Runs the real quickstart (the installed `clawgym` CLI, embedded mode, CPU) once with the given
 options, then reads its run folder: stage times, per-step times (rollouts vs update), rollout and
@@ -77,12 +78,17 @@ def main() -> None:
               f"{s['rollout_wait_s'] + s['step_s']:7.1f} {s['tokens']:7d}")  # fmt: skip
     rollout_s = sum(s["rollout_wait_s"] for s in steps)
     update_s = sum(s["step_s"] for s in steps)
-    print(f"\nPass@1 before {result['pass1_before']:.3f} {result['ci95_before']}  "
-          f"after {result['pass1_after']:.3f} {result['ci95_after']}  "
-          f"difference {result.get('delta', float('nan')):+.3f} {result.get('ci95_delta')}")  # fmt: skip
+    for suffix, what in (("", "trained families"), ("_unseen_families", "unseen families")):
+        if f"pass1_before{suffix}" in result and f"pass1_after{suffix}" in result:
+            print(f"Pass@1, {what}: before {result[f'pass1_before{suffix}']:.3f} {result[f'ci95_before{suffix}']}  "
+                  f"after {result[f'pass1_after{suffix}']:.3f} {result[f'ci95_after{suffix}']}  "
+                  f"difference {result.get(f'delta{suffix}', float('nan')):+.3f} {result.get(f'ci95_delta{suffix}')}")  # fmt: skip
+    keys = ("pass1_before", "pass1_after", "ci95_before", "ci95_after", "delta", "ci95_delta", "significant")
     figures = {
-        **{k: result.get(k) for k in ("pass1_before", "pass1_after", "ci95_before", "ci95_after", "delta",
-                                      "ci95_delta", "significant", "steps", "eval_tasks", "minutes")},
+        **{k: result.get(k) for k in keys},
+        **{f"{k}_unseen_families": result.get(f"{k}_unseen_families") for k in keys},
+        **{k: result.get(k) for k in ("steps", "eval_tasks", "eval_tasks_unseen_families", "minutes")},
+        "per_family": result.get("per_family"),
         "wall_s": round(wall, 1),
         "stages_s": stages,
         "rollout_vs_update_time": round(rollout_s / update_s, 2) if update_s else None,

@@ -137,7 +137,7 @@ def test_worked_examples_share_no_answer_shape_or_program_with_any_family():
         for turn in reference_agent.EXAMPLE_TURNS
         if turn["role"] == "assistant" and "```" in turn["content"]
     ]
-    assert len(examples) == 2 and all(examples), examples
+    assert len(examples) == 3 and all(examples), examples
     splits = generate_tasks()
     solution_shapes = {shape(t.solution)[0] for ts in splits.values() for t in ts}
     solution_programs = set().union(*(shape(t.solution)[1] for ts in splits.values() for t in ts))

@@ -31,21 +31,27 @@ import urllib.request
 # --- prompt and action format -------------------------------------------------------------------
 
 SYSTEM_PROMPT = """You are a Linux shell assistant. You do the user's task by running bash commands in the current directory.
-Reply with one bash code block. After the command has run, reply DONE if the task is finished."""
+Reply with one bash code block. Use the exact file and folder names the task gives.
+After the command has run, reply DONE if the task is finished."""
 
-# Two worked examples, sent as real chat turns before the task: a small model copies the shape of a
-# conversation (one fenced bash block, then DONE) far more reliably than it follows a description of
-# one. They answer no task of the bundled suite: no program they use appears in any mini-suite
+# Three worked examples, sent as real chat turns before the task: a small model copies the shape of
+# a conversation (one fenced bash block, then DONE) far more reliably than it follows a description
+# of one. They answer no task of the bundled suite: no program they use appears in any mini-suite
 # solution (tests/tasks/test_mini_suite.py checks it), so whatever a policy scores there it did not
-# copy from the prompt. Their file name is outside the suite's vocabulary for the same reason.
+# copy from the prompt. Each uses its own names, none from the suite's vocabulary (a 135M model
+# copies a lone example's file name into its answers).
 EXAMPLE_TURNS = [
     {"role": "user", "content": "Which directory am I working in?"},
     {"role": "assistant", "content": "```bash\npwd\n```"},
     {"role": "user", "content": "Output (exit code 0):\n/home/user/project"},
     {"role": "assistant", "content": "DONE"},
-    {"role": "user", "content": "Show the size and date of the file shopping.txt."},
-    {"role": "assistant", "content": "```bash\nls -l shopping.txt\n```"},
-    {"role": "user", "content": "Output (exit code 0):\n-rw-r--r-- 1 user user 24 Jan  5 10:00 shopping.txt"},
+    {"role": "user", "content": "Save the names of the files in the folder holiday_pics into index.html."},
+    {"role": "assistant", "content": "```bash\nls holiday_pics > index.html\n```"},
+    {"role": "user", "content": "Output (exit code 0):\n(no output)"},
+    {"role": "assistant", "content": "DONE"},
+    {"role": "user", "content": "Write the numbers from 1 to 5, one per line, into countdown.txt."},
+    {"role": "assistant", "content": "```bash\nseq 1 5 > countdown.txt\n```"},
+    {"role": "user", "content": "Output (exit code 0):\n(no output)"},
     {"role": "assistant", "content": "DONE"},
 ]
 
