@@ -57,6 +57,7 @@ def test_the_quickstart_config_holds_its_harness_settings_and_absolute_paths(tmp
     assert (s.max_turns, s.max_tokens) == (2, 24), "the reference harness's turn cap and reply length"
     assert cfg.store.url == f"sqlite:///{tmp_path}/runs/x/clawgym.db", cfg.store.url
     assert cfg.trainer.checkpoint_uri == f"{tmp_path}/runs/x/checkpoints", cfg.trainer.checkpoint_uri
+    assert (cfg.trainer.keep_checkpoints, cfg.trainer.keep_every) == (1, 8), "v8, v16 and v24 are kept"
 
 
 def test_quickstart_trains_on_the_train_split_and_evaluates_held_out_tasks_of_the_chosen_levels():
@@ -94,3 +95,23 @@ def test_the_command_line_defaults_are_the_quickstart_options_defaults():
     options = {name: p.default.default for name, p in inspect.signature(command).parameters.items()}
     assert {k: options[k] for k in defaults} == defaults, "quickstart --help shows the defaults the run uses"
 
+
+def test_eval_names_its_results_store_and_refuses_a_store_it_cannot_record_into():
+    """`clawgym eval`'s results store: the config's by default (printed, password hidden), else the one
+    --store names; with services the proxy and orchestrator record into their own, so --store is refused."""
+    from clawgym_app.commands.evaluate import EvalRequest, results_store
+
+    cfg = ClawgymConfig(store={"url": "postgresql+psycopg://clawgym:secret@db:5432/clawgym"})
+    assert results_store(cfg, EvalRequest()) == (
+        cfg,
+        "the config's store postgresql+psycopg://clawgym:***@db:5432/clawgym",
+    )
+    named, where = results_store(cfg, EvalRequest(store="sqlite:////tmp/results.db"))
+    assert named.store.url == where == "sqlite:////tmp/results.db", (
+        "--store replaces the store evaluated into"
+    )
+    services = ClawgymConfig(orchestrator={"grpc_url": "127.0.0.1:50053"})
+    with pytest.raises(InvalidArgument, match="need an embedded evaluation"):
+        results_store(services, EvalRequest(store="sqlite:////tmp/results.db"))
+    with pytest.raises(InvalidArgument, match="name one results store"):
+        results_store(cfg, EvalRequest(store="sqlite:////tmp/results.db", store_service="127.0.0.1:50051"))

@@ -14,6 +14,7 @@ command line's defaults; it imports nothing heavy, so `clawgym --help` needs no 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -100,7 +101,10 @@ class QuickstartOptions:
                 "mode": "sync",
                 "max_policy_lag": 1,
                 "checkpoint_uri": str(run_dir / CHECKPOINTS_DIR),
+                # the last version and each third of the run (24 steps: v8, v16, v24) for `clawgym
+                # eval --checkpoint V`: at most 3 folders whatever --steps is, a SmolLM2-135M one ~540 MB
                 "keep_checkpoints": 1,
+                "keep_every": max(1, math.ceil(self.steps / 3)),
                 "save_optimizer_state": False,  # a quickstart never resumes: ~2.5 s a step saved
                 "rollout_timeout_s": 900.0,
                 "sweep_interval_s": 5.0,
