@@ -1,8 +1,8 @@
 """`clawgym eval -c runs/X/config.yaml` repeats a quickstart run's evaluation, from any folder.
 
-One real tiny quickstart (tiny-qwen3, 4 steps, 3 held-out tasks × 2 samples, temperature 0.9, 12
-tokens per reply, 2 turns at most) is made in one folder with a relative --run-dir; every eval below
-runs from another folder. What an evaluation used is read back from the recorded calls in the
+One real tiny quickstart (tiny-qwen3, 4 steps, 2 held-out tasks of trained families + 1 of an unseen
+family, × 2 samples, temperature 0.9, 12 tokens per reply, 2 turns at most) is made in one folder
+with a relative --run-dir; every eval below runs from another folder. What an evaluation used is read back from the recorded calls in the
 store: each call's temperature, the max_tokens the reference harness asked for (its reply length
 from `orchestrator.harness_settings`: 256 without it), tokens generated and turns per rollout.
 """
@@ -39,7 +39,8 @@ def run(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("reproduce")
     (root / "home").mkdir()
     done = _clawgym(
-        root / "home", "quickstart", "--model", "tiny-qwen3", "--steps", "4", "--eval-tasks", "3",
+        root / "home", "quickstart", "--model", "tiny-qwen3", "--steps", "4", "--eval-tasks", "2",
+        "--eval-unseen-tasks", "1",
         "--eval-samples", str(SAMPLES), "--group-size", "2", "--groups-per-step", "2",
         "--max-new-tokens", str(MAX_TOKENS), "--max-turns", str(MAX_TURNS), "--temperature", str(TEMPERATURE),
         "--run-dir", "runs/q", "--json",
