@@ -1,27 +1,63 @@
-"""The app's settings without running anything: harness settings reach the adapters the orchestrator
-builds, and the quickstart's task choice keeps train and held-out tasks apart."""
+"""The app's settings without running anything: harness settings in a run config reach the adapters
+the orchestrator builds, and the quickstart's config carries them, absolute paths and its task choice
+(train and held-out tasks apart)."""
 
+from pathlib import Path
+
+import pytest
+
+from clawgym.config import ClawgymConfig, load_config
+from clawgym.errors import InvalidArgument
 from clawgym.harnesses.reference import Reference
+from clawgym.orchestrator.catalog import Catalog
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.suites import resolve_suite
 from clawgym_app.commands.quickstart import QuickstartOptions
-from clawgym_app.runtime import HarnessSettings, SettingsCatalog
 
 
-def test_harness_settings_reach_the_adapters_the_catalog_builds():
-    catalog = SettingsCatalog(
-        {"reference": HarnessSettings(max_turns=1, max_tokens=40), "mini": HarnessSettings(max_turns=2)}
-    )
+def test_harness_settings_of_the_config_reach_the_adapters_the_catalog_builds():
+    o = ClawgymConfig(
+        orchestrator={
+            "harness_timeout_s": 120,
+            "harness_settings": {"reference": {"max_turns": 1, "max_tokens": 40}, "mini": {"max_turns": 2}},
+        }
+    ).orchestrator
+    catalog = Catalog(harness_timeout_s=o.harness_timeout_s, harness_settings=o.harness_settings)
     reference = catalog.adapter("reference")
     assert isinstance(reference, Reference), "the reference adapter"
     assert (reference.limits.max_turns, reference.max_tokens) == (1, 40), "its turn cap and reply length"
-    assert (
-        "--max-turns" in (argv := reference.command("task", _ctx()))
-        and argv[argv.index("--max-turns") + 1] == "1"
-    )
+    argv = reference.command("task", _ctx())
+    assert argv[argv.index("--max-turns") + 1] == "1" and argv[argv.index("--max-tokens") + 1] == "40", argv
     mini = catalog.adapter("mini-swe-agent")
     assert mini.limits.max_turns == 2, "an alias in the settings names the canonical harness"
-    assert catalog.adapter("nop").limits == catalog.adapter("nop").default_limits, "no settings: defaults"
+    assert reference.limits.timeout_s == mini.limits.timeout_s == 120, "harness_timeout_s still applies"
+    nop = catalog.adapter("nop")
+    assert nop.limits.max_turns == nop.default_limits.max_turns, "no settings: the adapter's defaults"
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"no-such-harness": {"max_turns": 1}}, "unknown harness 'no-such-harness'"),
+        ({"claude-code": {"max_tokens": 40}}, "harness claude-code takes no max_tokens"),
+        ({"reference": {"max_turn": 1}}, "max_turn"),
+    ],
+)
+def test_a_harness_setting_no_harness_can_take_is_refused_at_load_naming_it(settings, error):
+    with pytest.raises(InvalidArgument, match=error):
+        load_config(flags={"orchestrator": {"harness_settings": settings}})
+
+
+def test_the_quickstart_config_holds_its_harness_settings_and_absolute_paths(tmp_path, monkeypatch):
+    """config.yaml must repeat the run's evaluation from any folder: the turn cap and reply length are in
+    it, and the store and checkpoints are named by absolute paths even for a relative --run-dir."""
+    monkeypatch.chdir(tmp_path)
+    cfg = QuickstartOptions(max_turns=2, max_new_tokens=24, steps=24).config(Path("runs/x"))
+    s = cfg.orchestrator.harness_settings["reference"]
+    assert (s.max_turns, s.max_tokens) == (2, 24), "the reference harness's turn cap and reply length"
+    assert cfg.store.url == f"sqlite:///{tmp_path}/runs/x/clawgym.db", cfg.store.url
+    assert cfg.trainer.checkpoint_uri == f"{tmp_path}/runs/x/checkpoints", cfg.trainer.checkpoint_uri
+    assert (cfg.trainer.keep_checkpoints, cfg.trainer.keep_every) == (1, 8), "v8, v16 and v24 are kept"
 
 
 def test_quickstart_trains_on_the_train_split_and_evaluates_held_out_tasks_of_the_chosen_levels():
@@ -36,7 +72,7 @@ def test_quickstart_trains_on_the_train_split_and_evaluates_held_out_tasks_of_th
     families = {tasks[t].metadata["family"] for t in held_out}
     cut = QuickstartOptions(max_level=2, eval_tasks=len(families)).task_ids()[1]
     assert {tasks[t].metadata["family"] for t in cut} == families, "a cut keeps one task per family"
-    cfg = opts.config(__import__("pathlib").Path("/tmp/unused"))
+    cfg = opts.config(Path("/tmp/unused"))
     assert cfg.trainer.tasks == train and cfg.evaluation.task_ids == held_out, "the config carries both"
     assert cfg.trainer.algorithm.temperature == cfg.proxy.temperature == opts.temperature, (
         "the trainer scores tokens at the temperature the proxy samples them"
@@ -58,3 +94,24 @@ def test_the_command_line_defaults_are_the_quickstart_options_defaults():
     defaults = {f.name: f.default for f in fields(QuickstartOptions)}
     options = {name: p.default.default for name, p in inspect.signature(command).parameters.items()}
     assert {k: options[k] for k in defaults} == defaults, "quickstart --help shows the defaults the run uses"
+
+
+def test_eval_names_its_results_store_and_refuses_a_store_it_cannot_record_into():
+    """`clawgym eval`'s results store: the config's by default (printed, password hidden), else the one
+    --store names; with services the proxy and orchestrator record into their own, so --store is refused."""
+    from clawgym_app.commands.evaluate import EvalRequest, results_store
+
+    cfg = ClawgymConfig(store={"url": "postgresql+psycopg://clawgym:secret@db:5432/clawgym"})
+    assert results_store(cfg, EvalRequest()) == (
+        cfg,
+        "the config's store postgresql+psycopg://clawgym:***@db:5432/clawgym",
+    )
+    named, where = results_store(cfg, EvalRequest(store="sqlite:////tmp/results.db"))
+    assert named.store.url == where == "sqlite:////tmp/results.db", (
+        "--store replaces the store evaluated into"
+    )
+    services = ClawgymConfig(orchestrator={"grpc_url": "127.0.0.1:50053"})
+    with pytest.raises(InvalidArgument, match="need an embedded evaluation"):
+        results_store(services, EvalRequest(store="sqlite:////tmp/results.db"))
+    with pytest.raises(InvalidArgument, match="name one results store"):
+        results_store(cfg, EvalRequest(store="sqlite:////tmp/results.db", store_service="127.0.0.1:50051"))

@@ -4,8 +4,9 @@
   fine-tuned on the reference harness's exact first prompt of each task, captured through the real
   embedded stack (proxy → store), so it answers `touch ok.txt` (right) or `touch no.txt` (wrong)
   about equally often (see learnable.py).
-- `learnable_run`: `learnable_run(store=…, evaluation=…, **trainer)`, the config (as data) of a GRPO
-  run of that policy on that suite through the reference harness; keyword arguments override.
+- `learnable_run`: `learnable_run(store=…, evaluation=…, harness_settings=…, **trainer)`, the config
+  (as data) of a GRPO run of that policy on that suite through the reference harness; keyword
+  arguments override.
 - `one_thread`: torch on one intra-op thread for the test (on a shared 2-core machine two threads
   waiting on each other's barrier run several times slower than one).
 """
@@ -23,7 +24,7 @@ import torch
 from clawgym.config import ClawgymConfig
 from clawgym.orchestrator.interface import Batch, RolloutRequest, collect
 from clawgym.tasks.loader import load_tasks
-from clawgym_app.runtime import HarnessSettings, Runtime
+from clawgym_app.runtime import Runtime
 
 HERE = Path(__file__).resolve().parent
 
@@ -62,12 +63,13 @@ def learnable(tmp_path_factory) -> Learnable:
     cfg = ClawgymConfig(
         store={"url": f"sqlite:///{root / 'capture.db'}"},
         proxy={"max_new_tokens": 2},
+        orchestrator={"harness_settings": {"reference": {"max_turns": 1, "max_tokens": 2}}},
         trainer={"model": "tiny-qwen3", "checkpoint_uri": str(root / "checkpoints")},
     )
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with Runtime.open(cfg, {"reference": HarnessSettings(max_turns=1, max_tokens=2)}) as rt:
+        with Runtime.open(cfg) as rt:
             run = rt.store.create_run("capture-prompts")
             batch = Batch(run.id, [RolloutRequest(t.id, "reference") for t in tasks], suite=str(suite),
                           proxy_url=rt.proxy_url)  # fmt: skip
@@ -86,13 +88,21 @@ def learnable(tmp_path_factory) -> Learnable:
 
 @pytest.fixture
 def learnable_run(learnable, tmp_path):
-    """learnable_run(store=None, evaluation=None, **trainer) → a run config as data (see the module doc)."""
+    """learnable_run(store=None, evaluation=None, harness_settings=None, **trainer) → a run config as
+    data (see the module doc)."""
 
-    def make(*, store: dict | None = None, evaluation: dict | None = None, **trainer) -> dict:
+    def make(
+        *, store: dict | None = None, evaluation: dict | None = None, harness_settings: dict | None = None,
+        **trainer,
+    ) -> dict:  # fmt: skip
         return {
             "store": store or {"url": f"sqlite:///{tmp_path / 'store.db'}"},
             "proxy": {"max_new_tokens": 16, "temperature": 1.0},
-            "orchestrator": {"max_concurrent_rollouts": 8, "retry_backoff_s": 0.1},
+            "orchestrator": {
+                "max_concurrent_rollouts": 8,
+                "retry_backoff_s": 0.1,
+                "harness_settings": harness_settings or {},
+            },
             "trainer": {
                 "model": str(learnable.policy),
                 "algorithm": {"name": "grpo", "lr": 1.5e-4},

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from clawgym.config import ClawgymConfig
 from clawgym.report import steps_from_store
-from clawgym_app.runtime import HarnessSettings, Runtime
+from clawgym_app.runtime import Runtime
 from clawgym_app.training_run import TrainingRun
 
 pytestmark = pytest.mark.slow
@@ -26,9 +26,16 @@ def test_grpo_through_the_reference_harness_moves_the_held_out_reward_up(learnab
     # spread adds to the evaluation's)
     evaluation = {"samples": 48, "split": "test"}
     cfg = ClawgymConfig(
-        **learnable_run(run_name="learnable", steps=5, group_size=6, groups_per_step=2, evaluation=evaluation)
+        **learnable_run(
+            run_name="learnable",
+            steps=5,
+            group_size=6,
+            groups_per_step=2,
+            evaluation=evaluation,
+            harness_settings={"reference": {"max_turns": 1, "max_tokens": 16}},
+        )
     )
-    with Runtime.open(cfg, {"reference": HarnessSettings(max_turns=1, max_tokens=16)}) as rt:
+    with Runtime.open(cfg) as rt:
         assert rt.embedded and rt.proxy_url.startswith("http://127.0.0.1:"), "one process, proxy on loopback"
         outcome = TrainingRun(rt, tmp_path / "report", Console(file=io.StringIO())).run()
         steps = steps_from_store(rt.store, outcome.run_id)

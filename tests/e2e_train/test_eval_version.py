@@ -5,15 +5,16 @@ import pytest
 from clawgym.config import ClawgymConfig
 from clawgym.errors import FailedPrecondition
 from clawgym.evaluation.runner import EvalSpec
-from clawgym_app.runtime import HarnessSettings, Runtime
+from clawgym_app.runtime import Runtime
 
 pytestmark = pytest.mark.slow
 
 
 def test_an_evaluation_served_by_another_version_is_refused_naming_the_call(learnable, learnable_run, one_thread):
-    cfg = ClawgymConfig(**learnable_run(run_name="versions", steps=1))
+    settings = {"reference": {"max_turns": 1, "max_tokens": 2}}
+    cfg = ClawgymConfig(**learnable_run(run_name="versions", steps=1, harness_settings=settings))
     spec = EvalSpec(str(learnable.suite), learnable.test_ids[:2], ("reference",), samples=2)
-    with Runtime.open(cfg, {"reference": HarnessSettings(max_turns=1, max_tokens=2)}) as rt:
+    with Runtime.open(cfg) as rt:
         served = rt.served_version()
         result = rt.evaluate(spec, version=served)
         assert result.harnesses["reference"].infra_failures == 0, "the evaluation itself ran"

@@ -15,14 +15,11 @@ from rich.console import Console
 from clawgym.config import ClawgymConfig
 from clawgym.harnesses.registry import get_harness
 from clawgym.report import steps_from_store
-from clawgym_app.runtime import HarnessSettings, Runtime
+from clawgym_app.runtime import Runtime
 from clawgym_app.training_run import TrainingRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
-SETTINGS = {
-    "reference": HarnessSettings(max_turns=1, max_tokens=16),
-    "mini-swe-agent": HarnessSettings(max_turns=2),
-}
+SETTINGS = {"reference": {"max_turns": 1, "max_tokens": 16}, "mini-swe-agent": {"max_turns": 2}}
 
 
 def test_a_two_harness_run_records_and_trains_groups_of_both_harnesses(learnable_run, tmp_path, one_thread):
@@ -36,9 +33,10 @@ def test_a_two_harness_run_records_and_trains_groups_of_both_harnesses(learnable
             harnesses=[{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
             rollout_timeout_s=600.0,
             evaluation={"samples": 1, "split": "test", "at_start": False},
+            harness_settings=SETTINGS,
         )
     )
-    with Runtime.open(cfg, SETTINGS) as rt:
+    with Runtime.open(cfg) as rt:
         outcome = TrainingRun(rt, tmp_path / "report", Console(file=io.StringIO())).run()
         steps = steps_from_store(rt.store, outcome.run_id)
     trained = {k.split("/")[1] for s in steps for k in s if k.startswith("harness/")}

@@ -7,9 +7,18 @@ import yaml
 
 from clawgym.config import ClawgymConfig
 from clawgym.errors import NotFound
+from clawgym.records import Checkpoint
 from clawgym.report.run_folder import new_run_dir, store_url, write_config, write_summary
 from clawgym.store.sql import SqlStore
-from clawgym.trainer.checkpoint import find_checkpoint, recorded_run_id, resolve_run, version_of, version_uri
+from clawgym.trainer.checkpoint import (
+    find_checkpoint,
+    kept_checkpoints,
+    prune_checkpoints,
+    recorded_run_id,
+    resolve_run,
+    version_of,
+    version_uri,
+)
 
 
 def test_a_new_run_folder_never_reuses_an_existing_one(tmp_path):
@@ -39,5 +48,29 @@ def test_the_run_marker_is_read_back_and_registered_versions_are_found(tmp_path)
     assert recorded_run_id(cfg) == "", "no run.json yet"
     run_id = resolve_run(store, cfg)
     assert recorded_run_id(cfg) == run_id, "resolve_run records the new run in run.json"
-    with pytest.raises(NotFound, match="no checkpoint v3"):
+    with pytest.raises(NotFound, match=r"checkpoint v3 of run .* was never registered; kept: none"):
         find_checkpoint(store, run_id, 3)
+
+
+def test_pruning_keeps_the_newest_and_every_keep_every_th_version_and_lookups_name_what_is_kept(tmp_path):
+    """keep_checkpoints=1, keep_every=2 over v1..v5: v2, v4 and v5 stay; a version looked up that was
+    pruned, or never registered, is NotFound naming the kept ones."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+    cfg = ClawgymConfig(
+        trainer={"checkpoint_uri": str(tmp_path / "ckpt"), "keep_checkpoints": 1, "keep_every": 2}
+    ).trainer
+    run_id = resolve_run(store, cfg)
+    for v in range(1, 6):
+        uri = version_uri(cfg, v)
+        (tmp_path / "ckpt" / cfg.run_name / f"v{v:06d}").mkdir()
+        store.record_checkpoint(Checkpoint(run_id, v, v, uri, {}))
+        prune_checkpoints(cfg, v)
+    folders = sorted(p.name for p in (tmp_path / "ckpt" / cfg.run_name).glob("v*"))
+    assert folders == ["v000002", "v000004", "v000005"], f"the last and every 2nd version stay: {folders}"
+    assert sorted(kept_checkpoints(store, run_id)) == [2, 4, 5], "kept = registered and still on disk"
+    assert find_checkpoint(store, run_id, 4) == version_uri(cfg, 4)
+    with pytest.raises(NotFound, match=r"checkpoint v3 of run .* was not kept .*; kept: v2, v4, v5"):
+        find_checkpoint(store, run_id, 3)
+    with pytest.raises(NotFound, match=r"checkpoint v9 of run .* was never registered; kept: v2, v4, v5"):
+        find_checkpoint(store, run_id, 9)
+    store.close()

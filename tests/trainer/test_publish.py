@@ -69,3 +69,33 @@ def test_a_published_checkpoint_is_served_with_the_trainers_logprobs(
             runner.run(served.aclose())
             server.close()
         store.close()
+
+
+def test_a_checkpoint_an_engine_refuses_fails_the_run_naming_engine_version_and_folder(
+    sqlite_url, trainer_cfg, make_trainer, engine, runner
+):
+    """A step whose checkpoint an engine refuses ends the run with that error, not a log line: here the
+    second engine is a real torch engine serving a 2-layer model, whose own fit check refuses the
+    4-layer checkpoint ("does not fit the served model: 22 unknown tensors"). The trainer's state is
+    `failed` and the refusing engine keeps serving its weights."""
+    from transformers import AutoModelForCausalLM
+
+    from clawgym.errors import FailedPrecondition
+    from clawgym.inference.torch_engine import TorchEngine
+
+    config = load_model("tiny-qwen3").config
+    config.num_hidden_layers = 2
+    other = TorchEngine(AutoModelForCausalLM.from_config(config).eval(), name="two-layers")
+    store = SqlStore(sqlite_url, MemoryBus())
+    try:
+        trainer = make_trainer(trainer_cfg(steps=2), store, engines=[engine, other])
+        refused = r"engine 1 did not load checkpoint 1 from .*/v000001: .*does not fit the served model"
+        with pytest.raises(FailedPrecondition, match=refused):
+            trainer.run()
+        assert trainer.version == 1 and trainer.status.state == "failed", (
+            f"the run stops at the step whose checkpoint was refused: {trainer.status}"
+        )
+        assert runner.run(other.status()).policy_version == 0, "the refusing engine kept its weights"
+    finally:
+        runner.run(other.aclose())
+        store.close()

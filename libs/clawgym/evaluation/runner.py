@@ -7,7 +7,8 @@ checkpoint V" means "make the engine serve V first" (the app does that).
 
 Eval rollouts are registered under a run of their own (`eval_run`), never the training run, so a
 trainer watching its run's `groups.ready` stream never trains on evaluation groups. The results
-are recorded against the training run (`record_eval`), one row per harness.
+are recorded against `record_run_id` (`record_eval`), one row per harness: the training run for a
+training run's own evaluations, the eval run itself for `clawgym eval`.
 
 Every model call of an evaluation must have been served by the version evaluated (the version
 recorded per call and per generated token): an evaluation that saw another version is refused

@@ -93,6 +93,7 @@ class HarnessAdapter:
     protocol: ClassVar[ProtocolName]
     install_spec: ClassVar[InstallSpec] = InstallSpec("none")
     default_limits: ClassVar[Limits] = Limits()
+    options: ClassVar[tuple[str, ...]] = ()  # constructor options a run may set (`HarnessSettings`)
 
     def __init__(self, cache_dir: str | Path | None = None, limits: Limits | None = None) -> None:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE_DIR

@@ -19,6 +19,7 @@ class Reference(HarnessAdapter):
     name: ClassVar[str] = "reference"
     protocol: ClassVar[ProtocolName] = "openai_chat"
     default_limits: ClassVar[Limits] = Limits(timeout_s=600.0, max_turns=4)
+    options: ClassVar[tuple[str, ...]] = ("mode", "max_tokens")
 
     def __init__(
         self,

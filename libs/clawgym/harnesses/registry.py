@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from clawgym.errors import NotFound
+from clawgym.errors import InvalidArgument, NotFound
 from clawgym.harnesses.base import HarnessAdapter, Limits
 from clawgym.harnesses.claude_code import ClaudeCode
 from clawgym.harnesses.codex import Codex
@@ -31,11 +32,21 @@ def harness_names() -> list[str]:
     return list(HARNESSES)
 
 
-def get_harness(
-    name: str, cache_dir: str | Path | None = None, limits: Limits | None = None
-) -> HarnessAdapter:
-    """A fresh adapter for `name` (or an alias); NotFound lists the known names."""
+def harness_class(name: str) -> type[HarnessAdapter]:
+    """The adapter class of `name` (or an alias); NotFound lists the known names."""
     cls = HARNESSES.get(ALIASES.get(name, name))
     if cls is None:
         raise NotFound(f"unknown harness {name!r}; known: {', '.join(HARNESSES)}")
-    return cls(cache_dir=cache_dir, limits=limits)
+    return cls
+
+
+def get_harness(
+    name: str, cache_dir: str | Path | None = None, limits: Limits | None = None, **options: Any
+) -> HarnessAdapter:
+    """A fresh adapter for `name` (or an alias) with its constructor `options` (InvalidArgument for
+    one the adapter does not take); NotFound lists the known names."""
+    cls = harness_class(name)
+    if unknown := sorted(set(options) - set(cls.options)):
+        takes = ", ".join(cls.options) or "none"
+        raise InvalidArgument(f"harness {cls.name} takes no {', '.join(unknown)} (its options: {takes})")
+    return cls(cache_dir=cache_dir, limits=limits, **options)

@@ -7,11 +7,14 @@ a handful), task setup steps are provisioned once per task. Nothing here starts 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from clawgym.errors import FailedPrecondition, NotFound
-from clawgym.harnesses.base import HarnessAdapter, Limits
-from clawgym.harnesses.registry import get_harness
+from clawgym.harnesses.base import HarnessAdapter
+from clawgym.harnesses.config import HarnessSettings
+from clawgym.harnesses.registry import ALIASES, get_harness
 from clawgym.orchestrator.interface import Batch
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.model import Task
@@ -29,10 +32,13 @@ class Catalog:
         harness_timeout_s: float = 0.0,
         provisioner: Provisioner | None = None,
         task_images: bool = False,
+        harness_settings: Mapping[str, HarnessSettings] | None = None,
     ) -> None:
         self.suites_dir = Path(suites_dir) if suites_dir else None
         self.harness_cache_dir = Path(harness_cache_dir) if harness_cache_dir else None
         self.harness_timeout_s = harness_timeout_s
+        # by canonical harness name (`orchestrator.harness_settings`)
+        self.harness_settings = {ALIASES.get(k, k): v for k, v in (harness_settings or {}).items()}
         self.provisioner = provisioner or Provisioner()
         self.task_images = task_images  # the backend runs tasks' own images (`Task.unsupported_by`)
         self._suites: dict[Path, dict[str, Task]] = {}
@@ -49,12 +55,17 @@ class Catalog:
             return self._suites[path]
 
     def adapter(self, harness: str) -> HarnessAdapter:
-        """A fresh adapter (NotFound for an unknown harness), with the configured time cap."""
-        adapter = get_harness(harness, cache_dir=self.harness_cache_dir)
-        if self.harness_timeout_s:
-            limits = Limits(timeout_s=self.harness_timeout_s, max_turns=adapter.limits.max_turns)
-            adapter = get_harness(harness, cache_dir=self.harness_cache_dir, limits=limits)
-        return adapter
+        """A fresh adapter (NotFound for an unknown harness) with its `harness_settings` applied; time
+        cap: the harness's own setting, else `harness_timeout_s`, else the adapter's."""
+        base = get_harness(harness, cache_dir=self.harness_cache_dir)
+        s = self.harness_settings.get(base.name, HarnessSettings())
+        timeout_s = s.timeout_s or self.harness_timeout_s or base.limits.timeout_s
+        limits = dataclasses.replace(
+            base.limits, timeout_s=timeout_s, max_turns=s.max_turns or base.limits.max_turns
+        )
+        if limits == base.limits and not s.options():
+            return base
+        return get_harness(base.name, cache_dir=self.harness_cache_dir, limits=limits, **s.options())
 
     async def resolve(self, batch: Batch) -> list[tuple[Task, HarnessAdapter]]:
         """(task, adapter) per request of the batch; a typed error for the first that cannot run."""

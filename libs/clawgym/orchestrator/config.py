@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from clawgym.errors import InvalidArgument
+from clawgym.harnesses.config import HarnessSettings
 from clawgym.judge.config import JudgeConfig
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.interface import Resources
@@ -70,6 +71,12 @@ class OrchestratorConfig(Section):
     harness_timeout_s: float = Field(
         0.0, ge=0, description="wall-clock cap per harness run; 0 = the adapter's"
     )
+    harness_settings: dict[str, HarnessSettings] = Field(
+        default_factory=dict,
+        description="per harness name: turn cap, reply length, time cap, mode of the adapters this "
+        "orchestrator builds (unset: the adapter's defaults), e.g. {reference: {max_turns: 1, "
+        "max_tokens: 40}}; in the run config, so train, eval and rollout drive a harness alike",
+    )
     install_harnesses: bool = Field(
         True,
         description="local backend: install a missing harness CLI from its registry on first use "
@@ -106,6 +113,24 @@ class OrchestratorConfig(Section):
         description="Kubernetes-style {limits: {cpu, memory}, requests: {...}}: limits become each "
         "sandbox's Resources (requests follow sandbox.kubernetes.request_fraction)",
     )
+
+    @field_validator("harness_settings")
+    @classmethod
+    def _known_harnesses_and_options(cls, settings: dict[str, HarnessSettings]) -> dict[str, HarnessSettings]:
+        """Keys become canonical harness names (aliases allowed); a setting the harness cannot take
+        (e.g. max_tokens for claude-code) is an error at load, not at the first rollout."""
+        from clawgym.harnesses.registry import harness_class
+
+        out: dict[str, HarnessSettings] = {}
+        for name, s in settings.items():
+            try:
+                adapter = harness_class(name)
+            except Exception as e:
+                raise ValueError(str(e)) from None
+            if unknown := sorted(set(s.options()) - set(adapter.options)):
+                raise ValueError(f"harness {adapter.name} takes no {', '.join(unknown)}")
+            out[adapter.name] = s
+        return out
 
     def sandbox_config(self, sandbox: SandboxConfig, ro_paths: list[str] | None = None) -> SandboxConfig:
         """`sandbox` with this section's overrides applied, plus host paths local and docker sandboxes

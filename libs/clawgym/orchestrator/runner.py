@@ -125,7 +125,12 @@ class Orchestrator:
         metrics: OrchestratorMetrics | None = None,
     ) -> None:
         self.cfg, self.store, self.backend = cfg, store, backend
-        self.catalog = catalog or Catalog(cfg.suites_dir, cfg.harness_cache_dir, cfg.harness_timeout_s)
+        self.catalog = catalog or Catalog(
+            cfg.suites_dir,
+            cfg.harness_cache_dir,
+            cfg.harness_timeout_s,
+            harness_settings=cfg.harness_settings,
+        )
         self.catalog.task_images = backend.task_images  # which tasks it can run is the backend's call
         self.metrics = metrics or OrchestratorMetrics()
         self.judge = Judge(cfg.judge) if cfg.judge.enabled else None

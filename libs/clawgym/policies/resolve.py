@@ -14,6 +14,7 @@ import torch
 from filelock import FileLock
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from clawgym.errors import FailedPrecondition
 from clawgym.policies import smollm2, tiny_qwen3
 from clawgym.policies.specs import SMOLLM2_135M, TINY_QWEN3, PolicySpec, policy_spec
 
@@ -55,7 +56,18 @@ def load_model(
     spec: "str | Path | PolicySpec",
     dtype: torch.dtype = torch.float32,
     cache_dir: "str | Path | None" = None,
+    strict: bool = False,
 ) -> PreTrainedModel:
-    """The policy as an HF causal LM in `dtype`, on CPU, in eval mode."""
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(spec, cache_dir), dtype=dtype)
+    """The policy as an HF causal LM in `dtype`, on CPU, in eval mode. `strict`: the folder must hold
+    exactly the model's tensors (FailedPrecondition naming the others), where HF would initialise a
+    missing one at random with a warning (what a checkpoint must never silently do)."""
+    folder = resolve_model(spec, cache_dir)
+    model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, output_loading_info=True)
+    if strict:
+        kinds = ("missing_keys", "unexpected_keys", "mismatched_keys")
+        wrong = {k: sorted(map(str, info.get(k) or [])) for k in kinds}
+        if any(wrong.values()):
+            listed = "; ".join(f"{k.replace('_', ' ')}: {', '.join(v[:3])}{'…' if len(v) > 3 else ''}"
+                               for k, v in wrong.items() if v)  # fmt: skip
+            raise FailedPrecondition(f"{folder} does not hold the model's tensors ({listed})")
     return model.eval()

@@ -100,12 +100,26 @@ def recorded_run_id(cfg: TrainerConfig) -> str:
     return json.loads(fs.cat_file(marker))["run_id"] if fs.exists(marker) else ""
 
 
-def find_checkpoint(store: TrajectoryStore, run_id: str, version: int) -> str:
-    """The URI of the run's registered checkpoint of `version`."""
+def kept_checkpoints(store: TrajectoryStore, run_id: str) -> dict[int, str]:
+    """version → URI of the run's registered checkpoints whose folders are still there (not pruned)."""
+    kept = {}
     for c in store.list_checkpoints(run_id):
-        if c.version == version:
-            return c.uri
-    raise NotFound(f"run {run_id} has no checkpoint v{version}")
+        fs, path = fsspec.core.url_to_fs(c.uri)
+        if fs.exists(path):
+            kept[c.version] = c.uri
+    return kept
+
+
+def find_checkpoint(store: TrajectoryStore, run_id: str, version: int) -> str:
+    """The URI of the run's kept checkpoint of `version`; NotFound naming the kept versions if it was
+    never registered or its folder was pruned (`trainer.keep_checkpoints`, `keep_every`)."""
+    kept = kept_checkpoints(store, run_id)
+    if version in kept:
+        return kept[version]
+    registered = any(c.version == version for c in store.list_checkpoints(run_id))
+    why = "was not kept (its folder was pruned or deleted)" if registered else "was never registered"
+    listed = ", ".join(f"v{v}" for v in sorted(kept)) or "none"
+    raise NotFound(f"checkpoint v{version} of run {run_id} {why}; kept: {listed}")
 
 
 # --- saving ---
@@ -179,15 +193,21 @@ def _publish_folder(write: Callable[[Path], None], uri: str) -> None:
         fs.put(str(staging), target, recursive=True)
 
 
+def is_kept(cfg: TrainerConfig, version: int, newest: int) -> bool:
+    """Whether version's folder survives pruning once `newest` is registered: one of the newest
+    `keep_checkpoints`, or a multiple of `keep_every`."""
+    return version > newest - cfg.keep_checkpoints or (cfg.keep_every > 0 and version % cfg.keep_every == 0)
+
+
 def prune_checkpoints(cfg: TrainerConfig, newest: int) -> list[str]:
-    """Deletes version folders older than the newest `keep_checkpoints`; returns what it deleted."""
+    """Deletes the version folders `is_kept` does not keep, and staging leftovers; returns the names."""
     fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
     deleted = []
     for path in fs.ls(folder, detail=False):
         name = str(path).rstrip("/").rsplit("/", 1)[-1]
         match = _VERSION_DIR.match(name)
         stale_tmp = name.startswith(".v") and ".tmp-" in name
-        if (match and int(match.group(1)) <= newest - cfg.keep_checkpoints) or stale_tmp:
+        if (match and not is_kept(cfg, int(match.group(1)), newest)) or stale_tmp:
             fs.rm(path, recursive=True)
             deleted.append(name)
     return deleted

@@ -186,6 +186,12 @@ class TrainerConfig(Section):
         description="local folder or fsspec URI; checkpoints go to <uri>/<run_name>/v<version>",
     )
     keep_checkpoints: int = Field(3, ge=1, description="keep the newest N checkpoint folders")
+    keep_every: int = Field(
+        0,
+        ge=0,
+        description="also keep every version divisible by N (0 = only the newest keep_checkpoints), "
+        "e.g. to evaluate them later (`clawgym eval --checkpoint V`)",
+    )
     save_optimizer_state: bool = Field(
         True,
         description="write the optimizer's moments into each checkpoint (2x the weights: a SmolLM2 checkpoint "

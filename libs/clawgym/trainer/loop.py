@@ -118,14 +118,22 @@ class Trainer:
         self.run_id, latest = self.world.broadcast((self.run_id, latest))
         state: dict[str, Any] = {}
         folder = None
-        if latest is not None:
-            folder = ckpt.local_folder(latest.uri, self._download_cache)
-            state = ckpt.load_trainer_state(folder)
-            self.version = latest.version
-        weights = str(folder) if folder is not None and not self.cfg.lora.enabled else None
-        self.policy = build_policy(self.cfg, weights=weights, value_head_state=state.get("value_head"))
-        if state.get("adapters"):
-            self.policy.module.lm.load_state_dict(state["adapters"], strict=False)
+        try:
+            if latest is not None:
+                folder = ckpt.local_folder(latest.uri, self._download_cache)
+                state = ckpt.load_trainer_state(folder)
+                self.version = latest.version
+            weights = str(folder) if folder is not None and not self.cfg.lora.enabled else None
+            self.policy = build_policy(self.cfg, weights=weights, value_head_state=state.get("value_head"))
+            if state.get("adapters"):
+                self.policy.module.lm.load_state_dict(state["adapters"], strict=False)
+        except Exception as e:
+            if latest is None:
+                raise
+            # a corrupt or partial checkpoint ends the run naming it (never a half-random policy)
+            raise FailedPrecondition(
+                f"the trainer cannot load checkpoint {latest.version} from {latest.uri}: {e}"
+            ) from e
         self.policy.module.to(self.world.device)
         if self.policy.reference is not None:
             self.policy.reference.to(self.world.device)

@@ -95,7 +95,7 @@ def build_policy(
     from clawgym.policies import load_model
 
     dtype = getattr(torch, cfg.dtype)
-    lm = load_model(weights or cfg.model, dtype=dtype, cache_dir=cfg.cache_dir)
+    lm = load_model(weights or cfg.model, dtype=dtype, cache_dir=cfg.cache_dir, strict=weights is not None)
     if lm.config._attn_implementation not in ("sdpa", "eager", "flex_attention"):
         lm.set_attn_implementation("sdpa")  # tree packing needs a backend that takes a mask (rl/forward.py)
     reference = None

@@ -1,12 +1,22 @@
-"""`clawgym eval -c run.yaml [--checkpoint V] [--harness H] [--k K]`: Pass@k with 95% intervals.
+"""`clawgym eval -c run.yaml [--checkpoint V] [--store URL] [--harness H] [--k K]`: Pass@k with 95% intervals.
 
-Evaluates a policy through one or more harnesses on held-out tasks of a suite: a checkpoint of the
-config's run (`--checkpoint V`, loaded into the engine first), a checkpoint folder, or whatever the
-engine serves (the base policy embedded; the inference service's current version otherwise).
-Results are recorded in the store (`record_eval`) against the config's training run when the store
-knows it (so reports show them beside its steps), else against an eval run of their own, and
-printed per harness × suite. `--harness oracle` / `--harness nop` validate a suite (the oracle
-should pass every task, nop none) without a model in the loop.
+Evaluates a policy through one or more harnesses on held-out tasks of a suite: a kept checkpoint of
+the config's run (`--checkpoint V`, loaded into the engine first; 0 = the initial policy), a
+checkpoint folder, or whatever the engine serves (the base policy embedded; the inference service's
+current version otherwise). The config decides everything else, so a run's config.yaml repeats its
+evaluation: tasks (`evaluation`), samples, sampling temperature and token cap (`proxy`), and each
+harness's turn cap and reply length (`orchestrator.harness_settings`).
+
+Where results go: every `clawgym eval` is an eval run of its own (kind "eval": its rollouts, calls
+and Pass@k rows, its config naming the evaluated run, version and settings) in the results store:
+`--store URL` / `--store-service HOST:PORT` if given, else the config's store (for a quickstart run
+config, the run folder's own clawgym.db). The command prints which. It never records into the
+training run's own evaluations, which that run's report and `clawgym train --resume` read. With
+services (`orchestrator.grpc_url`) the proxy and orchestrator record into their own store, so
+`--store` is refused there.
+
+`--harness oracle` / `--harness nop` validate a suite (the oracle should pass every task, nop none)
+without a model in the loop.
 """
 
 from __future__ import annotations
@@ -25,7 +35,6 @@ from clawgym.errors import ClawgymError
 if TYPE_CHECKING:
     from clawgym.config import ClawgymConfig
     from clawgym.evaluation.runner import EvalResult, EvalSpec
-    from clawgym.store.interface import TrajectoryStore
 
 
 @dataclass(frozen=True)
@@ -40,12 +49,26 @@ class EvalRequest:
     suite: str = ""
     split: str = ""
     model: str = ""
+    store: str = ""  # SQLAlchemy URL of the results store
+    store_service: str = ""  # or the store service's HOST:PORT
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Where an evaluation was recorded: the store (as printed), its eval run, what it evaluated."""
+
+    store: str
+    run_id: str
+    of_run: str  # the config's training run ('' when none is recorded)
+    version: int
 
 
 def command(
     config: Path = typer.Option(None, "--config", "-c", help="run config YAML; default: embedded defaults"),
     checkpoint: str = typer.Option(
-        "", help="a version of the config's run, or a checkpoint folder/URI; default: what the engine serves"
+        "",
+        help="a kept version of the config's run (0 = the initial policy), or a checkpoint folder/URI; "
+        "default: what the engine serves",
     ),
     harness: list[str] = typer.Option([], "--harness", "-H", help="harness to evaluate through (repeatable)"),
     k: int = typer.Option(1, "--k", "-k", help="also report Pass@k (needs samples >= k)"),
@@ -56,30 +79,44 @@ def command(
     suite: str = typer.Option("", help="suite (default evaluation.suite or trainer.suite)"),
     split: str = typer.Option("", help="split (default evaluation.split)"),
     model: str = typer.Option("", help="policy model spec (default trainer.model, else smollm2-135m)"),
+    store: str = typer.Option(
+        "",
+        "--store",
+        help="record the evaluation (its run, rollouts, calls, Pass@k) in this store, a SQLAlchemy URL "
+        "(sqlite:///…, postgresql+psycopg://…); default: the config's store (printed)",
+    ),
+    store_service: str = typer.Option(
+        "", "--store-service", help="record it in the store service at HOST:PORT instead"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
 ) -> None:
-    """Pass@1 and Pass@k (unbiased) with 95% intervals per harness × suite; stored in the store."""
+    """Pass@1 and Pass@k (unbiased) with 95% intervals per harness × suite, with the config's evaluation
+    settings; recorded as an eval run of its own (never among the training run's own evaluations) in
+    --store, default the config's store (printed)."""
     from clawgym.config import load_config
 
     console = Console(stderr=True) if as_json else Console()
     try:
         cfg = load_config(config)
         request = EvalRequest(checkpoint=checkpoint, harnesses=harness, k=k, samples=samples, tasks=tasks,
-                              suite=suite, split=split, model=model)  # fmt: skip
-        result, run_id = run_eval(cfg, request, console)
+                              suite=suite, split=split, model=model, store=store,
+                              store_service=store_service)  # fmt: skip
+        result, recorded = run_eval(cfg, request, console)
     except ClawgymError as e:
         console.print(f"[red]clawgym eval:[/red] {e}")
         raise typer.Exit(2) from e
+    console.print(f"recorded in {recorded.store} as eval run {recorded.run_id}")
     if as_json:
-        print(json.dumps({"run_id": run_id, "version": result.version, "suite": result.suite,
+        print(json.dumps({"run_id": recorded.run_id, "store": recorded.store, "of_run": recorded.of_run,
+                          "version": result.version, "suite": result.suite,
                           "seconds": round(result.seconds, 1),
                           "harnesses": {h: r.metrics(result.suite, result.version)
                                         for h, r in result.harnesses.items()}}))  # fmt: skip
         return
-    console.print(results_table(result, run_id))
+    console.print(results_table(result, recorded))
 
 
-# --- the evaluation: config, policy version, run, progress ---
+# --- the evaluation: config, results store, policy version, run, progress ---
 
 
 def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, EvalSpec]:
@@ -111,67 +148,133 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
     return cfg, eval_spec(cfg.evaluation, cfg.trainer.suite, harnesses, sandbox.task_images)
 
 
-def known_run(store: TrajectoryStore, cfg: ClawgymConfig) -> str:
-    """The config's training run id if the store knows it (trainer.run_id or the checkpoint folder's
-    run.json), else ''."""
-    from clawgym.errors import NotFound
+def results_store(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, str]:
+    """`cfg` with its store replaced by the one `--store`/`--store-service` names (if any), and that
+    store as printed ("the config's store sqlite:///…")."""
+    from clawgym.errors import InvalidArgument
+    from clawgym_app.runtime import is_embedded
+
+    if req.store and req.store_service:
+        raise InvalidArgument("name one results store: --store URL or --store-service HOST:PORT")
+    if not (req.store or req.store_service):
+        return cfg, f"the config's store {describe_store(cfg)}"
+    if not is_embedded(cfg):
+        raise InvalidArgument(
+            "--store/--store-service need an embedded evaluation: with services (orchestrator.grpc_url) "
+            "the proxy and orchestrator record into the services' own store"
+        )
+    update = {"grpc_url": req.store_service} if req.store_service else {"url": req.store, "grpc_url": ""}
+    cfg = cfg.model_copy(update={"store": cfg.store.model_copy(update=update)})
+    return cfg, describe_store(cfg)
+
+
+def describe_store(cfg: ClawgymConfig) -> str:
+    """The store a config names, as printed (a database password hidden)."""
+    from sqlalchemy.engine import make_url
+
+    if cfg.store.grpc_url:
+        return f"store service {cfg.store.grpc_url}"
+    try:
+        return make_url(cfg.store.url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: opening it will say so
+        return cfg.store.url
+
+
+def training_run(cfg: ClawgymConfig) -> str:
+    """The config's training run id (trainer.run_id, else its checkpoint folder's run.json), or ''."""
     from clawgym.trainer.checkpoint import recorded_run_id
 
-    run_id = cfg.trainer.run_id or recorded_run_id(cfg.trainer)
-    if not run_id:
-        return ""
-    try:
-        return store.get_run(run_id).id
-    except NotFound:
-        return ""
+    return cfg.trainer.run_id or recorded_run_id(cfg.trainer)
 
 
-def checkpoint_uri(store: TrajectoryStore, run_id: str, checkpoint: str) -> tuple[int, str]:
-    """(version, uri) of `--checkpoint`: a version number of the run, or a folder/URI (version 0 unless vN)."""
+def requested_checkpoint(cfg: ClawgymConfig, checkpoint: str) -> tuple[int, str]:
+    """(version, uri) of `--checkpoint`: a kept version of the config's run, looked up in the config's
+    own store (uri '' for 0, the initial policy), or a folder/URI (version 0 unless its name is vN)."""
+    from clawgym.assemble import open_store
     from clawgym.errors import NotFound
     from clawgym.trainer.checkpoint import find_checkpoint, version_of
 
-    if checkpoint.isdigit():
-        if not run_id:
+    if not checkpoint.isdigit():
+        return version_of(checkpoint) or 0, checkpoint
+    version = int(checkpoint)
+    if version == 0:
+        return 0, ""
+    run_id = training_run(cfg)
+    if not run_id:
+        raise NotFound(
+            "--checkpoint V needs the config's run (trainer.run_id, or run.json under trainer.checkpoint_uri "
+            f"{cfg.trainer.checkpoint_uri}/{cfg.trainer.run_name})"
+        )
+    store = open_store(cfg)
+    try:
+        try:
+            store.get_run(run_id)
+        except NotFound:
+            raise NotFound(f"the config's store {describe_store(cfg)} has no run {run_id}") from None
+        try:
+            return version, find_checkpoint(store, run_id, version)
+        except NotFound as e:
+            t = cfg.trainer
             raise NotFound(
-                "--checkpoint V needs the config's run in the store (trainer.run_id or its run.json)"
-            )
-        return int(checkpoint), find_checkpoint(store, run_id, int(checkpoint))
-    return version_of(checkpoint) or 0, checkpoint
+                f"{e}, and v0 (the initial policy); what a run keeps: trainer.keep_checkpoints "
+                f"({t.keep_checkpoints}) and trainer.keep_every ({t.keep_every})"
+            ) from None
+    finally:
+        store.close()
 
 
-def run_eval(cfg: ClawgymConfig, req: EvalRequest, console: Console) -> tuple[EvalResult, str]:
-    """Opens the runtime, serves the requested checkpoint, evaluates, records; returns (result, run id)."""
+def run_eval(cfg: ClawgymConfig, req: EvalRequest, console: Console) -> tuple[EvalResult, Recorded]:
+    """Opens the runtime on the results store, serves the requested checkpoint, evaluates and records
+    as an eval run of its own; returns the result and where it was recorded."""
+    from clawgym.errors import FailedPrecondition
+    from clawgym.evaluation.runner import eval_run
     from clawgym_app.logs import quiet_libraries
     from clawgym_app.progress import RolloutBar, make_progress
     from clawgym_app.runtime import Runtime
 
     quiet_libraries()
     cfg, spec = configure(cfg, req)
+    version, uri = requested_checkpoint(cfg, req.checkpoint) if req.checkpoint else (None, "")
+    of_run = training_run(cfg)
+    cfg, where = results_store(cfg, req)
+    console.print(f"clawgym eval: results go to {where}")
     with console.status("starting the runtime (store, engine, proxy, orchestrator)"):
         runtime = Runtime.open(cfg)
     with runtime:
-        run_id = known_run(runtime.store, cfg)
-        version = runtime.served_version()
-        if req.checkpoint:
-            version, uri = checkpoint_uri(runtime.store, run_id, req.checkpoint)
+        served = runtime.served_version()
+        if uri:
             with console.status(f"loading checkpoint v{version} into the engine"):
                 runtime.load_checkpoint(version, uri)
-        if not run_id:
-            run_id = runtime.store.create_run("eval", {"kind": "eval", "model": cfg.trainer.model}).id
+        elif version is None:
+            version = served
+        elif served != version:
+            raise FailedPrecondition(
+                "--checkpoint 0 is the initial policy, which has no checkpoint to load; "
+                f"the engine serves v{served}"
+            )
+        run_id = eval_run(runtime.store, cfg.trainer.run_name, {
+            "model": cfg.trainer.model, "of_run": of_run, "version": version, "checkpoint": uri,
+            "suite": spec.suite, "task_ids": list(spec.task_ids), "harnesses": list(spec.harnesses),
+            "samples": spec.samples, "ks": list(spec.ks), "proxy": cfg.proxy.model_dump(mode="json"),
+            "harness_settings": {h: s.model_dump(mode="json")
+                                 for h, s in cfg.orchestrator.harness_settings.items()},
+        })  # fmt: skip
         total = len(spec.task_ids) * len(spec.harnesses) * spec.samples
         with make_progress(console) as progress:
             bar = RolloutBar(progress, f"eval v{version} ({', '.join(spec.harnesses)})", total)
-            result = runtime.evaluate(spec, version=version, record_run_id=run_id, on_status=bar)
-    return result, run_id
+            result = runtime.evaluate(
+                spec, version=version, eval_run_id=run_id, record_run_id=run_id, on_status=bar
+            )
+    return result, Recorded(where, run_id, of_run, version)
 
 
 # --- printing ---
 
 
-def results_table(result: EvalResult, run_id: str) -> Table:
+def results_table(result: EvalResult, recorded: Recorded) -> Table:
     """One row per harness: tasks, samples, each Pass@k with its interval, mean reward, failures."""
-    table = Table(title=f"clawgym eval · policy v{result.version} · run {run_id}")
+    of = f" of run {recorded.of_run}" if recorded.of_run else ""
+    table = Table(title=f"clawgym eval · policy v{result.version}{of} · eval run {recorded.run_id}")
     for column in (
         "harness",
         "suite",

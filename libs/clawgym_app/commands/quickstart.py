@@ -14,6 +14,7 @@ command line's defaults; it imports nothing heavy, so `clawgym --help` needs no 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -28,7 +29,6 @@ from clawgym.errors import ClawgymError
 
 if TYPE_CHECKING:
     from clawgym.config import ClawgymConfig
-    from clawgym_app.runtime import HarnessSettings
     from clawgym_app.training_run import RunOutcome
 
 
@@ -56,10 +56,12 @@ class QuickstartOptions:
     run_dir: str = ""
 
     def config(self, run_dir: Path) -> ClawgymConfig:
-        """The whole `ClawgymConfig` of the quickstart run (embedded mode)."""
+        """The whole `ClawgymConfig` of the quickstart run (embedded mode), with absolute paths: its
+        config.yaml repeats the run's evaluation from any folder (`clawgym eval -c`)."""
         from clawgym.config import ClawgymConfig
         from clawgym.report.run_folder import CHECKPOINTS_DIR, store_url
 
+        run_dir = run_dir.resolve()
         train_ids, eval_ids = self.task_ids()
         return ClawgymConfig(
             store={"url": store_url(run_dir), "bus_url": "memory://", "grpc_url": ""},
@@ -71,6 +73,9 @@ class QuickstartOptions:
                 "max_concurrent_rollouts": self.concurrency,
                 "max_attempts": 2,
                 "retry_backoff_s": 0.5,
+                "harness_settings": {
+                    "reference": {"max_turns": self.max_turns, "max_tokens": self.max_new_tokens}
+                },
             },
             trainer={
                 "model": self.model,
@@ -96,7 +101,10 @@ class QuickstartOptions:
                 "mode": "sync",
                 "max_policy_lag": 1,
                 "checkpoint_uri": str(run_dir / CHECKPOINTS_DIR),
+                # the last version and each third of the run (24 steps: v8, v16, v24) for `clawgym
+                # eval --checkpoint V`: at most 3 folders whatever --steps is, a SmolLM2-135M one ~540 MB
                 "keep_checkpoints": 1,
+                "keep_every": max(1, math.ceil(self.steps / 3)),
                 "save_optimizer_state": False,  # a quickstart never resumes: ~2.5 s a step saved
                 "rollout_timeout_s": 900.0,
                 "sweep_interval_s": 5.0,
@@ -111,11 +119,6 @@ class QuickstartOptions:
         from clawgym.evaluation.select import train_and_held_out
 
         return train_and_held_out(self.suite, self.max_level, self.eval_tasks, self.eval_unseen_tasks)
-
-    def harness_settings(self) -> dict[str, HarnessSettings]:
-        from clawgym_app.runtime import HarnessSettings
-
-        return {"reference": HarnessSettings(max_turns=self.max_turns, max_tokens=self.max_new_tokens)}
 
 
 Q = QuickstartOptions()  # the defaults --help shows
@@ -198,7 +201,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
     )
     with console.status(f"starting the embedded runtime: store, {opts.model} engine, proxy, orchestrator"):
         t0 = time.monotonic()
-        runtime = Runtime.open(cfg, opts.harness_settings())
+        runtime = Runtime.open(cfg)
         open_s = time.monotonic() - t0
     with runtime:
         run = TrainingRun(

@@ -1,13 +1,10 @@
 """The app's runtime: assembling a run's parts in one process (embedded) or as clients of services."""
 
 from clawgym.trainer.source import train_task_ids
-from clawgym_app.runtime.catalog import HarnessSettings, SettingsCatalog
 from clawgym_app.runtime.runtime import Runtime, is_embedded, run_config
 
 __all__ = [
-    "HarnessSettings",
     "Runtime",
-    "SettingsCatalog",
     "is_embedded",
     "run_config",
     "train_task_ids",

@@ -30,7 +30,6 @@ from clawgym.proxy.serving import ServerThread
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.loop import Trainer
 from clawgym.trainer.loop_thread import LoopThread
-from clawgym_app.runtime.catalog import HarnessSettings, SettingsCatalog
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +51,8 @@ def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
 class Runtime:
     """The store, engine, proxy URL and rollout service of one config, plus the loop that drives them."""
 
-    def __init__(
-        self, cfg: ClawgymConfig, harness_settings: dict[str, HarnessSettings] | None = None
-    ) -> None:
+    def __init__(self, cfg: ClawgymConfig) -> None:
         self.cfg = run_config(cfg)
-        self.harness_settings = dict(harness_settings or {})
         self.embedded = is_embedded(self.cfg)
         self.loop = LoopThread("clawgym-runtime")
         self._closers: list[Callable[[], Any]] = [self.loop.close]
@@ -69,15 +65,10 @@ class Runtime:
     # --- assembly ---
 
     @classmethod
-    def open(
-        cls,
-        cfg: ClawgymConfig,
-        harness_settings: dict[str, HarnessSettings] | None = None,
-        *,
-        engine: Engine | None = None,
-    ) -> Runtime:
-        """Builds (embedded) or connects to (services) every part; `close()` releases them."""
-        rt = cls(cfg, harness_settings)
+    def open(cls, cfg: ClawgymConfig, *, engine: Engine | None = None) -> Runtime:
+        """Builds (embedded) or connects to (services) every part; `close()` releases them. The
+        harnesses run with `orchestrator.harness_settings` (turn caps, reply lengths)."""
+        rt = cls(cfg)
         try:
             rt._open(engine)
         except BaseException:
@@ -95,16 +86,10 @@ class Runtime:
             self._closers.append(self._close_engine)
         if self.embedded:
             self.proxy_url = self._start_proxy()
-            catalog = SettingsCatalog(
-                self.harness_settings,
-                suites_dir=cfg.orchestrator.suites_dir or None,
-                harness_cache_dir=cfg.orchestrator.harness_cache_dir or None,
-                harness_timeout_s=cfg.orchestrator.harness_timeout_s,
-            )
             cfg = cfg.model_copy(
                 update={"orchestrator": cfg.orchestrator.model_copy(update={"proxy_url": self.proxy_url})}
             )
-            self.rollouts = self.loop.run(open_rollouts(cfg, self.store, catalog=catalog, own_owner=True))
+            self.rollouts = self.loop.run(open_rollouts(cfg, self.store, own_owner=True))
         else:
             self.proxy_url = cfg.trainer.proxy_url or cfg.orchestrator.proxy_url
             self.rollouts = self.loop.run(open_rollouts(cfg))

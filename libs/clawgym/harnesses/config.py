@@ -1,0 +1,40 @@
+"""`HarnessSettings`: what a run sets on one harness it drives (turn cap, reply length, time cap, mode).
+
+A run config holds them per harness name in `orchestrator.harness_settings` (the orchestrator builds
+the adapters, `orchestrator.catalog.Catalog.adapter`), so every command that runs harnesses from
+that config (`train`, `eval`, `rollout`, `serve orchestrator`) drives them the same way:
+
+    orchestrator:
+      harness_settings:
+        reference: {max_turns: 1, max_tokens: 40}
+
+Unset fields keep the adapter's defaults. Not here: how an adapter turns them into its command line
+(each adapter module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from clawgym.section import Section
+
+
+class HarnessSettings(Section):
+    """One harness's overrides; unset (None) fields keep the adapter's defaults."""
+
+    max_turns: int | None = Field(
+        None, ge=1, description="model calls per rollout at most (where the harness's CLI can cap it)"
+    )
+    timeout_s: float | None = Field(
+        None, gt=0, description="wall-clock cap of one harness run (over orchestrator.harness_timeout_s)"
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, description="reference harness: the max_tokens it asks for per reply"
+    )
+    mode: str | None = Field(None, description="reference harness: text (fenced bash) or tools")
+
+    def options(self) -> dict[str, Any]:
+        """The adapter constructor options these settings set (`HarnessAdapter.options` names them)."""
+        return {k: v for k in ("max_tokens", "mode") if (v := getattr(self, k)) is not None}
