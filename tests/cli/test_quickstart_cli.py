@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_folder(clawgym, tmp_path):
     run_dir = tmp_path / "run"
     done = clawgym(
-        "quickstart", "--model", "tiny-qwen3", "--steps", "1", "--eval-tasks", "4", "--group-size", "2",
+        "quickstart", "--model", "tiny-qwen3", "--steps", "1", "--eval-tasks", "4", "--eval-unseen-tasks", "2",
+        "--group-size", "2",
         "--groups-per-step", "2", "--max-new-tokens", "16", "--run-dir", str(run_dir), "--json",
     )  # fmt: skip
     assert done.returncode == 0, f"clawgym quickstart failed:\n{done.stdout}\n{done.stderr}"
@@ -22,13 +23,22 @@ def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_
     assert len(lines) == 1, f"--json prints exactly one line on stdout, got {len(lines)}:\n{done.stdout}"
     result = json.loads(lines[0])
     for key in ("pass1_before", "pass1_after", "ci95_before", "ci95_after", "minutes"):
-        assert key in result, f"the JSON contract has {key}: {result}"
+        assert key in result and f"{key}_unseen_families" in result or key == "minutes", (
+            f"the JSON contract has {key}: {result}"
+        )
+    assert "ci95_delta_unseen_families" in result, f"the unseen families' paired difference: {result}"
     assert 0.0 <= result["pass1_before"] <= 1.0 and len(result["ci95_after"]) == 2, result
     low, high = result["ci95_before"]
     assert low <= result["pass1_before"] <= high, f"Pass@1 lies in its interval: {result}"
     assert result["steps"] == 1 and result["eval_tasks"] == 4, f"the toy budget was used: {result}"
+    assert result["eval_tasks_unseen_families"] == 2, f"two tasks of unseen families: {result}"
+    kinds = {row["kind"] for row in result["per_family"].values()}
+    assert kinds == {"trained", "unseen"} and len(result["per_family"]) == 6, result["per_family"]
     report = (run_dir / "report.md").read_text()
     assert "## Evaluations" in report and "## Training steps" in report, "the report has both parts"
+    assert "### Pass@1 per family" in report and "families with no training task" in report, (
+        "the report shows Pass@1 per family and says what each held-out set shares with training"
+    )
     assert (run_dir / "reward_pass_rate.png").stat().st_size > 10_000, "the reward/pass-rate plot exists"
     saved = ClawgymConfig(**yaml.safe_load((run_dir / "config.yaml").read_text()))
     assert saved.trainer.model == "tiny-qwen3" and saved.trainer.steps == 1, "config.yaml reproduces the run"
