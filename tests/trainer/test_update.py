@@ -133,7 +133,9 @@ def test_the_lr_schedule_warms_up_then_decays_to_the_floor(trainer_cfg):
     )
 
 
-def test_kl_to_the_initial_policy_is_measured_without_entering_the_loss(trainer_cfg, hand_group, tiny_tok, tmp_path):
+def test_kl_to_the_initial_policy_is_measured_without_entering_the_loss(
+    trainer_cfg, hand_group, tiny_tok, tmp_path
+):
     """kl_diagnostic with kl_coef 0: kl_ref is the token mean of k3(logπ_θ, logπ_initial) on the batch's
     tokens (0 at the first step), the update is the same as without it, and a trainer resuming from a
     checkpoint still measures against the initial policy, not the checkpoint."""
@@ -148,9 +150,13 @@ def test_kl_to_the_initial_policy_is_measured_without_entering_the_loss(trainer_
     optimizer, scheduler = make_optimizer(built.module, measured.algorithm, measured.steps)
     world = World()
     batch = build_batch([group], 0, measured.max_policy_lag)
-    packs = prepare_packs(built.module, batch.trees, measured.algorithm, Normaliser.of(batch.trees), 64, world)
+    packs = prepare_packs(
+        built.module, batch.trees, measured.algorithm, Normaliser.of(batch.trees), 64, world
+    )
     first = update(built.module, optimizer, packs, measured.algorithm, world, 0, built.reference)
-    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-6), f"the initial policy is at KL 0 from itself: {first}"
+    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-6), (
+        f"the initial policy is at KL 0 from itself: {first}"
+    )
     after = output_logprob(built.module.lm, PROMPT, GOOD)
     assert after == pytest.approx(after_plain["good"], abs=1e-6), (
         "measuring the KL must not change the update (kl_coef 0: it is no part of the loss)"
