@@ -56,8 +56,10 @@ def reward_and_pass_rate(report: RunReport, path: Path) -> Path | None:
         if points:
             vx = [e.version for e in points]
             vy = [e.pass_at[1] for e in points]
-            low = [e.pass_at[1] - e.ci95[1][0] for e in points]
-            high = [e.ci95[1][1] - e.pass_at[1] for e in points]
+            # clamped: an interval's bound can miss its estimate by rounding (0 vs 1e-17), and
+            # matplotlib refuses a negative error bar
+            low = [max(0.0, e.pass_at[1] - e.ci95[1][0]) for e in points]
+            high = [max(0.0, e.ci95[1][1] - e.pass_at[1]) for e in points]
             ax_p.errorbar(vx, vy, yerr=[low, high], fmt="s", capsize=5, markersize=7, color=colour,
                           markeredgecolor="black", label=f"{harness} held-out Pass@1 (95% CI)")  # fmt: skip
     for ax, name in ((ax_r, "mean reward of the step's rollouts"), (ax_p, "pass rate")):
