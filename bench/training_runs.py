@@ -15,11 +15,10 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from clawgym.config import ClawgymConfig
+from clawgym.config import ClawgymConfig, load_config
 from clawgym.evaluation.runner import EvalResult, HarnessEval
 from clawgym.evaluation.select import HeldOut, held_out
 from clawgym.report.run_folder import CONFIG_FILE, write_config
@@ -46,7 +45,6 @@ def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 def write_run_config(opts: QuickstartOptions, run_dir: Path, changes: dict[str, Any]) -> Path:
     """run_dir/config.yaml: the quickstart's config for `opts` with `changes` (nested dicts) merged in."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    opts = replace(opts, run_dir=str(run_dir))
     cfg = ClawgymConfig(**merged(opts.config(run_dir).model_dump(mode="json"), changes))
     return write_config(run_dir, cfg)
 
@@ -86,14 +84,8 @@ def evaluate(run_dir: Path, checkpoint: int, harnesses: list[str], store: Path) 
 
 def held_out_parts(run_dir: Path) -> HeldOut:
     """The run config's evaluated tasks split into trained-family instances and unseen families."""
-    cfg = ClawgymConfig.model_validate(_yaml(run_dir / CONFIG_FILE))
+    cfg = load_config(run_dir / CONFIG_FILE)
     return held_out(cfg.evaluation.suite or cfg.trainer.suite, cfg.trainer.tasks, cfg.evaluation.task_ids)
-
-
-def _yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(path.read_text())
 
 
 def interval(figures: dict[str, Any], key: str) -> str:
