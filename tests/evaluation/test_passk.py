@@ -48,6 +48,10 @@ def test_wilson_interval_matches_textbook_values_and_stays_in_0_1():
     assert (low, high) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4)), "5 of 10"
     low, high = wilson_interval(10, 10)
     assert high == pytest.approx(1.0) and low == pytest.approx(0.7225, abs=1e-4), "10 of 10 mirrors 0 of 10"
+    for n in range(1, 50):
+        for c in (0, n):
+            low, high = wilson_interval(c, n)
+            assert low <= c / n <= high, f"{c} of {n}: [{low!r}, {high!r}] holds the estimate (no rounding)"
 
 
 def test_bootstrap_interval_is_reproducible_and_brackets_the_mean():

@@ -58,3 +58,17 @@ def test_a_report_says_which_part_of_hybrid_rewards_came_from_code_and_which_fro
     plain = write_report(RunReport("plain", "run-4", evals=[EvalPoint.from_metrics(
         {**metrics, "hybrid": None}, "reference")]), tmp_path / "plain").read_text()  # fmt: skip
     assert "Hybrid rewards" not in plain
+
+
+def test_the_kl_plot_has_a_panel_for_clip_fraction_when_steps_record_it(tmp_path):
+    """KL (approx_kl, kl_ref), entropy and clip fraction: one panel each, only for recorded metrics."""
+    from clawgym.report.plots import DPI, kl_and_entropy
+
+    steps = [
+        {"step": s, "approx_kl": 0.01, "kl_ref": 0.002 * s, "entropy": 1.0, "clipfrac": 0.05} for s in (1, 2)
+    ]
+    with Image.open(kl_and_entropy(RunReport("r", "run-1", steps=steps), tmp_path / "three.png")) as im:
+        assert im.size[0] > 3 * 5 * DPI, f"three panels: KL, entropy, clip fraction; width {im.size[0]}"
+    without = [{k: v for k, v in s.items() if k != "clipfrac"} for s in steps]
+    with Image.open(kl_and_entropy(RunReport("r", "run-1", steps=without), tmp_path / "two.png")) as im:
+        assert im.size[0] < 3 * 5 * DPI, f"no clip fraction recorded: two panels; width {im.size[0]}"

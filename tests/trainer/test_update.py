@@ -131,3 +131,53 @@ def test_the_lr_schedule_warms_up_then_decays_to_the_floor(trainer_cfg):
     assert lr_factor(15, algo.model_copy(update={"lr_schedule": "constant"}), 20) == 1.0, (
         "constant stays at lr"
     )
+
+
+def test_kl_to_the_initial_policy_is_measured_without_entering_the_loss(
+    trainer_cfg, hand_group, tiny_tok, tmp_path
+):
+    """kl_diagnostic with kl_coef 0: kl_ref is the token mean of k3(logπ_θ, logπ_initial) on the batch's
+    tokens (0 at the first step), the update is the same as without it, and a trainer resuming from a
+    checkpoint still measures against the initial policy, not the checkpoint."""
+    group = hand_group("g", PROMPT, [GOOD, BAD], [1.0, 0.0])
+    plain = trainer_cfg(algorithm={"lr": 1e-3, "tis_cap": None})
+    measured = trainer_cfg(algorithm={"lr": 1e-3, "tis_cap": None, "kl_diagnostic": True})
+    assert build_policy(plain).reference is None, "no KL term and no diagnostic: no frozen copy kept"
+    _, _, _, after_plain, _ = one_step(plain, [group])
+
+    built = build_policy(measured)
+    assert built.reference is not None, "kl_diagnostic keeps a frozen copy of the initial policy"
+    optimizer, scheduler = make_optimizer(built.module, measured.algorithm, measured.steps)
+    world = World()
+    batch = build_batch([group], 0, measured.max_policy_lag)
+    packs = prepare_packs(
+        built.module, batch.trees, measured.algorithm, Normaliser.of(batch.trees), 64, world
+    )
+    first = update(built.module, optimizer, packs, measured.algorithm, world, 0, built.reference)
+    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-6), (
+        f"the initial policy is at KL 0 from itself: {first}"
+    )
+    after = output_logprob(built.module.lm, PROMPT, GOOD)
+    assert after == pytest.approx(after_plain["good"], abs=1e-6), (
+        "measuring the KL must not change the update (kl_coef 0: it is no part of the loss)"
+    )
+
+    initial = load_model("tiny-qwen3")
+
+    def k3(out: list[int], k: int) -> float:
+        now = output_logprob(built.module.lm, PROMPT + out[:k], [out[k]])
+        ref = output_logprob(initial, PROMPT + out[:k], [out[k]])
+        return float(np.exp(ref - now) - (ref - now) - 1.0)
+
+    expected = np.mean([k3(out, k) for out in (GOOD, BAD) for k in range(len(out))])
+    second = update(built.module, optimizer, packs, measured.algorithm, world, 1, built.reference)
+    assert expected > 1e-4 and second["kl_ref"] == pytest.approx(expected, rel=1e-3), (
+        f"after one step kl_ref is the mean k3 over the batch's generated tokens: {second['kl_ref']} vs {expected}"
+    )
+
+    ckpt.save_checkpoint(built, optimizer, scheduler, tiny_tok, str(tmp_path / "v2"), {"version": 2}, World())
+    resumed = build_policy(measured, weights=str(tmp_path / "v2"))
+    ref_state, initial_state = resumed.reference.lm.state_dict(), initial.state_dict()
+    assert all(torch.equal(ref_state[k], initial_state[k]) for k in initial_state), (
+        "a resumed trainer's reference is the initial policy, not the checkpoint it resumes from"
+    )

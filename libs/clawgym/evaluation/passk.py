@@ -50,7 +50,8 @@ def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float,
     p = successes / trials
     centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # it contains p; min/max keep it so against rounding (0 successes of 3: centre - half = 5.6e-17)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def bootstrap_interval(

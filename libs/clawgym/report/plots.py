@@ -1,7 +1,7 @@
 """The run report's PNG plots (matplotlib, Agg backend: no display needed).
 
 Owns drawing: reward and pass rate per harness over steps (with evaluation Pass@1 and its 95%
-interval), KL and entropy, the train/engine logprob mismatch, and tree sharing. Each function
+interval), KL, entropy and clip fraction, the train/engine logprob mismatch, and tree sharing. Each function
 writes one PNG and returns its path, or None when the run has no data for it.
 """
 
@@ -56,8 +56,10 @@ def reward_and_pass_rate(report: RunReport, path: Path) -> Path | None:
         if points:
             vx = [e.version for e in points]
             vy = [e.pass_at[1] for e in points]
-            low = [e.pass_at[1] - e.ci95[1][0] for e in points]
-            high = [e.ci95[1][1] - e.pass_at[1] for e in points]
+            # clamped: an interval's bound can miss its estimate by rounding (0 vs 1e-17), and
+            # matplotlib refuses a negative error bar
+            low = [max(0.0, e.pass_at[1] - e.ci95[1][0]) for e in points]
+            high = [max(0.0, e.ci95[1][1] - e.pass_at[1]) for e in points]
             ax_p.errorbar(vx, vy, yerr=[low, high], fmt="s", capsize=5, markersize=7, color=colour,
                           markeredgecolor="black", label=f"{harness} held-out Pass@1 (95% CI)")  # fmt: skip
     for ax, name in ((ax_r, "mean reward of the step's rollouts"), (ax_p, "pass rate")):
@@ -93,9 +95,11 @@ def _metric_panels(
 
 
 def kl_and_entropy(report: RunReport, path: Path) -> Path | None:
-    """Approximate KL of each update (and to the reference, if any) and the policy's entropy."""
-    return _metric_panels(report, path, "KL and entropy",
-                          [("KL", ["approx_kl", "kl_ref"]), ("entropy (nats/token)", ["entropy"])])  # fmt: skip
+    """Approximate KL of each update (and to the initial policy, where measured: `kl_ref`), the policy's
+    entropy, and the fraction of clipped ratios: what a collapse or a runaway update shows first."""
+    return _metric_panels(report, path, "KL, entropy and clip fraction",
+                          [("KL", ["approx_kl", "kl_ref"]), ("entropy (nats/token)", ["entropy"]),
+                           ("clip fraction", ["clipfrac"])])  # fmt: skip
 
 
 def logprob_mismatch(report: RunReport, path: Path) -> Path | None:

@@ -11,6 +11,7 @@ Per row c (one trainable position with one engine logprob; see terms.py departur
     ρ_c     = min(exp(logπ_old(c) - logπ_engine(c)), C)     truncated importance sampling (TIS), no grad
     L_pg    = -Σ_c ρ_c [min(r A⁺, clip(r) A⁺) + min(r A⁻, clip(r) A⁻)]
     L_kl    =  Σ_c w_c k3(c),  k3 = exp(logπ_ref - logπ_θ) - (logπ_ref - logπ_θ) - 1
+               (with β_kl = 0 and a reference given, measured as `kl_ref` without entering the loss)
     L_v     =  Σ_v w_v ½ max((V - R)², (V_old + clip(V - V_old, ±ε_v) - R)²)   (unclipped without ε_v)
     H       =  Σ_c w_c entropy(π_θ(· | prefix))
     loss    =  L_pg + β_kl L_kl + c_v L_v - c_H H
@@ -131,9 +132,12 @@ def rows_loss(
     entropy_sum = (rows.weight * entropy).sum()
     loss = pg_loss - cfg.entropy_coef * entropy_sum
     kl = None
-    if ref_logprob is not None:
+    if ref_logprob is not None and cfg.kl_coef > 0:
         kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob))).sum()
         loss = loss + cfg.kl_coef * kl
+    elif ref_logprob is not None:  # measured only (a diagnostic): no graph, no gradient
+        with torch.no_grad():
+            kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob))).sum()
     v_loss = None
     if values is not None:
         v_loss = (rows.value_weight * value_loss(values, rows.old_value, rows.returns, cfg.value_clip)).sum()

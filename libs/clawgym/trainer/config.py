@@ -74,6 +74,11 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(
         0.0, ge=0, description="β: weight of the k3 KL to the initial policy (0 = no reference)"
     )
+    kl_diagnostic: bool = Field(
+        False,
+        description="measure kl_ref (the k3 KL to the initial policy) even when kl_coef is 0, as a diagnostic "
+        "only: keeps a frozen copy of the initial policy and costs one no-grad forward of it per step",
+    )
     entropy_coef: float = Field(0.0, ge=0, description="entropy bonus coefficient")
     value_coef: float = Field(0.5, ge=0, description="PPO: weight of the value loss")
     value_clip: float | None = Field(0.2, gt=0, description="PPO: clip the value change; null = plain MSE")
@@ -85,6 +90,11 @@ class AlgorithmConfig(Section):
     leave_one_out: bool = Field(False, description="GRPO: baseline = mean of the other samples (RLOO)")
     gamma: float = Field(1.0, ge=0, le=1, description="PPO: discount over generated tokens")
     lam: float = Field(0.95, ge=0, le=1, description="PPO: GAE λ")
+
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen copy of the initial policy is kept: for the KL term, or to measure the KL only."""
+        return self.kl_coef > 0 or self.kl_diagnostic
 
     def loss_config(self) -> "LossConfig":
         """The loss coefficients for `clawgym.rl.losses` (imported here: it needs torch, this module not)."""
@@ -200,9 +210,9 @@ class TrainerConfig(Section):
 
     @model_validator(mode="after")
     def _lora_needs_full_shape(self) -> "TrainerConfig":
-        if self.algorithm.kl_coef > 0 and self.lora.enabled:
+        if self.algorithm.needs_reference and self.lora.enabled:
             # The reference is the frozen base, which LoRA keeps anyway; supporting it is issue work.
-            raise ValueError("algorithm.kl_coef > 0 with lora.enabled is not supported yet")
+            raise ValueError("algorithm.kl_coef > 0 or kl_diagnostic with lora.enabled is not supported yet")
         return self
 
 

@@ -95,14 +95,20 @@ def build_policy(
     from clawgym.policies import load_model
 
     dtype = getattr(torch, cfg.dtype)
-    lm = load_model(weights or cfg.model, dtype=dtype, cache_dir=cfg.cache_dir, strict=weights is not None)
-    if lm.config._attn_implementation not in ("sdpa", "eager", "flex_attention"):
-        lm.set_attn_implementation("sdpa")  # tree packing needs a backend that takes a mask (rl/forward.py)
+
+    def load(spec: str, strict: bool) -> nn.Module:
+        lm = load_model(spec, dtype=dtype, cache_dir=cfg.cache_dir, strict=strict)
+        if lm.config._attn_implementation not in ("sdpa", "eager", "flex_attention"):
+            # tree packing needs a backend that takes a mask (rl/forward.py)
+            lm.set_attn_implementation("sdpa")
+        return lm
+
+    lm = load(weights or cfg.model, strict=weights is not None)
     reference = None
-    if cfg.algorithm.kl_coef > 0:
-        reference = PolicyModule(
-            copy.deepcopy(lm).requires_grad_(False).eval(), temperature=cfg.algorithm.temperature
-        )
+    if cfg.algorithm.needs_reference:
+        # the *initial* policy (`cfg.model`), also when the trainer resumes from a checkpoint's weights
+        initial = copy.deepcopy(lm) if weights is None else load(cfg.model, strict=False)
+        reference = PolicyModule(initial.requires_grad_(False).eval(), temperature=cfg.algorithm.temperature)
     lora = None
     if cfg.lora.enabled:
         lm = add_lora(lm, cfg.lora)

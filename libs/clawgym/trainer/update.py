@@ -126,7 +126,8 @@ def update(
     cfg = algo.loss_config()
     n_steps = world.max_int(len(packs))
     old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 else None
-    ref = _rows_logprobs(reference, packs, world) if reference is not None and algo.kl_coef > 0 else None
+    # the reference's logprobs: for the KL term (kl_coef > 0) or only to measure kl_ref (kl_diagnostic)
+    ref = _rows_logprobs(reference, packs, world) if reference is not None and algo.needs_reference else None
     # The optimizer's parameters, not `policy.parameters()`: after a no-grad forward FSDP2 may leave the
     # root's parameters unsharded, and those tensors are not the ones that receive the gradients.
     params = [p for group in optimizer.param_groups for p in group["params"]]

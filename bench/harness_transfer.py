@@ -1,0 +1,189 @@
+"""Does a gain carry from one harness to another? Train through the reference harness, through
+mini-swe-agent and through their mix; evaluate each policy and the base policy through both
+(issue #17, part 5).
+
+Three `clawgym train` runs from the quickstart's config (SmolLM2-135M on the mini suite, levels
+1-2; same steps, batch, learning rate, seed), differing only in `trainer.harnesses`: reference,
+mini-swe-agent, and both at equal weight (a GRPO group is one task through one harness). The runs
+do not evaluate themselves (`evaluation.at_start/at_end` off); instead `clawgym eval -c <run>/config.yaml
+--checkpoint V --harness reference --harness mini-swe-agent` evaluates the base policy (v0) and each
+final policy on the same held-out tasks with the same settings (`orchestrator.harness_settings` of
+both harnesses in every config), all recorded in one results store (`<out>/evals.db`). The matrix:
+policy × evaluation harness, Pass@1 with its 95% interval and the paired difference from the base
+policy, for held-out instances of the trained families and for unseen families; `<out>/transfer.png`
+draws it (bars with 95% intervals, one panel per held-out part).
+
+mini-swe-agent (PyPI, pinned) installs into ~/.cache/clawgym/harnesses on first use. It wants a
+`bash` tool call in every reply, which a 135M policy rarely writes (configs/mix.yaml): expect its
+column near 0 before training; whether training through it or through the mix moves it is the
+question.
+
+    .venv/bin/python bench/harness_transfer.py          # 24 steps of 4 groups x 8 per run, 48 + 48 eval tasks
+    .venv/bin/python bench/harness_transfer.py --toy    # tiny-qwen3, 2 steps per run: the plumbing (~5 min)
+
+Full scale, expected wall time on 2 cores: about 60-75 minutes (the reference run ~10 minutes as the
+quickstart; mini-swe-agent rollouts are multi-turn and start a Python process each, so its run and
+the mix take ~1.5-2x longer; four evaluations of 96 tasks through both harnesses); not measured yet.
+The LAST line is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from training_runs import TOY, evaluate, held_out_parts, train, write_run_config
+
+from clawgym.evaluation.runner import EvalResult
+from clawgym.report.plots import COLOURS, DPI
+from clawgym.report.summary import before_after
+from clawgym_app.commands.quickstart import QuickstartOptions
+
+HARNESSES = ("reference", "mini-swe-agent")
+TRAININGS = {  # policy name → the harness mix it trains through
+    "reference": [{"name": "reference", "weight": 1.0}],
+    "mini-swe-agent": [{"name": "mini-swe-agent", "weight": 1.0}],
+    "mix": [{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
+}
+PARTS = {"": "trained families", "_unseen_families": "unseen families"}
+
+
+def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe_turns: int) -> dict:
+    """What a transfer run changes in the quickstart's config: its harness mix, both harnesses'
+    settings (so every `clawgym eval` of every policy uses the same), no self-evaluation."""
+    return {
+        "trainer": {"run_name": f"transfer-{name}", "harnesses": mix},
+        "orchestrator": {
+            "harness_settings": {
+                "reference": {"max_turns": opts.max_turns, "max_tokens": opts.max_new_tokens},
+                "mini-swe-agent": {"max_turns": swe_turns},
+            },
+            "harness_concurrency": {"mini-swe-agent": 4},  # its Python start-up is the heavier one
+        },
+        "evaluation": {"at_start": False, "at_end": False},
+    }
+
+
+def matrix(results: dict[str, EvalResult], parts) -> dict[str, dict[str, dict]]:
+    """policy → evaluation harness → Pass@1 (+ interval, + paired difference from the base) per part."""
+    base = results["base"]
+    out: dict[str, dict[str, dict]] = {}
+    for policy, result in results.items():
+        out[policy] = {}
+        for h in HARNESSES:
+            cell: dict = {}
+            for suffix in PARTS:
+                ids = parts.ids("unseen" if suffix else "trained")
+                figures = before_after([h], base, result, ids, suffix) if ids else {}
+                # the base's own figures are its row; a trained policy's cell: Pass@1, CI, paired difference
+                keep = ("pass1_after", "ci95_after") if policy == "base" else ("pass1_after", "ci95_after", "delta",
+                                                                             "ci95_delta", "significant")  # fmt: skip
+                cell |= {k.replace("_after", ""): v for k, v in figures.items() if k.removesuffix(suffix) in keep}
+            out[policy][h] = cell
+    return out
+
+
+def plot(cells: dict[str, dict[str, dict]], path: Path) -> Path:
+    """Bars: Pass@1 with 95% intervals, grouped by evaluation harness, one bar per policy; a panel per part."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PARTS), figsize=(5.6 * len(PARTS), 4.0), squeeze=False)
+    fig.suptitle("Held-out Pass@1 by training harness (bars) and evaluation harness (groups)", fontsize=11)
+    width = 0.8 / len(cells)
+    for ax, (suffix, what) in zip(axes[0], PARTS.items(), strict=True):
+        for i, (policy, row) in enumerate(cells.items()):
+            xs, ys, lows, highs = [], [], [], []
+            for j, h in enumerate(HARNESSES):
+                value = row[h].get(f"pass1{suffix}")
+                if value is None:
+                    continue
+                low, high = row[h][f"ci95{suffix}"]
+                xs.append(j + (i - (len(cells) - 1) / 2) * width)
+                ys.append(value)
+                lows.append(max(0.0, value - low))
+                highs.append(max(0.0, high - value))
+            label = "base policy" if policy == "base" else f"trained via {policy}"
+            ax.bar(xs, ys, width, yerr=[lows, highs], capsize=3, color=COLOURS[i % len(COLOURS)], label=label)
+        ax.set_xticks(range(len(HARNESSES)), [f"eval via {h}" for h in HARNESSES])
+        ax.set_title(f"held-out {what}", fontsize=10)
+        ax.set_ylabel("Pass@1 (95% CI)")
+        ax.set_ylim(0, 1.02)
+        ax.grid(axis="y", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--toy", action="store_true", help="tiny-qwen3, 2 steps per run: checks the plumbing")
+    p.add_argument("--steps", type=int, default=QuickstartOptions.steps, help="steps of each run")
+    p.add_argument("--eval-tasks", type=int, default=48, help="held-out instances of trained families")
+    p.add_argument("--eval-unseen-tasks", type=int, default=48, help="held-out tasks of unseen families")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model call (a tool call needs ~30)")
+    p.add_argument("--swe-turns", type=int, default=4, help="mini-swe-agent: model calls per rollout, at most")
+    p.add_argument("--model", default="", help="policy (default smollm2-135m; tiny-qwen3 with --toy)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="", help="keep the run folders here (default: a temp folder)")
+    args = p.parse_args()
+    if args.toy:
+        opts, swe_turns = replace(TOY, seed=args.seed), 2
+    else:
+        opts = QuickstartOptions(steps=args.steps, eval_tasks=args.eval_tasks, eval_unseen_tasks=args.eval_unseen_tasks,
+                                 max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
+        swe_turns = args.swe_turns
+    if args.model:
+        opts = replace(opts, model=args.model)
+    out = Path(args.out or tempfile.mkdtemp(prefix="clawgym-transfer-")).resolve()
+    store = out / "evals.db"
+    started = time.monotonic()
+    for name, mix in TRAININGS.items():
+        write_run_config(opts, out / name, run_changes(opts, name, mix, swe_turns))
+    parts = held_out_parts(out / "reference")  # the same train and held-out tasks in every run
+    results = {"base": evaluate(out / "reference", 0, list(HARNESSES), store)}
+    trained: dict[str, dict] = {}
+    for name in TRAININGS:
+        t0 = time.monotonic()
+        summary = train(out / name)
+        trained[name] = {"steps": summary["steps"], "train_s": round(time.monotonic() - t0, 1)}
+        results[name] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
+    cells = matrix(results, parts)
+    png = plot(cells, out / "transfer.png")
+
+    for suffix, what in PARTS.items():
+        print(f"\nheld-out Pass@1, {what} (difference from the base policy, paired 95% CI)")
+        print(f"{'policy':16}" + "".join(f"  {'eval via ' + h:>44}" for h in HARNESSES))
+        for policy, row in cells.items():
+            line = f"{policy:16}"
+            for h in HARNESSES:
+                c = row[h]
+                if f"pass1{suffix}" not in c:
+                    line += f"  {'-':>44}"
+                    continue
+                low, high = c[f"ci95{suffix}"]
+                text = f"{c[f'pass1{suffix}']:.3f} [{low:.2f}, {high:.2f}]"
+                if policy != "base" and f"delta{suffix}" in c:
+                    dl, dh = c[f"ci95_delta{suffix}"]
+                    text += f" {c[f'delta{suffix}']:+.3f} [{dl:+.2f}, {dh:+.2f}]"
+                line += f"  {text:>44}"
+            print(line)
+    infra = {p: {h: r.harnesses[h].infra_failures for h in HARNESSES} for p, r in results.items()}
+    print(f"\ninfrastructure failures per policy and harness: {infra}; plot: {png}")
+    print(json.dumps({
+        "model": opts.model, "steps": opts.steps, "batch": f"{opts.groups_per_step}x{opts.group_size}",
+        "eval_tasks": len(parts.ids("trained")), "eval_tasks_unseen_families": len(parts.ids("unseen")),
+        "matrix": cells,
+        "runs": trained, "infra_failures": infra, "wall_s": round(time.monotonic() - started, 1),
+        "plot": str(png), "out": str(out),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
