@@ -1,6 +1,7 @@
 """Benchmark of the torch engine: continuous batching vs one-by-one vs `transformers.generate`, and reload time.
 
-Measured side by side in one run, on one model (default SmolLM2-135M, fp32, CPU):
+Measured side by side in one run, on one model (default SmolLM2-135M, fp32, CPU; `--device cuda`
+puts the model, its KV cache and HF generate on a GPU, as bench/gpu.sh does):
   - tokens/s of N requests run one by one (batch 1), the baseline;
   - tokens/s of 8 and of 32 concurrent requests (they share decode steps);
   - tokens/s of `model.generate` on one left-padded batch of the same 32 prompts (greedy);
@@ -20,6 +21,7 @@ Every request generates exactly --tokens tokens (greedy, no stop token); each fi
     .venv/bin/python bench/inference.py                       # SmolLM2-135M
     .venv/bin/python bench/inference.py --model tiny-qwen3 --tokens 64
     .venv/bin/python bench/inference.py --prefill-batch 1             # only the old path
+    python bench/inference.py --device cuda --model tiny-qwen3 --tokens 64   # on a GPU (bench/gpu.sh)
 """
 
 import argparse
@@ -105,7 +107,7 @@ async def agent_step(
 
 def hf_generate(model, tok, batch: list[list[int]], tokens: int) -> tuple[int, float]:
     """(tokens generated, seconds) of transformers' greedy generate on one left-padded batch."""
-    padded = tok.pad({"input_ids": batch}, padding=True, return_tensors="pt")
+    padded = tok.pad({"input_ids": batch}, padding=True, return_tensors="pt").to(model.device)
     start = time.perf_counter()
     with torch.no_grad():
         out = model.generate(
@@ -115,6 +117,8 @@ def hf_generate(model, tok, batch: list[list[int]], tokens: int) -> tuple[int, f
             do_sample=False,
             pad_token_id=tok.pad_token_id,
         )
+    if out.is_cuda:
+        torch.cuda.synchronize(out.device)  # the last step's kernels may still be running
     seconds = time.perf_counter() - start
     return (out.shape[1] - padded["input_ids"].shape[1]) * len(batch), seconds
 
@@ -122,7 +126,7 @@ def hf_generate(model, tok, batch: list[list[int]], tokens: int) -> tuple[int, f
 async def bench(args) -> dict:
     dtype = getattr(torch, args.dtype)
     tok = load_tokenizer(args.model)
-    model = load_model(args.model, dtype=dtype)
+    model = load_model(args.model, dtype=dtype, device=args.device)
     # suffix -> prefill_batch: "" is the path under test, "_pb1" one prompt per forward (the old path)
     variants = {"": args.prefill_batch} if args.prefill_batch == 1 else {"": args.prefill_batch, "_pb1": 1}
     engines = {
@@ -173,7 +177,12 @@ async def bench(args) -> dict:
     print(
         f"model {args.model} ({args.dtype}), {args.tokens} tokens per request, torch threads {torch.get_num_threads()}"
     )
-    result: dict = {"model": args.model, "dtype": args.dtype, "tokens_per_request": args.tokens}
+    result: dict = {
+        "model": args.model,
+        "dtype": args.dtype,
+        "device": args.device,
+        "tokens_per_request": args.tokens,
+    }
     # One request at a time runs the same path whatever prefill_batch is: both engines' speedups
     # divide by the best one-by-one figure of either, so their ratio is not the baseline's noise.
     tps1 = max(best["1" + suffix] for suffix in variants)
@@ -240,6 +249,7 @@ def main() -> None:
         "1 = the old path alone; otherwise it runs side by side with prefill_batch=1",
     )
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the model runs")
     args = parser.parse_args()
     print(json.dumps(asyncio.run(bench(args))))
 

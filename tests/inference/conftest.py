@@ -75,7 +75,7 @@ def _hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     """transformers' own greedy decoding, batch 1, no stop token: the reference."""
     with torch.no_grad():
         out = model.generate(
-            torch.tensor([prompt]),
+            torch.tensor([prompt], device=model.device),
             max_new_tokens=max_new_tokens,
             do_sample=False,
             eos_token_id=None,

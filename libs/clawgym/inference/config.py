@@ -17,7 +17,9 @@ class InferenceConfig(Section):
     model: str = Field(
         "smollm2-135m", description="model spec: smollm2-135m, tiny-qwen3, or a local HF folder"
     )
-    engine: Literal["torch", "vllm"] = Field("torch", description="torch (CPU, embedded) or vllm (GPU)")
+    engine: Literal["torch", "vllm"] = Field(
+        "torch", description="torch (in-process, CPU or one CUDA device: `device`) or vllm (GPU)"
+    )
     grpc_url: str = Field(
         "",
         description="address of the inference service (host:port); several replicas may be listed "
@@ -56,6 +58,12 @@ class InferenceConfig(Section):
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="weights and compute dtype"
+    )
+    device: str = Field(
+        "cpu",
+        pattern=r"^(cpu|cuda(:[0-9]+)?)$",
+        description="torch engine: where the model, its KV cache and its forwards run (cpu, cuda, cuda:N); "
+        "sampling stays on the CPU. vLLM places itself",
     )
     policy_version: int = Field(0, ge=0, description="version number of the weights served at start")
     max_batch: int = Field(32, ge=1, description="requests decoded together at most (torch engine)")

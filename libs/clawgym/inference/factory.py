@@ -1,4 +1,4 @@
-"""Building the in-process engine a config asks for: torch (CPU, embedded) or vLLM (GPU).
+"""Building the in-process engine a config asks for: torch (CPU or one CUDA device) or vLLM (GPU).
 
 What the inference service serves, and what `clawgym.assemble.open_engine` opens when no inference
 service is named; clients of the service (one replica or several) are `open_engine`'s choice.
@@ -24,6 +24,7 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         cfg.model,
         dtype=getattr(torch, cfg.dtype),
         cache_dir=Path(cfg.cache_dir).expanduser(),
+        device=cfg.device,
         policy_version=cfg.policy_version,
         max_batch=cfg.max_batch,
         max_batch_tokens=cfg.max_batch_tokens,

@@ -69,12 +69,16 @@ class TorchEngine:
         *,
         dtype: torch.dtype = torch.float32,
         cache_dir: str | Path | None = None,
+        device: str | torch.device = "cpu",
         **kwargs,
     ) -> "TorchEngine":
-        """Loads the policy named by a model spec (`tiny-qwen3`, `smollm2-135m`, a local HF folder)."""
+        """Loads the policy named by a model spec (`tiny-qwen3`, `smollm2-135m`, a local HF folder)
+        onto `device`; the engine runs where its weights are (KV cache and forwards there, sampling
+        on the CPU)."""
         from clawgym.policies import load_model
 
-        return cls(load_model(spec, dtype=dtype, cache_dir=cache_dir), name=str(spec), **kwargs)
+        model = load_model(spec, dtype=dtype, cache_dir=cache_dir, device=device)
+        return cls(model, name=str(spec), **kwargs)
 
     # --- Engine interface -----------------------------------------------------------------------
 

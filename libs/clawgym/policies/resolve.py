@@ -57,10 +57,11 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     cache_dir: "str | Path | None" = None,
     strict: bool = False,
+    device: "str | torch.device" = "cpu",
 ) -> PreTrainedModel:
-    """The policy as an HF causal LM in `dtype`, on CPU, in eval mode. `strict`: the folder must hold
-    exactly the model's tensors (FailedPrecondition naming the others), where HF would initialise a
-    missing one at random with a warning (what a checkpoint must never silently do)."""
+    """The policy as an HF causal LM in `dtype`, on `device` (CPU by default), in eval mode. `strict`:
+    the folder must hold exactly the model's tensors (FailedPrecondition naming the others), where HF
+    would initialise a missing one at random with a warning (what a checkpoint must never silently do)."""
     folder = resolve_model(spec, cache_dir)
     model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, output_loading_info=True)
     if strict:
@@ -70,4 +71,4 @@ def load_model(
             listed = "; ".join(f"{k.replace('_', ' ')}: {', '.join(v[:3])}{'…' if len(v) > 3 else ''}"
                                for k, v in wrong.items() if v)  # fmt: skip
             raise FailedPrecondition(f"{folder} does not hold the model's tensors ({listed})")
-    return model.eval()
+    return model.to(device).eval()

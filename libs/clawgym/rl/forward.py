@@ -7,7 +7,9 @@ whose logits are needed (the parents of the loss rows' tokens). It does not defi
 Attention backends (`model.config._attn_implementation`):
 - "sdpa" (CPU and GPU): a 4D boolean mask, passed through transformers unchanged;
 - "eager": the same mask as an additive float tensor;
-- "flex_attention" (GPU): a FlexAttention BlockMask. This path is not exercised by CI (no GPU);
+- "flex_attention" (GPU): a FlexAttention BlockMask. CI checks its mask and forward on CPU only
+  (torch has no FlexAttention backward there); its gradients are checked on CUDA by
+  tests/rl/test_flex_gpu.py and bench/gpu.sh;
 - flash-attention kernels take no arbitrary mask and are refused.
 Sliding-window layers (config.layer_types has "sliding_attention") get their own mask with the
 window measured along the path (depth), handed over as transformers' per-layer-type mask dict.
@@ -59,9 +61,9 @@ def tree_attention_mask(model: nn.Module, pack: PackedSequence, device: torch.de
 
     def make(w: int | None):
         if impl == "sdpa":
-            return sdpa_mask(pack, w).to(device)
+            return sdpa_mask(pack, w, device)
         if impl == "eager":
-            return eager_mask(pack, dtype, w).to(device)
+            return eager_mask(pack, dtype, w, device)
         if impl == "flex_attention":
             return flex_block_mask(pack, device, w)
         raise FailedPrecondition(f"tree packing needs sdpa, eager or flex_attention, not {impl!r}")

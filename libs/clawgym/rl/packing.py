@@ -78,10 +78,12 @@ class PackedSequence:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
-    def allowed(self) -> Tensor:
-        """bool (T, T): allowed[q, k] = k is q or an ancestor of q (the tree attention mask)."""
-        idx = torch.arange(len(self), device=self.subtree_end.device)
-        return (idx[None, :] <= idx[:, None]) & (idx[:, None] < self.subtree_end[None, :])
+    def allowed(self, device: torch.device | str | None = None) -> Tensor:
+        """bool (T, T): allowed[q, k] = k is q or an ancestor of q (the tree attention mask), built
+        on `device` (default: where the pack is), so a GPU never waits for a T² copy."""
+        end = self.subtree_end.to(device) if device is not None else self.subtree_end
+        idx = torch.arange(len(self), device=end.device)
+        return (idx[None, :] <= idx[:, None]) & (idx[:, None] < end[None, :])
 
 
 def _empty_rows(dtype: torch.dtype) -> dict[str, Tensor]:
@@ -173,32 +175,44 @@ def pack(
 # --- attention masks ---
 
 
-def sdpa_mask(pack: PackedSequence, sliding_window: int | None = None) -> Tensor:
-    """bool (1, 1, T, T), True = attend: the 4D mask transformers passes to SDPA untouched.
+def sdpa_mask(
+    pack: PackedSequence, sliding_window: int | None = None, device: torch.device | str | None = None
+) -> Tensor:
+    """bool (1, 1, T, T) on `device`, True = attend: the 4D mask transformers passes to SDPA untouched.
 
     transformers 5.x (`masking_utils._preprocess_mask_arguments`) returns any 4D mask as-is, so it
     is not replaced by a causal one; with a mask given, `sdpa_attention_forward` sets
     is_causal=False. With a sliding window W, k must also be within W tokens of q *on the path*:
     depth[q] - depth[k] < W (HF's `sliding_window_overlay`, with depth in place of the index).
     """
-    allowed = pack.allowed()
+    allowed = pack.allowed(device)
     if sliding_window is not None:
         d = pack.position_ids.to(allowed.device)
         allowed &= (d[:, None] - d[None, :]) < sliding_window
     return allowed[None, None]
 
 
-def eager_mask(pack: PackedSequence, dtype: torch.dtype, sliding_window: int | None = None) -> Tensor:
-    """Additive float (1, 1, T, T): 0 where attended, the dtype's minimum elsewhere (eager attention)."""
-    allowed = sdpa_mask(pack, sliding_window)
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+def eager_mask(
+    pack: PackedSequence,
+    dtype: torch.dtype,
+    sliding_window: int | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Additive float (1, 1, T, T) on `device`: 0 where attended, the dtype's minimum elsewhere (eager attention)."""
+    allowed = sdpa_mask(pack, sliding_window, device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, torch.finfo(dtype).min
+    )
 
 
 def flex_block_mask(pack: PackedSequence, device: torch.device | str, sliding_window: int | None = None):
-    """A FlexAttention BlockMask of the tree mask (GPU path).
+    """A FlexAttention BlockMask of the tree mask (the GPU path: blocks no query of a block may
+    attend to are skipped, so sibling subtrees cost nothing, unlike SDPA's dense T² mask).
 
-    UNTESTED in CI (no GPU there): transformers' flex path passes a 4D BlockMask through
-    unchanged like a 4D tensor; the mask_mod is the same k <= q < subtree_end[k] rule.
+    The mask_mod is the same k <= q < subtree_end[k] rule; transformers' flex path passes a 4D
+    BlockMask through unchanged like a 4D tensor. Tested on CPU: the mask equals `allowed` and the
+    forward equals SDPA's (tests/rl/test_flex_mask.py; torch has no FlexAttention backward on CPU);
+    gradients against the per-path reference need CUDA (tests/rl/test_flex_gpu.py, bench/gpu.sh).
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
