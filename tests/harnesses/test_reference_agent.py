@@ -181,3 +181,15 @@ def test_server_error_exits_with_code_3(chat_server, agent):
 )
 def test_extract_action_takes_the_first_shell_block(reply, command):
     assert reference_agent.extract_action(reply) == command, f"wrong action for {reply!r}"
+
+
+def test_no_examples_sends_the_system_prompt_and_the_task_alone(chat_server, agent):
+    """--no-examples (how the baseline bench measures what the worked examples are worth) leaves them out."""
+    chat_server.replies = ["DONE"]
+    done = agent(chat_server, "Create a.txt containing hi.", "--no-examples")
+    assert done.returncode == 0, done.stderr
+    (first,) = chat_server.requests
+    assert first["messages"] == [
+        {"role": "system", "content": reference_agent.SYSTEM_PROMPT},
+        {"role": "user", "content": "Create a.txt containing hi."},
+    ], "system prompt, then the task: no worked example"
