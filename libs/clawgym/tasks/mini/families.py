@@ -348,6 +348,25 @@ def _say(rng: random.Random, phrasings: tuple[str, ...], **names: object) -> str
     return rng.choice(phrasings).format(**names)
 
 
+def _read_into(
+    rng: random.Random,
+    family: str,
+    level: int,
+    phrasings: tuple[str, ...],
+    lines: list[str],
+    expected: str | int,
+    command: str,
+    **names: object,
+) -> MiniTask:
+    """A task that reads a file that is there (`lines`) and writes `expected` into a new file; `{s}`
+    and `{d}` in the phrasings and the command are the two paths (a number is checked as a number)."""
+    src = _path(rng)
+    dst = _name(rng, avoid=(src,))
+    check = _number_is(dst, expected) if isinstance(expected, int) else _text_is(dst, expected)
+    said = _say(rng, phrasings, s=src, d=dst, **names)
+    return MiniTask(family, level, said, check, command.format(s=src, d=dst), {src: _body(lines)})
+
+
 # --- level 1: the instruction names everything -------------------------------------------------
 
 
@@ -823,22 +842,13 @@ def delete_by_extension(rng: random.Random) -> MiniTask:
 
 
 def first_line(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     lines = _lines(rng, 4)
     phrasings = (
         "Write the first line of {s} into {d}.",
         "Save the first line of the file {s} in a new file {d}.",
         "Put only the top line of {s} into {d}.",
     )
-    return MiniTask(
-        "first_line",
-        2,
-        _say(rng, phrasings, s=src, d=dst),
-        _text_is(dst, lines[0]),
-        f"head -n 1 {src} > {dst}",
-        {src: _body(lines)},
-    )
+    return _read_into(rng, "first_line", 2, phrasings, lines, lines[0], "head -n 1 {s} > {d}")
 
 
 def replace_word(rng: random.Random) -> MiniTask:
@@ -868,96 +878,49 @@ def replace_word(rng: random.Random) -> MiniTask:
 
 
 def count_lines(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     lines = _lines(rng, rng.randint(2, 9))
     phrasings = (
         "Count the lines in {s} and write the number into {d}.",
         "How many lines does {s} have? Write the number into {d}.",
     )
-    return MiniTask(
-        "count_lines",
-        3,
-        _say(rng, phrasings, s=src, d=dst),
-        _number_is(dst, len(lines)),
-        f"wc -l < {src} > {dst}",
-        {src: _body(lines)},
-    )
+    return _read_into(rng, "count_lines", 3, phrasings, lines, len(lines), "wc -l < {s} > {d}")
 
 
 def count_words(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     lines = [" ".join(_lines(rng, rng.randint(1, 4))) for _ in range(rng.randint(2, 4))]
-    n = sum(len(line.split()) for line in lines)
     phrasings = (
         "Count the words in {s} and write the number into {d}.",
         "How many words are in {s}? Save the count in {d}.",
     )
-    return MiniTask(
-        "count_words",
-        3,
-        _say(rng, phrasings, s=src, d=dst),
-        _number_is(dst, n),
-        f"wc -w < {src} > {dst}",
-        {src: _body(lines)},
-    )
+    n = sum(len(line.split()) for line in lines)
+    return _read_into(rng, "count_words", 3, phrasings, lines, n, "wc -w < {s} > {d}")
 
 
 def last_line(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     lines = _lines(rng, 4)
     phrasings = ("Write the last line of {s} into {d}.", "Save the final line of the file {s} in {d}.")
-    return MiniTask(
-        "last_line",
-        3,
-        _say(rng, phrasings, s=src, d=dst),
-        _text_is(dst, lines[-1]),
-        f"tail -n 1 {src} > {dst}",
-        {src: _body(lines)},
-    )
+    return _read_into(rng, "last_line", 3, phrasings, lines, lines[-1], "tail -n 1 {s} > {d}")
 
 
 def sort_lines(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     lines = _lines(rng, 5)
     phrasings = (
         "Sort the lines of {s} alphabetically and write them into {d}.",
         "Write the lines of {s} in alphabetical order into {d}.",
     )
-    return MiniTask(
-        "sort_lines",
-        3,
-        _say(rng, phrasings, s=src, d=dst),
-        _text_is(dst, "\n".join(sorted(lines))),
-        f"sort {src} > {dst}",
-        {src: _body(lines)},
-    )
+    return _read_into(rng, "sort_lines", 3, phrasings, lines, "\n".join(sorted(lines)), "sort {s} > {d}")
 
 
 def reverse_lines(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     lines = _lines(rng, 4)
     phrasings = (
         "Write the lines of {s} in reverse order (last line first) into {d}.",
         "Reverse the order of the lines of {s} and save the result in {d}.",
     )
-    return MiniTask(
-        "reverse_lines",
-        3,
-        _say(rng, phrasings, s=src, d=dst),
-        _text_is(dst, "\n".join(reversed(lines))),
-        f"tac {src} > {dst}",
-        {src: _body(lines)},
-    )
+    return _read_into(rng, "reverse_lines", 3, phrasings, lines, "\n".join(reversed(lines)), "tac {s} > {d}")
 
 
 def grep_word(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     word = rng.choice(MARKS)
     pool = [f"{w} {word}" for w in rng.sample(WORDS, 3)] + rng.sample(WORDS, 3)
     rng.shuffle(pool)
@@ -966,37 +929,23 @@ def grep_word(rng: random.Random) -> MiniTask:
         "Write the lines of {s} that contain the word {w} into {d}.",
         "Save every line of {s} mentioning {w} in {d}.",
     )
-    return MiniTask(
-        "grep_word",
-        3,
-        _say(rng, phrasings, s=src, w=word, d=dst),
-        _text_is(dst, "\n".join(keep)),
-        f"grep -w {word} {src} > {dst}",
-        {src: _body(pool)},
+    return _read_into(
+        rng, "grep_word", 3, phrasings, pool, "\n".join(keep), f"grep -w {word} {{s}} > {{d}}", w=word
     )
 
 
 def upper_case(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     lines = _lines(rng, 2)
     phrasings = (
         "Write the text of {s} in upper case into {d}.",
         "Convert the content of {s} to capital letters and save it in {d}.",
     )
-    return MiniTask(
-        "upper_case",
-        3,
-        _say(rng, phrasings, s=src, d=dst),
-        _text_is(dst, "\n".join(lines).upper()),
-        f"tr a-z A-Z < {src} > {dst}",
-        {src: _body(lines)},
+    return _read_into(
+        rng, "upper_case", 3, phrasings, lines, "\n".join(lines).upper(), "tr a-z A-Z < {s} > {d}"
     )
 
 
 def unique_lines(rng: random.Random) -> MiniTask:
-    src = _path(rng)
-    dst = _name(rng, avoid=(src,))
     words = _lines(rng, 3)
     lines = words + rng.sample(words, 2)
     rng.shuffle(lines)
@@ -1004,14 +953,7 @@ def unique_lines(rng: random.Random) -> MiniTask:
         "Write the distinct lines of {s}, sorted and without duplicates, into {d}.",
         "Save the sorted unique lines of {s} in {d}.",
     )
-    return MiniTask(
-        "unique_lines",
-        3,
-        _say(rng, phrasings, s=src, d=dst),
-        _text_is(dst, "\n".join(sorted(words))),
-        f"sort -u {src} > {dst}",
-        {src: _body(lines)},
-    )
+    return _read_into(rng, "unique_lines", 3, phrasings, lines, "\n".join(sorted(words)), "sort -u {s} > {d}")
 
 
 FAMILIES: dict[str, Callable[[random.Random], MiniTask]] = {
