@@ -73,17 +73,18 @@ def backend(tmp_path: Path):
     asyncio.run(b.close())
 
 
-def mini_task(family: str, tmp_path: Path):
+def mini_task(family: str, tmp_path: Path, phrasing: str):
+    """The first held-out task of `family` worded as `phrasing` (a prefix: the tests read names off it)."""
     return next(
         t
         for t in load_tasks(mini_suite_dir(tmp_path / "suite"), split="test")
-        if t.metadata["family"] == family
+        if t.metadata["family"] == family and t.instruction.startswith(phrasing)
     )
 
 
 def test_reference_harness_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     """Fenced bash from the 'policy' runs in the sandbox; the verifier gives 1.0; both calls are recorded."""
-    task = mini_task("write_word", tmp_path)
+    task = mini_task("write_word", tmp_path, "Create a file named ")
     path, word = task.instruction.split("named ")[1].split(" containing the text ")
     solution = f"```bash\necho {word.rstrip('.')} > {path}\n```"
     with Proxy([solution, "DONE"], tmp_path / "store.db") as proxy:
@@ -110,7 +111,7 @@ def test_mini_swe_agent_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     """mini-swe-agent's bash tool calls (Qwen-style in the policy's text) run in the sandbox; it submits."""
     adapter = get_harness("mini-swe-agent")
     adapter.install()
-    task = mini_task("make_dir", tmp_path)
+    task = mini_task("make_dir", tmp_path, "Make a directory named ")
     name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
     call = '<tool_call>\n{{"name": "bash", "arguments": {{"command": "{}"}}}}\n</tool_call>'
     texts = [call.format(f"mkdir {name}"), call.format("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")]
@@ -132,7 +133,7 @@ def test_claude_code_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     Claude Code's system prompt and tools come to ~20k tokens: the engine's context must hold them."""
     adapter = get_harness("claude-code")
     adapter.install()
-    task = mini_task("write_word", tmp_path)
+    task = mini_task("write_word", tmp_path, "Create a file named ")
     path, word = (
         task.instruction.removeprefix("Create a file named ").rstrip(".").split(" containing the text ")
     )
