@@ -171,18 +171,23 @@ def cmd_models(args) -> dict:
 # --- exactness ----------------------------------------------------------------------------------
 
 
-def cmd_exactness(args) -> dict:
+def per_model(args, check) -> dict:
+    """`check(name, spec, args, res)` for each of `--models`, each model's failure kept in its own result."""
     out: dict = {"device": args.device, "models": {}}
     for entry in filter(None, args.models.split(",")):
         name, spec = split(entry)
         res: dict = {}
         out["models"][name] = res
         try:
-            exactness_of(name, spec, args, res)
+            check(name, spec, args, res)
         except Exception as e:  # one model failing must not hide the others
             traceback.print_exc()
             res["error"] = f"{type(e).__name__}: {e}"[:600]
     return out
+
+
+def cmd_exactness(args) -> dict:
+    return per_model(args, exactness_of)
 
 
 def exactness_of(name: str, spec: str, args, res: dict) -> None:
@@ -269,17 +274,7 @@ def exactness_of(name: str, spec: str, args, res: dict) -> None:
 
 
 def cmd_engine(args) -> dict:
-    out: dict = {"device": args.device, "models": {}}
-    for entry in filter(None, args.models.split(",")):
-        name, spec = split(entry)
-        res: dict = {}
-        out["models"][name] = res
-        try:
-            engine_of(name, spec, args, res)
-        except Exception as e:
-            traceback.print_exc()
-            res["error"] = f"{type(e).__name__}: {e}"[:600]
-    return out
+    return per_model(args, engine_of)
 
 
 async def _collect(engine, prompt: list[int], params) -> tuple[list[int], list[float]]:
