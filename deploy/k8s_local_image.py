@@ -13,6 +13,7 @@ A change to the code rebuilds only the small third layer; the tarball is written
 ~/.cache/clawgym/images and imported only when the cluster does not already have that tag.
 
     .venv/bin/python deploy/k8s_local_image.py          # prints the image reference, e.g. localhost/clawgym:3f2a…
+    .venv/bin/python deploy/k8s_local_image.py --standins   # + the chart's PostgreSQL and Redis (Docker)
 """
 
 import argparse
@@ -284,14 +285,57 @@ def build(venv: Path, import_into_cluster: bool = True) -> str:
     return ref
 
 
+STANDINS = {"postgres": "clawgym-standin/postgres:15", "redis": "clawgym-standin/redis:7"}
+
+
+def standins(import_into_cluster: bool = True) -> list[str]:
+    """The chart's PostgreSQL and Redis for k8s-local: deploy/images.py's Debian-built stand-ins (the
+    Docker engine of ../shared/docker-local; its layer cache makes a rebuild seconds), saved and
+    imported when the engine's image differs from the one imported last."""
+    roles = [f"standin-{r}" for r in STANDINS]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "deploy" / "images.py"), "build", "--standins", "--quiet", "--only", *roles],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"building the stand-ins failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    for role, ref in STANDINS.items():
+        image_id = subprocess.run(
+            ["docker", "image", "inspect", "-f", "{{.Id}}", ref], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        stamp = cache / f"standin-{role}.imported"
+        wanted = f"{ref} {image_id} {_containerd_identity()}"
+        if not import_into_cluster or (stamp.is_file() and stamp.read_text().strip() == wanted):
+            continue
+        archive = cache / f"standin-{role}.tar"
+        subprocess.run(["docker", "save", "-o", str(archive), ref], check=True)
+        done = subprocess.run([str(k8s_local_script()), "import", str(archive)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"k8s-local import of {ref} failed:\n{done.stderr[-3000:]}")
+        archive.unlink()
+        stamp.write_text(wanted + "\n")
+    return list(STANDINS.values())
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", type=Path, default=REPO / ".venv", help="the venv whose packages go in")
     parser.add_argument(
         "--no-import", action="store_true", help="only write the tarball (under the cache dir)"
     )
+    parser.add_argument(
+        "--standins",
+        action="store_true",
+        help="also the PostgreSQL and Redis stand-ins of the chart's k8s-local values (needs Docker)",
+    )
     args = parser.parse_args(argv)
-    print(build(args.venv, import_into_cluster=not args.no_import))
+    if args.standins:
+        for ref in standins(import_into_cluster=not args.no_import):
+            print(ref)
+    print(build(args.venv, import_into_cluster=not args.no_import))  # last line: the clawgym image
     return 0
 
 

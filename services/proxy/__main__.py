@@ -1,11 +1,12 @@
 """`clawgym serve proxy`: the capturing proxy, with an in-process engine or the inference service."""
 
 import logging
+import sys
 
 import uvicorn
 
 from clawgym.flags import service_config
-from clawgym.proxy.serving import uvicorn_config
+from clawgym.proxy.serving import shared_port_socket, uvicorn_config
 from clawgym_services.proxy.server import create_app_from_config
 
 
@@ -18,7 +19,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = uvicorn.Server(uvicorn_config(create_app_from_config(cfg), cfg.proxy, log_level="info"))
-    server.run()  # handles SIGINT/SIGTERM itself
+    sockets = None
+    if cfg.proxy.reuse_port:
+        try:
+            sockets = [shared_port_socket(cfg.proxy.host, cfg.proxy.port)]
+        except OSError as e:
+            print(f"clawgym serve proxy: cannot listen on {cfg.proxy.host}:{cfg.proxy.port}: {e}", file=sys.stderr)
+            return 3
+    server.run(sockets=sockets)  # handles SIGINT/SIGTERM itself
     return 0 if server.started else 3  # 3: uvicorn's STARTUP_FAILURE (the port was taken, …)
 
 

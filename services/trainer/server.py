@@ -52,6 +52,7 @@ class TrainerServer:
         self.port = 0
         self.metrics_port = 0
         self.error: BaseException | None = None
+        self.finished = False  # the run reached trainer.steps (and its final evaluation, if any)
         self._stop = threading.Event()
         self._rpc: GrpcServer | None = None
         if trainer.world.is_main:
@@ -86,6 +87,7 @@ class TrainerServer:
             self.trainer.run(stop=self._stop)
             if e.at_end and self.trainer.version >= self.cfg.steps and not self._stop.is_set():
                 self._evaluate("after")
+            self.finished = self.trainer.version >= self.cfg.steps
         except BaseException as e:
             log.exception("the trainer loop failed")
             self.error = e
@@ -98,6 +100,10 @@ class TrainerServer:
         recorded in the store on the run (its report and `clawgym status` show it)."""
         source, t = self.trainer.source, self.trainer
         if not isinstance(source, RolloutServiceSource):  # the toy source has no harness to evaluate through
+            return
+        if any(r.version == t.version for r in t.store.list_evals(t.run_id)):
+            # a restarted trainer (a pod rescheduled, a crash) repeats no recorded evaluation
+            log.info("evaluation %s of policy v%d already recorded: not repeated", label, t.version)
             return
         spec = eval_spec(self.evaluation, self.cfg.suite, [h.name for h in self.cfg.harnesses])
         result = source.runner.run(

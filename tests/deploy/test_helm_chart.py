@@ -12,6 +12,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from clawgym.sandbox import SandboxSpec
 from clawgym.sandbox.k8s_pods import base_labels
@@ -193,7 +194,8 @@ def test_pods_carry_prometheus_scrape_annotations_and_a_service_monitor_is_optio
 
 
 def test_k8s_local_values_need_no_registry_no_storage_and_no_cluster_dns(render):
-    """1.20 single node: local images never pulled, no PVCs, hostNetwork, the host's PostgreSQL and Redis."""
+    """1.20 single node: local images never pulled, no PVCs, hostNetwork, the chart's own PostgreSQL
+    and Redis off the host's ports, replicas on distinct or shared ports, the trainer's run."""
     docs = render("values-k8s-local.yaml", kube_version="1.20.2")
     assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"], "no provisioner on k8s-local"
     for doc in docs:
@@ -202,14 +204,35 @@ def test_k8s_local_values_need_no_registry_no_storage_and_no_cluster_dns(render)
         spec = doc["spec"]["template"]["spec"]
         assert spec.get("hostNetwork") is True, f"{doc['metadata']['name']} is not on the host network"
         assert "volumeClaimTemplates" not in doc["spec"], "no PVC templates"
-        for c in spec["containers"]:
-            assert c["imagePullPolicy"] == "Never" and c["image"].startswith("localhost/"), c["image"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            local = c["image"].startswith(("localhost/", "clawgym-standin/"))
+            assert c["imagePullPolicy"] == "Never" and local, c["image"]
     env = {
         e["name"]: e.get("value")
         for e in _by(docs, "Deployment", "-store")["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env["CLAWGYM_STORE__URL"].startswith("postgresql+psycopg://postgres@127.0.0.1:5432/"), env
-    assert env["CLAWGYM_STORE__BUS_URL"].startswith("redis://127.0.0.1:6379/"), env
+    assert env["CLAWGYM_STORE__URL"] == "postgresql+psycopg://clawgym@127.0.0.1:15432/clawgym", env
+    assert env["CLAWGYM_STORE__BUS_URL"] == "redis://:$(REDIS_PASSWORD)@127.0.0.1:16379/0", env
+    assert env["CLAWGYM_INFERENCE__GRPC_URL"] == "127.0.0.1:15052,127.0.0.1:15053", "2 replicas, port + N"
+    postgres = _by(docs, "StatefulSet", "-postgresql")["spec"]["template"]["spec"]["containers"][0]
+    assert postgres["args"] == ["-p", "15432"], "PostgreSQL listens off the host's own 5432"
+    redis = _by(docs, "StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"][0]
+    assert redis["args"][:3] == ["redis-server", "--port", "16379"], redis["args"]
+    proxy = _by(docs, "Deployment", "-proxy")
+    assert proxy["spec"]["replicas"] == 2
+    c = proxy["spec"]["template"]["spec"]["containers"][0]
+    assert "ports" not in c, "on the host network a declared port would keep the second replica off the node"
+    proxy_env = {e["name"]: e.get("value") for e in c["env"]}
+    assert proxy_env["CLAWGYM_PROXY__REUSE_PORT"] == "true" and proxy_env["CLAWGYM_PROXY__INSTANCE"] == "$(POD_NAME)"
+    trainer = _by(docs, "StatefulSet", "-trainer")["spec"]["template"]["spec"]
+    (init,) = trainer["initContainers"]
+    assert init["command"][:2] == ["chown", "10001:10001"], "the hostPath checkpoint folder is handed to uid 10001"
+    run = yaml.safe_load(_by(docs, "ConfigMap", "-trainer-run")["data"]["run.yaml"])
+    assert run["trainer"]["algorithm"]["name"] == "grpo" and run["trainer"]["harnesses"] == [
+        {"name": "reference", "weight": 1.0}
+    ], run
+    trainer_env = {e["name"]: e.get("value") for e in trainer["containers"][0]["env"]}
+    assert trainer_env["CLAWGYM_TRAINER__AFTER_RUN"] == "serve", "a finished run stays up (no restart loop)"
 
 
 def test_grpc_services_are_ready_by_the_grpc_health_service_where_the_kubelet_can_ask_it(render):

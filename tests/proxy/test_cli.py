@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 import httpx
 import pytest
@@ -62,3 +63,59 @@ def test_session_new_and_serve_proxy_capture_a_call_by_hand(sqlite_url, free_por
         )
     finally:
         store.close()
+
+
+def _wait_healthy(server: subprocess.Popen, url: str, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert server.poll() is None, f"the proxy exited: {server.stdout.read() if server.stdout else ''}"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"the proxy did not become healthy in {timeout_s} s"
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_two_proxies_share_one_port_and_each_call_records_the_replica_that_served_it(tmp_path, free_port):
+    """The chart's host-network mode: replicas bind the same port with `--reuse-port true`, the
+    kernel spreads new connections between them, and each call names its replica (`_clawgym.proxy`).
+    Their live state (call seq numbers, turns) is shared in the real Redis, as in the chart."""
+    url = f"sqlite:///{tmp_path / 'capture.db'}"
+    live = ["--redis-url", "redis://127.0.0.1:6379/0", "--redis-prefix", f"test-{uuid.uuid4().hex[:8]}"]
+    out = subprocess.run([*CLI, "session", "new", "--store", url], capture_output=True, text=True, timeout=120,
+                         check=True)  # fmt: skip
+    key = out.stdout.strip().splitlines()[-1]
+    def proxy_process(name: str) -> subprocess.Popen:
+        args = ["serve", "proxy", "--inference.model", "tiny-qwen3", "--store.url", url, "--port", str(free_port),
+                "--reuse-port", "true", "--instance", name, "--max-new-tokens", "4", *live]  # fmt: skip
+        return subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    servers = [proxy_process("proxy-a"), proxy_process("proxy-b")]
+    proxy = f"http://127.0.0.1:{free_port}"
+    try:
+        for server in servers:
+            _wait_healthy(server, proxy)
+        time.sleep(2)  # both listening (the first may have answered alone)
+        for i in range(16):  # a new connection per call, as a fresh client makes
+            with httpx.Client() as client:
+                r = client.post(
+                    f"{proxy}/v1/chat/completions",
+                    json={"model": "tiny-qwen3", "messages": [{"role": "user", "content": f"hi {i}"}]},
+                    headers={"authorization": f"Bearer {key}"},
+                    timeout=60,
+                )
+            assert r.status_code == 200, r.text
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)
+    store = SqlStore(url)
+    try:
+        calls = store.list_calls(store.resolve_token(key).id)
+    finally:
+        store.close()
+    served_by = [c.response["_clawgym"]["proxy"] for c in calls]
+    assert len(calls) == 16 and set(served_by) == {"proxy-a", "proxy-b"}, served_by

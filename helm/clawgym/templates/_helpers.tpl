@@ -136,7 +136,7 @@ http://{{ include "clawgym.component" (dict "root" . "component" "proxy") }}.{{ 
      so a password needs no URL escaping and never appears in a pod spec. */}}
 {{- define "clawgym.storeUrl" -}}
 {{- if .Values.postgresql.enabled -}}
-postgresql+psycopg://{{ .Values.postgresql.username }}@{{ include "clawgym.host" (dict "root" . "component" "postgresql") }}:5432/{{ .Values.postgresql.database }}
+postgresql+psycopg://{{ .Values.postgresql.username }}@{{ include "clawgym.host" (dict "root" . "component" "postgresql") }}:{{ .Values.postgresql.port }}/{{ .Values.postgresql.database }}
 {{- else -}}
 {{- $db := .Values.externalDatabase -}}
 {{- if not $db.host -}}{{- fail "postgresql.enabled=false needs externalDatabase.host" -}}{{- end -}}
@@ -148,7 +148,7 @@ postgresql+psycopg://{{ $db.username }}@{{ $db.host }}:{{ $db.port }}/{{ $db.dat
      from the Secret before it (Kubernetes expands $(VAR) of earlier entries): never in a pod spec. */}}
 {{- define "clawgym.busUrl" -}}
 {{- if .Values.redis.enabled -}}
-redis://:$(REDIS_PASSWORD)@{{ include "clawgym.host" (dict "root" . "component" "redis") }}:6379/0
+redis://:$(REDIS_PASSWORD)@{{ include "clawgym.host" (dict "root" . "component" "redis") }}:{{ .Values.redis.port }}/0
 {{- else -}}
 {{- required "redis.enabled=false needs externalRedis.url" .Values.externalRedis.url -}}
 {{- end -}}

@@ -31,6 +31,16 @@ class ProxyConfig(Section):
 
     host: str = Field("127.0.0.1", description="address the proxy listens on")
     port: int = Field(8080, description="port the proxy listens on")
+    reuse_port: bool = Field(
+        False,
+        description="bind with SO_REUSEPORT, so replicas on one host network share the port and the "
+        "kernel spreads connections between them (the chart's host-network mode: no kube-proxy)",
+    )
+    instance: str = Field(
+        "",
+        description="this replica's name, recorded with every call it serves (`_clawgym.proxy`); "
+        "empty = the host name",
+    )
     served_model_name: str = Field(
         "",
         description="model name reported by /v1/models and in responses; "

@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import re
+import socket
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -124,6 +125,7 @@ class Gateway:
         supports_tools: bool | None = None,
     ) -> None:
         self.cfg = cfg
+        self.instance = cfg.instance or socket.gethostname()
         self.engine = engine
         self.store = store
         self.tokenizer = tokenizer
@@ -274,6 +276,7 @@ class Gateway:
             self.background,
             self.pools,
             self.cfg.record_off_loop,
+            self.instance,
         )
         await run.start(disconnected)
         return run

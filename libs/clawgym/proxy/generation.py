@@ -95,9 +95,11 @@ class CallRun:
         background: set[asyncio.Task],
         pools: WorkerPools,
         record_off_loop: bool = True,
+        instance: str = "",
     ) -> None:
         self.setup = setup
         self._record_off_loop = record_off_loop
+        self._instance = instance
         self._engine = engine
         self._detok = detokenizer
         self._store = store
@@ -352,6 +354,7 @@ class CallRun:
         response = dict(s.reply.response(completion))
         # clawgym-specific: how the prompt was built and where the time went (not sent to the harness)
         response["_clawgym"] = {
+            "proxy": self._instance,  # which replica served it
             "prefix_extended": s.prompt.extended,
             "rendered_tokens": s.prompt.rendered_tokens,
             "reused_tokens": s.prompt.segment_start,

@@ -13,6 +13,7 @@ a long generation streams as long as it needs.
 """
 
 import asyncio
+import socket
 import threading
 import time
 from types import TracebackType
@@ -83,6 +84,19 @@ def uvicorn_config(app: Any, cfg: ProxyConfig, **overrides: Any) -> uvicorn.Conf
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
     }
     return uvicorn.Config(app, **{**options, **overrides})
+
+
+def shared_port_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket bound with SO_REUSEPORT: several proxy processes of one user on one
+    host network bind the same port and the kernel spreads new connections between them."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 class ServerThread:

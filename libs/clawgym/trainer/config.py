@@ -155,6 +155,11 @@ class TrainerConfig(Section):
         description="sync: rollouts then update, alternately; async: the next batch rolls out while training",
     )
     steps: int = Field(100, ge=1, description="optimizer steps of the run (the run ends at version = steps)")
+    after_run: Literal["exit", "serve"] = Field(
+        "exit",
+        description="what `clawgym serve trainer` does once the run is finished: exit (compose, a "
+        "Job), or keep answering Status until stopped (a StatefulSet pod, which restarts what exits)",
+    )
     group_size: int = Field(4, ge=1, description="G: samples per (task, harness) group")
     groups_per_step: int = Field(4, ge=1, description="groups per optimizer step (the batch size)")
     harnesses: list[HarnessWeight] = Field(

@@ -1,0 +1,362 @@
+"""The chart installed on k8s-local as a whole system, for tests/deploy/test_cluster_run.py and bench/cluster.py.
+
+`ClusterRelease.install()` runs `helm install` of helm/clawgym with values-k8s-local.yaml (the chart's
+PostgreSQL and Redis, 2 inference and 2 proxy replicas, the orchestrator and the trainer's GRPO run),
+on free host ports (every pod shares the host network there), in a fresh namespace. Everything the
+checks read comes from the release's own services, reached on 127.0.0.1: PostgreSQL (the store's
+tables), each inference replica's gRPC `Status`, the proxy's HTTP API.
+
+`ReplicaWatch` polls every inference replica's served version in a thread (the versions each one
+reported); `Witness` is a harness of our own calling the proxy through the run (every answer it got
+must be in PostgreSQL afterwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "helm" / "clawgym"
+RELEASE = "cg"
+PREFIX = f"{RELEASE}-clawgym"
+
+
+def free_port(span: int = 1) -> int:
+    """A port p with p .. p+span-1 free on 127.0.0.1 now (inference replica N listens on port + N)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + span < 65000 and all(_free(port + i) for i in range(1, span)):
+            return port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class ClusterRelease:
+    """One install of the chart on k8s-local; `kube_env` has KUBECONFIG and helm/kubectl on PATH."""
+
+    kube_env: dict[str, str]
+    image: str  # localhost/clawgym:<tag>
+    checkpoints_dir: Path
+    namespace: str = field(default_factory=lambda: f"cg-run-{uuid.uuid4().hex[:6]}")
+    inference_replicas: int = 2
+    proxy_replicas: int = 2
+    steps: int = 4
+    extra_sets: dict[str, str] = field(default_factory=dict)
+    db_password: str = field(default_factory=lambda: secrets.token_hex(12))
+    rpc_secret: str = field(default_factory=lambda: secrets.token_hex(16))
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.ports:
+            self.ports = {
+                "store.port": free_port(),
+                "store.metricsPort": free_port(),
+                "inference.port": free_port(4),
+                "inference.metricsPort": free_port(4),
+                "proxy.port": free_port(),
+                "orchestrator.port": free_port(),
+                "orchestrator.metricsPort": free_port(),
+                "trainer.port": free_port(),
+                "trainer.metricsPort": free_port(),
+                "trainer.rdzvPort": free_port(),
+                "postgresql.port": free_port(),
+                "redis.port": free_port(),
+            }
+
+    # --- helm and kubectl -----------------------------------------------------------------------
+
+    def run(self, *cmd: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run(cmd, env=self.kube_env, capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:4])} … failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return done
+
+    def sets(self) -> dict[str, str]:
+        repo, tag = self.image.rsplit(":", 1)
+        values = {
+            "image.tag": tag,
+            "inference.replicas": str(self.inference_replicas),
+            "proxy.replicas": str(self.proxy_replicas),
+            "checkpoints.hostPath": str(self.checkpoints_dir),
+            "postgresql.password": self.db_password,
+            "rpc.secret": self.rpc_secret,
+            "trainer.runConfig.trainer.steps": str(self.steps),
+            "trainer.runConfig.trainer.run_name": f"k8s-{self.namespace}",
+            **{f"{c}.image.repository": repo for c in ("store", "inference", "proxy", "orchestrator", "trainer")},
+            **{k: str(v) for k, v in self.ports.items()},
+        }
+        return {**values, **self.extra_sets}
+
+    def helm(self, verb: str, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        cmd = ["helm", verb, RELEASE, str(CHART), "-n", self.namespace, "-f", str(CHART / "values-k8s-local.yaml")]
+        for k, v in self.sets().items():
+            cmd += ["--set", f"{k}={v}"]
+        return self.run(*cmd, *extra, timeout=timeout)
+
+    def install(self, wait_s: int = 600) -> float:
+        """`helm install --wait`; returns its seconds. The checkpoint folder is made fresh."""
+        self.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        self.run("kubectl", "create", "namespace", self.namespace)
+        self.run("kubectl", "label", "namespace", self.namespace, f"clawgym.dev/namespace={self.namespace}")
+        started = time.monotonic()
+        self.helm("install", "--wait", "--timeout", f"{wait_s}s", timeout=wait_s + 60)
+        return time.monotonic() - started
+
+    def uninstall(self) -> None:
+        self.run("helm", "uninstall", RELEASE, "-n", self.namespace, "--timeout", "60s", check=False)
+        self.run(
+            "kubectl", "delete", "namespace", self.namespace, f"{self.namespace}-sandboxes",
+            "--wait=false", "--ignore-not-found", check=False,
+        )  # fmt: skip
+
+    def pods(self, component: str = "") -> list[dict]:
+        selector = ["-l", f"app.kubernetes.io/component={component}"] if component else []
+        out = self.run("kubectl", "get", "pods", "-n", self.namespace, *selector, "-o", "json").stdout
+        return json.loads(out)["items"]
+
+    def kill_pod(self, name: str) -> float:
+        """`kubectl delete pod --grace-period=0 --force`: the pod is gone at once (no SIGTERM grace);
+        returns when (time.time())."""
+        at = time.time()
+        self.run("kubectl", "delete", "pod", name, "-n", self.namespace, "--grace-period=0", "--force")
+        return at
+
+    def report(self) -> str:
+        """Pod states and the log tails of every clawgym pod: what a failed check shows."""
+        lines = [self.run("kubectl", "get", "pods", "-n", self.namespace, "-o", "wide", check=False).stdout]
+        for pod in self.pods():
+            name = pod["metadata"]["name"]
+            for previous in ("", "--previous"):
+                logs = self.run(
+                    "kubectl", "logs", "-n", self.namespace, name, "--all-containers", "--tail=30",
+                    *([previous] if previous else []), check=False,
+                ).stdout  # fmt: skip
+                if logs:
+                    lines.append(f"--- {name} {previous}:\n{logs[-4000:]}")
+        return "\n".join(lines)
+
+    # --- the release's services, from the host ------------------------------------------------------
+
+    @property
+    def db_url(self) -> str:
+        return f"postgresql+psycopg://clawgym:{self.db_password}@127.0.0.1:{self.ports['postgresql.port']}/clawgym"
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['proxy.port']}"
+
+    def inference_targets(self) -> list[str]:
+        base = self.ports["inference.port"]
+        return [f"127.0.0.1:{base + i}" for i in range(self.inference_replicas)]
+
+    def query(self, sql: str, **params: object) -> list[tuple]:
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(self.db_url, pool_pre_ping=True)
+        try:
+            with engine.connect() as conn:
+                return [tuple(r) for r in conn.execute(text(sql), params)]
+        finally:
+            engine.dispose()
+
+    def training_run_id(self) -> str:
+        rows = self.query("SELECT id FROM runs WHERE name = :n", n=f"k8s-{self.namespace}")
+        return rows[0][0] if rows else ""
+
+    def versions(self, run_id: str) -> list[int]:
+        return [r[0] for r in self.query("SELECT version FROM checkpoints WHERE run_id = :r ORDER BY version", r=run_id)]
+
+
+@dataclass
+class ReplicaWatch:
+    """Each inference replica's served version, polled every `interval_s` (gRPC `Status`, with the
+    release's rpc secret): `seen[target]` = (time.time(), version) of each change it reported."""
+
+    targets: list[str]
+    secret: str
+    interval_s: float = 0.25
+    seen: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> ReplicaWatch:
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _poll(self) -> None:
+        asyncio.run(self._poll_async())
+
+    async def _poll_async(self) -> None:
+        from clawgym.inference.grpc_client import GrpcEngine
+
+        engines = {t: GrpcEngine(t, secret=self.secret, status_timeout_s=2.0) for t in self.targets}
+        while not self._stop.is_set():
+            for target, engine in engines.items():
+                try:
+                    version = (await engine.status()).policy_version
+                except Exception:  # a replica down or restarting: nothing reported
+                    continue
+                history = self.seen.setdefault(target, [])
+                if not history or history[-1][1] != version:
+                    history.append((time.time(), version))
+            await asyncio.sleep(self.interval_s)
+
+    def versions(self, target: str) -> set[int]:
+        return {v for _, v in self.seen.get(target, [])}
+
+    def first_at(self, target: str, version: int) -> float | None:
+        return next((t for t, v in self.seen.get(target, []) if v >= version), None)
+
+
+@dataclass
+class Witness:
+    """A harness of our own: an Anthropic Messages client calling the proxy in a loop with one
+    rollout's key, keeping the id of every answer it got (what "acknowledged" means to a harness)."""
+
+    proxy_url: str
+    api_key: str
+    acknowledged: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Witness:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+
+    def _loop(self) -> None:
+        import httpx
+
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            body = {
+                "model": "policy",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": f"witness call {n}: say ok"}],
+            }
+            try:
+                r = httpx.post(
+                    f"{self.proxy_url}/v1/messages",
+                    json=body,
+                    headers={"x-api-key": self.api_key, "anthropic-version": "2023-06-01"},
+                    timeout=60,
+                )
+                if r.status_code == 200:
+                    self.acknowledged.append(r.json()["id"])
+                else:
+                    self.errors.append(f"{r.status_code} {r.text[:200]}")
+            except Exception as e:  # a proxy pod killed mid-call: no answer, nothing acknowledged
+                self.errors.append(repr(e)[:200])
+            self._stop.wait(0.5)
+
+
+def register_witness(db_url: str) -> tuple[str, str]:
+    """(rollout id, API key) of an ad-hoc rollout in the release's store (as `clawgym session new`)."""
+    from clawgym.records import RolloutSpec
+    from clawgym.store.sql import SqlStore
+
+    store = SqlStore(db_url)
+    try:
+        run = store.create_run("k8s-witness", {"kind": "manual-capture", "harness": "witness"})
+        spec = RolloutSpec(group_id=f"witness-{uuid.uuid4().hex[:8]}", task_id="witness", harness="witness")
+        registered = store.register_rollouts(run.id, [spec])[0]
+        store.start_rollout(registered.rollout_id, sandbox="manual")
+        return registered.rollout_id, registered.token
+    finally:
+        store.close()
+
+
+@dataclass
+class ChaosRun:
+    """What `run_with_chaos` saw: the training run, when each pod was deleted, the watchers."""
+
+    run_id: str
+    finished: bool
+    killed: dict[str, float]  # component -> time.time() of its pod's deletion
+    watch: ReplicaWatch
+    witness: Witness
+    witness_rollout: str
+    seconds: float
+
+
+def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = True) -> ChaosRun:
+    """Follows the release's training run to its end (finished and evaluated at its last version),
+    deleting, at different moments, inference replica 1 (once v1 is published), a proxy pod (20 s
+    later), the trainer pod (once v2 is published) and the orchestrator pod (from v3, while rollouts
+    run); an inference-replica watch and a witness harness run throughout."""
+    started = time.monotonic()
+    watch = ReplicaWatch(r.inference_targets(), r.rpc_secret).start()
+    witness_rollout, key = register_witness(r.db_url)
+    witness = Witness(r.proxy_url, key).start()
+    killed: dict[str, float] = {}
+    run_id, finished = "", False
+    try:
+        while time.monotonic() - started < deadline_s and not finished:
+            time.sleep(2)
+            run_id = run_id or r.training_run_id()
+            if not run_id:
+                continue
+            v = max(r.versions(run_id), default=0)
+            if chaos:
+                _chaos_step(r, run_id, v, killed)
+            status = r.query("SELECT status FROM runs WHERE id = :r", r=run_id)[0][0]
+            final_eval = r.query(
+                "SELECT count(*) FROM evals WHERE run_id = :r AND version = :v", r=run_id, v=r.steps
+            )[0][0]
+            finished = status == "finished" and final_eval > 0
+    finally:
+        witness.stop()
+        watch.stop()
+    return ChaosRun(run_id, finished, killed, watch, witness, witness_rollout, time.monotonic() - started)
+
+
+def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, float]) -> None:
+    """Deletes the next pod whose moment has come (at most one per call)."""
+    now = time.time()
+    if version >= 1 and "inference" not in killed:
+        killed["inference"] = r.kill_pod(f"{PREFIX}-inference-1")
+    elif "inference" in killed and "proxy" not in killed and now - killed["inference"] > 20:
+        killed["proxy"] = r.kill_pod(sorted(p["metadata"]["name"] for p in r.pods("proxy"))[0])
+    elif version >= 2 and "proxy" in killed and "trainer" not in killed:
+        killed["trainer"] = r.kill_pod(f"{PREFIX}-trainer-0")
+    elif version >= 3 and "trainer" in killed and "orchestrator" not in killed:
+        running = r.query("SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'running'", r=run_id)
+        if running[0][0] > 0:
+            killed["orchestrator"] = r.kill_pod(f"{PREFIX}-orchestrator-0")
+
+
+def kube_env(kubeconfig: str, tools: Path) -> dict[str, str]:
+    return {**os.environ, "KUBECONFIG": kubeconfig, "PATH": f"{tools}:{os.environ['PATH']}"}

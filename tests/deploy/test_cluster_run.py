@@ -1,0 +1,172 @@
+"""The whole system trains inside Kubernetes (k8s-local) and survives pod loss (issue #15).
+
+`helm install` with values-k8s-local.yaml brings up the chart's PostgreSQL and Redis, the store,
+2 inference replicas, 2 proxy replicas, the orchestrator (one sandbox pod per rollout) and the
+trainer, whose GRPO run of tiny-qwen3 through the reference harness goes on while this test deletes
+an inference pod, a proxy pod, the trainer pod and the orchestrator pod (`--grace-period=0 --force`)
+at different moments, and a witness harness of ours calls the proxy throughout. Then: `helm test`,
+and `helm upgrade` with a changed value. Every check reads the release's own PostgreSQL and services.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deploy.k8s_local_run import ChaosRun, ClusterRelease, kube_env, run_with_chaos
+
+pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 5
+GROUPS_PER_STEP = 2
+RUN_DEADLINE_S = 1800
+
+
+@pytest.fixture(scope="module")
+def images(k8s_cluster) -> str:
+    """The clawgym image and the PostgreSQL/Redis stand-ins, built (or reused) and imported."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "deploy" / "k8s_local_image.py"), "--standins"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, f"building the k8s-local images failed:\n{done.stderr[-3000:]}"
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def release(k8s_cluster, k8s_tools, images, tmp_path_factory) -> Iterator[ClusterRelease]:
+    r = ClusterRelease(
+        kube_env(k8s_cluster.kubeconfig, k8s_tools),
+        images,
+        tmp_path_factory.mktemp("checkpoints"),
+        steps=STEPS,
+        extra_sets={"trainer.runConfig.trainer.groups_per_step": str(GROUPS_PER_STEP)},
+    )
+    try:
+        seconds = r.install()
+    except Exception as e:
+        report = r.report()
+        r.uninstall()
+        pytest.fail(f"helm install --wait failed: {e}\n{report}")
+    print(f"helm install --wait of the whole system: {seconds:.0f} s")
+    yield r
+    r.uninstall()
+
+
+@pytest.fixture(scope="module")
+def chaos_run(release: ClusterRelease) -> ChaosRun:
+    """The release's training run, followed to its end while its pods are deleted."""
+    run = run_with_chaos(release, deadline_s=RUN_DEADLINE_S)
+    if not run.finished:
+        pytest.fail(f"the run did not finish within {RUN_DEADLINE_S} s (pods deleted: {run.killed})\n{release.report()}")
+    print(f"in-cluster run of {STEPS} steps with chaos: {run.seconds:.0f} s")
+    return run
+
+
+def test_the_run_completes_its_steps_through_pod_loss(release, chaos_run):
+    r, run_id = release, chaos_run.run_id
+    assert set(chaos_run.killed) == {"inference", "proxy", "trainer", "orchestrator"}, (
+        f"every chaos event happened during the run: {chaos_run.killed}"
+    )
+    assert r.versions(run_id) == list(range(1, STEPS + 1)), "every version registered once, in order"
+    steps = r.query("SELECT step FROM train_steps WHERE run_id = :r ORDER BY step", r=run_id)
+    assert [s for (s,) in steps] == list(range(1, STEPS + 1)), "one recorded step per version"
+    evals = r.query("SELECT version, harness FROM evals WHERE run_id = :r ORDER BY version", r=run_id)
+    assert evals == [(0, "reference"), (STEPS, "reference")], (
+        f"Pass@1 evaluated before and after, each once (a restarted trainer repeats none): {evals}"
+    )
+
+
+def test_every_inference_replica_serves_every_version_published_while_it_was_up(release, chaos_run):
+    r, watch = release, chaos_run.watch
+    published = {
+        v: at for v, at in r.query(
+            "SELECT version, extract(epoch FROM created_at) FROM checkpoints WHERE run_id = :r",
+            r=chaos_run.run_id,
+        )
+    }  # fmt: skip
+    steady, restarted = r.inference_targets()
+    assert set(published) <= watch.versions(steady), (
+        f"replica {steady} (never killed) reported {sorted(watch.versions(steady))} of {sorted(published)}"
+    )
+    # the killed replica: every version published after it came back (its first report after the kill)
+    back = next((t for t, _ in watch.seen.get(restarted, []) if t > chaos_run.killed["inference"]), None)
+    assert back is not None, f"replica {restarted} never answered again after its pod was deleted"
+    later = {v for v, at in published.items() if at > back + 1}
+    assert later and later <= watch.versions(restarted), (
+        f"replica {restarted} reported {sorted(watch.versions(restarted))}; published after it came back: "
+        f"{sorted(later)}"
+    )
+
+
+def test_calls_come_from_both_proxy_replicas_and_every_acknowledged_call_is_stored(release, chaos_run):
+    r = release
+    proxies = r.query(
+        "SELECT DISTINCT c.response::json -> '_clawgym' ->> 'proxy' FROM calls c "
+        "JOIN rollouts o ON o.id = c.rollout_id WHERE o.run_id = :r",
+        r=chaos_run.run_id,
+    )
+    assert len({p for (p,) in proxies if p}) >= 2, f"calls recorded by proxy pods: {proxies}"
+    witness = chaos_run.witness
+    assert len(witness.acknowledged) >= 10, f"the witness got few answers: {witness.errors[-5:]}"
+    stored = {
+        json.loads(resp)["id"] if isinstance(resp, str) else resp["id"]
+        for (resp,) in r.query("SELECT response FROM calls WHERE rollout_id = :r", r=chaos_run.witness_rollout)
+    }
+    lost = [a for a in witness.acknowledged if a not in stored]
+    assert not lost, f"{len(lost)} of {len(witness.acknowledged)} acknowledged calls are not in PostgreSQL"
+
+
+def test_no_group_is_trained_twice_and_cut_rollouts_are_failed_never_rewarded(release, chaos_run):
+    r, run_id = release, chaos_run.run_id
+    for version, metrics in r.query("SELECT version, metrics FROM checkpoints WHERE run_id = :r", r=run_id):
+        m = metrics if isinstance(metrics, dict) else json.loads(metrics)
+        consumed = r.query(
+            "SELECT count(*) FROM groups WHERE run_id = :r AND consumed_version = :v", r=run_id, v=version
+        )[0][0]
+        assert consumed >= m["groups"], (
+            f"v{version} trained {m['groups']} groups but only {consumed} name it as their consumer: "
+            "a later step took some again"
+        )
+    unended = r.query(
+        "SELECT id, status FROM rollouts WHERE run_id = :r AND ended_at IS NULL", r=run_id
+    )
+    assert not unended, f"rollouts never ended (their groups never complete): {unended}"
+    failed = r.query(
+        "SELECT id, reward, error FROM rollouts WHERE run_id = :r AND status = 'failed'", r=run_id
+    )
+    assert all(reward is None for _, reward, _ in failed), f"a failed rollout got a reward: {failed}"
+    lost = [f for f in failed if "orchestrator" in (f[2] or "") or "sandbox" in (f[2] or "")]
+    assert lost, f"the orchestrator's deletion cut no rollout (failed ones: {failed})"
+
+
+def test_helm_test_checks_the_working_install(release, chaos_run):
+    done = release.run("helm", "test", "cg", "-n", release.namespace, "--logs", "--timeout", "180s",
+                       timeout=240, check=False)  # fmt: skip
+    assert done.returncode == 0, f"helm test failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert "SERVING" in done.stdout and "healthz: 200" in done.stdout, done.stdout
+
+
+def test_helm_upgrade_rolls_the_deployments_without_losing_the_runs_data(release, chaos_run):
+    r = release
+    counts = "SELECT (SELECT count(*) FROM calls), (SELECT count(*) FROM rollouts), (SELECT count(*) FROM checkpoints)"
+    before = r.query(counts)[0]
+    old_proxies = {p["metadata"]["name"] for p in r.pods("proxy")}
+    r.extra_sets["proxy.env.CLAWGYM_PROXY__MAX_NEW_TOKENS"] = "40"
+    r.helm("upgrade", "--wait", "--timeout", "600s", timeout=660)
+    new_proxies = {p["metadata"]["name"] for p in r.pods("proxy") if not p["metadata"].get("deletionTimestamp")}
+    assert new_proxies and not (new_proxies & old_proxies), f"proxy pods not rolled: {old_proxies} -> {new_proxies}"
+    env = [e for p in r.pods("proxy") for c in p["spec"]["containers"] for e in c.get("env", [])]
+    assert {"name": "CLAWGYM_PROXY__MAX_NEW_TOKENS", "value": "40"} in env, "the changed value reached the pods"
+    after = r.query(counts)[0]
+    assert all(a >= b for a, b in zip(after, before, strict=True)), f"rows lost: {before} -> {after}"
+    assert r.versions(chaos_run.run_id) == list(range(1, STEPS + 1))
