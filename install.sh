@@ -9,7 +9,9 @@ py=${CLAWGYM_PYTHON:-$(command -v python3.11 || command -v python3)}
 
 # System tools the local sandbox uses (bubblewrap); skipped where apt is absent or we are not root.
 if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap) \
+  # wait for the dpkg lock: CI installs Docker and k8s-local's packages at the same time
+  (apt-get -o DPkg::Lock::Timeout=600 update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends bubblewrap) \
     || echo "install.sh: could not install bubblewrap; local sandboxes run without it" >&2
 fi
 

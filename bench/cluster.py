@@ -1,7 +1,7 @@
 """The deployment on Kubernetes (k8s-local): the in-cluster training run with its chaos, then rollout
 throughput with 1 vs 2 inference replicas side by side, sandbox pod start and weight-publish latency.
 
-    .venv/bin/python bench/cluster.py [--steps 5] [--rollouts 8] [--rounds 2] [--no-chaos]
+    .venv/bin/python bench/cluster.py [--steps 8] [--rollouts 8] [--rounds 2] [--no-chaos]
 
 1. `helm install` of values-k8s-local.yaml (the whole system, deploy/k8s_local_run.py) and its GRPO
    run to the end while an inference pod, a proxy pod, the trainer pod and the orchestrator pod are
@@ -85,7 +85,7 @@ def chaos_figures(r: ClusterRelease, steps: int, chaos: bool) -> dict:
         raise SystemExit(f"the in-cluster run did not finish (pods deleted: {run.killed})\n{r.report()}")
     published = dict(
         r.query(
-            "SELECT version, extract(epoch FROM created_at) FROM checkpoints WHERE run_id = :r", r=run.run_id
+            "SELECT version, created_at FROM checkpoints WHERE run_id = :r", r=run.run_id
         )
     )
     targets = r.inference_targets()
@@ -185,7 +185,7 @@ def throughput(kube: dict, image: str, n: int, rounds: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rollouts", type=int, default=8, help="rollouts per throughput batch")
     parser.add_argument("--rounds", type=int, default=2, help="batches per release, alternating")
     parser.add_argument("--no-chaos", action="store_true", help="the training run without deleting pods")

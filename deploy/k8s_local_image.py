@@ -42,7 +42,8 @@ DEV_ONLY = (
 # with a `python_full_version < "3.11.3"` marker are missing from it (redis needs async-timeout there).
 DEBIAN_PYTHON_EXTRAS = ("async-timeout==5.0.1",)
 PROJECT_DIRS = {"libs/clawgym": "clawgym", "libs/clawgym_app": "clawgym_app", "services": "clawgym_services"}
-CLAWGYM_SCRIPT = f"#!/{PREFIX}/bin/python\nimport sys\nfrom clawgym_app.cli import main\nsys.exit(main())\n"
+# The venv's console scripts the chart runs (`clawgym serve X`, the trainer under torchrun).
+SCRIPTS = {"clawgym": "clawgym_app.cli", "torchrun": "torch.distributed.run"}
 
 
 def k8s_local_script() -> Path:
@@ -89,7 +90,8 @@ def deps_key(site: Path) -> str:
     names = sorted(
         e.name for e in site.iterdir() if e.name.endswith(".dist-info") and not _is_dev_only(e.name)
     )
-    return hashlib.sha256(("\n".join([*names, *DEBIAN_PYTHON_EXTRAS]) + PY).encode()).hexdigest()[:16]
+    key = "\n".join([*names, *DEBIAN_PYTHON_EXTRAS, *SCRIPTS.values()]) + PY
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def debian_python_extras(into: Path) -> Iterator[tuple[Path, str]]:
@@ -160,7 +162,9 @@ def write_deps_layer(site: Path, out: Path) -> None:
         _add_bytes(
             tar, f"{PREFIX}/lib/{PY}/site-packages/clawgym-project.pth", f"/{PREFIX}/project\n".encode()
         )
-        _add_bytes(tar, f"{PREFIX}/bin/clawgym", CLAWGYM_SCRIPT.encode(), mode=0o755)
+        for name, module in SCRIPTS.items():
+            script = f"#!/{PREFIX}/bin/python\nimport sys\nfrom {module} import main\nsys.exit(main())\n"
+            _add_bytes(tar, f"{PREFIX}/bin/{name}", script.encode(), mode=0o755)
         _add_tree(tar, deps_files(site))
         with tempfile.TemporaryDirectory() as extras:
             _add_tree(tar, debian_python_extras(Path(extras)))

@@ -60,7 +60,7 @@ class ClusterRelease:
     namespace: str = field(default_factory=lambda: f"cg-run-{uuid.uuid4().hex[:6]}")
     inference_replicas: int = 2
     proxy_replicas: int = 2
-    steps: int = 4
+    steps: int = 8
     extra_sets: dict[str, str] = field(default_factory=dict)
     db_password: str = field(default_factory=lambda: secrets.token_hex(12))
     rpc_secret: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -314,9 +314,8 @@ class ChaosRun:
 
 def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = True) -> ChaosRun:
     """Follows the release's training run to its end (finished and evaluated at its last version),
-    deleting, at different moments, inference replica 1 (once v1 is published), a proxy pod (20 s
-    later), the trainer pod (once v2 is published) and the orchestrator pod (from v3, while rollouts
-    run); an inference-replica watch and a witness harness run throughout."""
+    deleting an inference, a proxy, the trainer and the orchestrator pod at different moments
+    (`_chaos_step`); an inference-replica watch and a witness harness run throughout."""
     started = time.monotonic()
     watch = ReplicaWatch(r.inference_targets(), r.rpc_secret).start()
     witness_rollout, key = register_witness(r.db_url)
@@ -325,7 +324,7 @@ def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = Tr
     run_id, finished = "", False
     try:
         while time.monotonic() - started < deadline_s and not finished:
-            time.sleep(2)
+            time.sleep(1)
             run_id = run_id or r.training_run_id()
             if not run_id:
                 continue
@@ -344,15 +343,15 @@ def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = Tr
 
 
 def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, float]) -> None:
-    """Deletes the next pod whose moment has come (at most one per call)."""
-    now = time.time()
+    """Deletes the next pod whose moment has come (at most one per call): inference replica 1 once
+    v1 is published, a proxy pod at v2, the trainer at v3, the orchestrator from v5 while rollouts run."""
     if version >= 1 and "inference" not in killed:
         killed["inference"] = r.kill_pod(f"{PREFIX}-inference-1")
-    elif "inference" in killed and "proxy" not in killed and now - killed["inference"] > 20:
+    elif version >= 2 and "proxy" not in killed:
         killed["proxy"] = r.kill_pod(sorted(p["metadata"]["name"] for p in r.pods("proxy"))[0])
-    elif version >= 2 and "proxy" in killed and "trainer" not in killed:
+    elif version >= 3 and "trainer" not in killed:
         killed["trainer"] = r.kill_pod(f"{PREFIX}-trainer-0")
-    elif version >= 3 and "trainer" in killed and "orchestrator" not in killed:
+    elif version >= 5 and "orchestrator" not in killed:
         running = r.query("SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'running'", r=run_id)
         if running[0][0] > 0:
             killed["orchestrator"] = r.kill_pod(f"{PREFIX}-orchestrator-0")

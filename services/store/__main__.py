@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     port = server.start()
     log.info("store service on %s:%d, metrics :%d, browser :%d (store %s, bus %s)", cfg.host, port,
-             server.metrics_port, server.browse_port, cfg.url.split("@")[-1], cfg.bus_url)  # fmt: skip
+             server.metrics_port, server.browse_port, cfg.url.split("@")[-1], cfg.bus_url.split("@")[-1])  # fmt: skip
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.stop(grace=5))
     server.wait_for_termination()

@@ -223,7 +223,7 @@ def test_an_unreachable_proxy_is_retried_with_fresh_rollouts_and_never_rewarded(
     """The reference harness needs the proxy; with the proxy URL pointing at a closed port each attempt
     fails as `proxy`, is replaced by a fresh registration in the same group, and after max_attempts
     the slot ends failed. No registration gets a reward; the group completes with all three."""
-    served = make_orchestrator(proxy_url=f"http://127.0.0.1:{free_port}", max_attempts=3)
+    served = make_orchestrator(proxy_url=f"http://127.0.0.1:{free_port}", max_attempts=3, proxy_wait_s=1.5)
     run = served.store.create_run("proxy-down")
     task = mini_tasks(1)[0]
     statuses = asyncio.run(statuses_of(served.client(), Batch(run.id, [RolloutRequest(task, "reference")])))
@@ -283,6 +283,31 @@ def test_a_harness_that_never_reached_the_model_is_an_infra_failure_not_a_zero_r
     group = served.store.get_group(ended[0].group_id)
     assert all(r.rollout.reward is None for r in group.rollouts), "no registration is rewarded"
     assert "without a model call" in group.rollouts[0].rollout.error
+
+
+def test_an_attempt_waits_for_a_proxy_that_comes_up_late_instead_of_failing(make_orchestrator, free_port):
+    """A proxy pod starting or being replaced: nothing listens for a few seconds. The attempt keeps
+    asking (`proxy_wait_s`) and goes on once /healthz answers, spending no retry on it."""
+    served = make_orchestrator(proxy_url=f"http://127.0.0.1:{free_port}", max_attempts=1, proxy_wait_s=30)
+    run = served.store.create_run("proxy-late")
+    batch = Batch(run.id, [RolloutRequest(mini_tasks(1)[0], "reference")])
+    late = http.server.ThreadingHTTPServer(("127.0.0.1", free_port), _HealthyButMute, bind_and_activate=False)
+
+    def come_up() -> None:
+        time.sleep(3)
+        late.server_bind()
+        late.server_activate()
+        late.serve_forever()
+
+    threading.Thread(target=come_up, daemon=True).start()
+    try:
+        statuses = asyncio.run(statuses_of(served.client(), batch))
+    finally:
+        late.shutdown()
+    assert any(s.state == "running" for s in statuses), (
+        f"the first attempt reached its sandbox once the proxy answered: {[(s.state, s.error) for s in statuses]}"
+    )
+    assert "unreachable" not in (statuses[-1].error or ""), statuses[-1].error
 
 
 def test_a_sandbox_that_cannot_be_created_is_retried_and_only_the_fresh_rollout_is_rewarded(

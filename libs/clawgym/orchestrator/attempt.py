@@ -41,6 +41,7 @@ from clawgym.tasks.verify import Verdict, prepare_workspace, verify
 log = logging.getLogger(__name__)
 
 PROXY_OK_CACHE_S = 5.0  # a proxy that answered is not asked again for this long (per-rollout overhead)
+PROXY_RETRY_S = 1.0  # pause between two asks of a proxy that is not up
 HOME = "/root"
 # On top of the harness's own time limit: workspace set-up, verifier, teardown.
 SLACK_S = 120.0
@@ -122,14 +123,27 @@ def from_image(adapter: HarnessAdapter, launch: Launch) -> Launch:
 
 
 class ProxyProbe:
-    """Answers "is the proxy up?" with GET /healthz; a success is remembered for a few seconds."""
+    """Answers "is the proxy up?" with GET /healthz; a success is remembered for a few seconds.
+    A proxy that is down or not ready is asked again for up to `wait_s` (a pod starting or being
+    replaced takes seconds; failing at once would spend a rollout's retries on it)."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, wait_s: float = 0.0) -> None:
         self.timeout_s = timeout_s
+        self.wait_s = wait_s
         self._ok_until: dict[str, float] = {}
 
     async def check(self, url: str) -> None:
-        """Returns when `url` answers /healthz with 200; InfraFailure(proxy) otherwise."""
+        """Returns when `url` answers /healthz with 200 within `wait_s`; InfraFailure(proxy) otherwise."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                return await self._check_once(url)
+            except InfraFailure:
+                if time.monotonic() + PROXY_RETRY_S > deadline:
+                    raise
+            await asyncio.sleep(PROXY_RETRY_S)
+
+    async def _check_once(self, url: str) -> None:
         if self._ok_until.get(url, 0.0) > time.monotonic():
             return
         try:

@@ -68,6 +68,13 @@ class OrchestratorConfig(Section):
         gt=0,
         description="GET <proxy>/healthz before a model-calling harness starts; longer = unreachable",
     )
+    proxy_wait_s: float = Field(
+        60.0,
+        ge=0,
+        description="how long an attempt keeps asking a proxy that is down or not ready (starting, "
+        "restarting, its engine reloading) before it fails as a proxy infrastructure failure; "
+        "no sandbox exists yet while it waits",
+    )
     harness_timeout_s: float = Field(
         0.0, ge=0, description="wall-clock cap per harness run; 0 = the adapter's"
     )

@@ -135,7 +135,7 @@ class Orchestrator:
         self.metrics = metrics or OrchestratorMetrics()
         self.judge = Judge(cfg.judge) if cfg.judge.enabled else None
         self.runner = AttemptRunner(
-            backend, self.metrics, ProxyProbe(cfg.proxy_check_timeout_s), cfg.install_harnesses, self.judge
+            backend, self.metrics, ProxyProbe(cfg.proxy_check_timeout_s, cfg.proxy_wait_s), cfg.install_harnesses, self.judge
         )
         self._global = asyncio.Semaphore(cfg.max_concurrent_rollouts)
         self._per_harness = {

@@ -11,18 +11,21 @@ import asyncio
 import dataclasses
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
-from clawgym.errors import ClawgymError, FailedPrecondition, InvalidArgument
+from clawgym.errors import ClawgymError, FailedPrecondition, InvalidArgument, Unavailable
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
 from clawgym.trainer.config import TrainerConfig
 from clawgym.trainer.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
+
+UNAVAILABLE_BACKOFF_S = 2.0  # pause before the next batch once the orchestrator was unreachable
 
 
 class RolloutSource(Protocol):
@@ -119,6 +122,7 @@ class RolloutServiceSource(BatchLedger):
         self.on_status = on_status
         self.close_service = close_service
         self._jobs: dict[str, asyncio.Future] = {}
+        self._retry_at = 0.0  # no batch starts before (monotonic): set when the orchestrator was unavailable
 
     def task_ids(self) -> list[str]:
         return list(self._task_ids)
@@ -131,12 +135,21 @@ class RolloutServiceSource(BatchLedger):
 
     async def _drain(self, batch: Batch) -> None:
         try:
+            # the orchestrator was unreachable a moment ago (restarting): don't hammer it
+            await asyncio.sleep(max(0.0, self._retry_at - time.monotonic()))
             async for status in self.service.run_rollouts(batch):
                 if self.on_status is not None:
                     self.on_status(status)
                 if status.state == "failed" and not status.retrying:
                     log.warning("rollout %s (%s) failed: %s %s", status.rollout_id, status.harness,
                                 status.failure, status.error[:300])  # fmt: skip
+        except Unavailable as e:
+            # The orchestrator went away (a pod replaced, a restart): not the run's end. Its successor
+            # fails the rollouts it had registered, so their groups still complete; the groups it never
+            # registered stop counting as pending and the trainer asks for new ones. One that stays away
+            # ends the run through trainer.rollout_timeout_s.
+            log.warning("batch %s cut short, the orchestrator is unavailable: %s", batch.batch_id, e)
+            self._retry_at = time.monotonic() + UNAVAILABLE_BACKOFF_S
         except ClawgymError as e:
             log.error("batch %s failed: %s", batch.batch_id, e)
             self._failed(e)
