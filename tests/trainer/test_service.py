@@ -63,3 +63,52 @@ def test_the_service_reports_the_loop_over_grpc_and_exports_prometheus_metrics(
     finally:
         server.stop()
         store.close()
+
+
+@pytest.mark.slow
+def test_a_finished_run_with_after_run_serve_keeps_answering_status_until_sigterm(
+    tmp_path, free_port, rpc_secret
+):
+    """`clawgym serve trainer` as the chart runs it (`trainer.after_run: serve`): once the run is
+    finished the process stays up (a pod would restart what exits), Status says `finished`, and
+    SIGTERM ends it with 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "store": {"url": f"sqlite:///{tmp_path / 'store.db'}", "bus_url": "memory://"},
+        "trainer": {"model": "tiny-qwen3", "run_name": "linger", "rollout_source": "toy", "steps": 1,
+                    "group_size": 2, "groups_per_step": 1, "checkpoint_uri": str(tmp_path / "ckpt"),
+                    "host": "127.0.0.1", "port": free_port, "metrics_port": 0, "after_run": "serve"},
+    }))  # fmt: skip
+    env = {**os.environ, "CLAWGYM_RPC__SECRET": rpc_secret}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from clawgym_app.cli import main; main()", "serve", "trainer", "-c", str(config)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        state = ""
+        while state != "finished":
+            assert proc.poll() is None, f"the trainer exited ({proc.returncode}): {proc.stdout.read()}"
+            assert time.monotonic() < deadline, f"the run did not finish in 300 s (state {state!r})"
+            time.sleep(0.5)
+            try:
+                with open_channel(f"127.0.0.1:{free_port}", rpc_secret) as channel:
+                    state = TrainerStub(channel).Status(pb.TrainerStatusRequest(), timeout=5).state
+            except grpc.RpcError:
+                continue
+        time.sleep(3)
+        assert proc.poll() is None, "a finished run with after_run: serve stays up"
+        with open_channel(f"127.0.0.1:{free_port}", rpc_secret) as channel:
+            assert TrainerStub(channel).Status(pb.TrainerStatusRequest(), timeout=5).state == "finished"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
