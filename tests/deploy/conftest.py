@@ -53,6 +53,21 @@ def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
+def k8s_local_image(k8s_cluster) -> str:
+    """localhost/clawgym:<hash of the project> (deploy/k8s_local_image.py: built or reused, imported
+    into the cluster) with the PostgreSQL and Redis stand-ins the k8s-local values name; built once
+    per session, shared by every install."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "deploy" / "k8s_local_image.py"), "--standins"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, f"building the k8s-local images failed:\n{done.stderr[-3000:]}"
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
 def k8s_tools() -> Path:
     """The directory with helm and kubectl (k8s-local's tools), fetched once per machine."""
     tools = K8S_LOCAL_DIR / "tools"

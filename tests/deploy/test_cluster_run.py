@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,33 +19,16 @@ from deploy.k8s_local_run import ChaosRun, ClusterRelease, kube_env, run_with_ch
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 8
 GROUPS_PER_STEP = 2
 RUN_DEADLINE_S = 1800
 
 
 @pytest.fixture(scope="module")
-def images(k8s_cluster) -> str:
-    """The clawgym image and the PostgreSQL/Redis stand-ins, built (or reused) and imported."""
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, str(REPO / "deploy" / "k8s_local_image.py"), "--standins"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert done.returncode == 0, f"building the k8s-local images failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def release(k8s_cluster, k8s_tools, images, tmp_path_factory) -> Iterator[ClusterRelease]:
+def release(k8s_cluster, k8s_tools, k8s_local_image, tmp_path_factory) -> Iterator[ClusterRelease]:
     r = ClusterRelease(
         kube_env(k8s_cluster.kubeconfig, k8s_tools),
-        images,
+        k8s_local_image,
         tmp_path_factory.mktemp("checkpoints"),
         steps=STEPS,
         extra_sets={"trainer.runConfig.trainer.groups_per_step": str(GROUPS_PER_STEP)},

@@ -9,7 +9,6 @@ stand-ins. The training run on the same values, with pod-loss chaos: test_cluste
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -41,20 +40,6 @@ def _run(
 @pytest.fixture(scope="module")
 def kube_env(k8s_cluster, k8s_tools: Path) -> dict:
     return {**os.environ, "KUBECONFIG": k8s_cluster.kubeconfig, "PATH": f"{k8s_tools}:{os.environ['PATH']}"}
-
-
-@pytest.fixture(scope="module")
-def clawgym_image(k8s_cluster) -> str:
-    """localhost/clawgym:<hash of the project>, built (or reused) and imported into the cluster, with
-    the PostgreSQL and Redis stand-ins the k8s-local values name."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "deploy" / "k8s_local_image.py"), "--standins"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, f"building the k8s-local image failed:\n{done.stderr[-3000:]}"
-    return done.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +78,12 @@ def test_rendered_manifests_are_accepted_by_the_kubernetes_1_20_api_server(
 
 
 def test_helm_install_waits_for_ready_pods_and_the_proxy_answers_healthz_through_a_port_forward(
-    kube_env, kubectl_bin, clawgym_image, tmp_path
+    kube_env, kubectl_bin, k8s_local_image, tmp_path
 ):
     """The whole system of values-k8s-local.yaml without its training run (the trainer off):
     `helm install --wait` (the chart's PostgreSQL and Redis, store, 2 inference replicas, 2 proxies
     sharing a port, the orchestrator), then /healthz and /metrics through `kubectl port-forward`."""
-    release = ClusterRelease(kube_env, clawgym_image, tmp_path / "checkpoints", extra_sets={"trainer.enabled": "false"})
+    release = ClusterRelease(kube_env, k8s_local_image, tmp_path / "checkpoints", extra_sets={"trainer.enabled": "false"})
     start = time.monotonic()
     try:
         release.install(wait_s=300)

@@ -33,16 +33,7 @@ def test_session_new_and_serve_proxy_capture_a_call_by_hand(sqlite_url, free_por
     )
     url = f"http://127.0.0.1:{free_port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, f"the proxy exited: {server.stdout.read() if server.stdout else ''}"
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the proxy did not become healthy in 120 s"
-            time.sleep(0.5)
+        _wait_healthy(server, url)
         r = httpx.post(
             f"{url}/v1/chat/completions",
             json={"model": "tiny-qwen3", "messages": [{"role": "user", "content": "hi"}]},
