@@ -138,6 +138,20 @@ def test_no_group_is_trained_twice_and_cut_rollouts_are_failed_never_rewarded(re
     assert lost, f"the orchestrator's deletion cut no rollout (failed ones: {failed})"
 
 
+def test_rollouts_spread_over_both_inference_replicas(release, chaos_run):
+    """Each replica's own /metrics (port metricsPort + N) counts the Generate requests it served."""
+    import re
+    import urllib.request
+
+    served = []
+    for i in range(release.inference_replicas):
+        port = release.ports["inference.metricsPort"] + i
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        served.append(sum(float(v) for v in re.findall(r'^clawgym_inference_requests_total\{[^}]*\} (\S+)$', text, re.M)))
+    assert all(n > 0 for n in served), f"Generate requests served per replica: {served}"
+
+
 def test_helm_test_checks_the_working_install(release, chaos_run):
     done = release.run("helm", "test", "cg", "-n", release.namespace, "--logs", "--timeout", "180s",
                        timeout=240, check=False)  # fmt: skip
