@@ -129,16 +129,16 @@ class ClusterRelease:
             "--wait=false", "--ignore-not-found", check=False,
         )  # fmt: skip
 
-    def pods(self, component: str = "") -> list[dict]:
+    def pods(self, component: str = "", namespace: str = "") -> list[dict]:
         selector = ["-l", f"app.kubernetes.io/component={component}"] if component else []
-        out = self.run("kubectl", "get", "pods", "-n", self.namespace, *selector, "-o", "json").stdout
+        out = self.run("kubectl", "get", "pods", "-n", namespace or self.namespace, *selector, "-o", "json").stdout
         return json.loads(out)["items"]
 
-    def kill_pod(self, name: str) -> float:
+    def kill_pod(self, name: str, namespace: str = "") -> float:
         """`kubectl delete pod --grace-period=0 --force`: the pod is gone at once (no SIGTERM grace);
         returns when (time.time())."""
         at = time.time()
-        self.run("kubectl", "delete", "pod", name, "-n", self.namespace, "--grace-period=0", "--force")
+        self.run("kubectl", "delete", "pod", name, "-n", namespace or self.namespace, "--grace-period=0", "--force")
         return at
 
     def report(self) -> str:
@@ -306,6 +306,7 @@ class ChaosRun:
     run_id: str
     finished: bool
     killed: dict[str, float]  # component -> time.time() of its pod's deletion
+    pods: dict[str, str]  # component -> the pod deleted
     watch: ReplicaWatch
     witness: Witness
     witness_rollout: str
@@ -314,13 +315,14 @@ class ChaosRun:
 
 def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = True) -> ChaosRun:
     """Follows the release's training run to its end (finished and evaluated at its last version),
-    deleting an inference, a proxy, the trainer and the orchestrator pod at different moments
-    (`_chaos_step`); an inference-replica watch and a witness harness run throughout."""
+    deleting an inference, a proxy, the trainer, a sandbox and the orchestrator pod at different
+    moments (`_chaos_step`); an inference-replica watch and a witness harness run throughout."""
     started = time.monotonic()
     watch = ReplicaWatch(r.inference_targets(), r.rpc_secret).start()
     witness_rollout, key = register_witness(r.db_url)
     witness = Witness(r.proxy_url, key).start()
     killed: dict[str, float] = {}
+    pods: dict[str, str] = {}
     run_id, finished = "", False
     try:
         while time.monotonic() - started < deadline_s and not finished:
@@ -330,7 +332,7 @@ def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = Tr
                 continue
             v = max(r.versions(run_id), default=0)
             if chaos:
-                _chaos_step(r, run_id, v, killed)
+                _chaos_step(r, run_id, v, killed, pods)
             status = r.query("SELECT status FROM runs WHERE id = :r", r=run_id)[0][0]
             final_eval = r.query(
                 "SELECT count(*) FROM evals WHERE run_id = :r AND version = :v", r=run_id, v=r.steps
@@ -339,22 +341,33 @@ def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = Tr
     finally:
         witness.stop()
         watch.stop()
-    return ChaosRun(run_id, finished, killed, watch, witness, witness_rollout, time.monotonic() - started)
+    return ChaosRun(run_id, finished, killed, pods, watch, witness, witness_rollout, time.monotonic() - started)
 
 
-def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, float]) -> None:
+def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, float], pods: dict[str, str]) -> None:
     """Deletes the next pod whose moment has come (at most one per call): inference replica 1 once
-    v1 is published, a proxy pod at v2, the trainer at v3, the orchestrator from v5 while rollouts run."""
+    v1 is published, a proxy pod at v2, the trainer at v3, a sandbox pod running a rollout from v4,
+    the orchestrator from v5 while rollouts run."""
+
+    def kill(component: str, name: str) -> None:
+        killed[component], pods[component] = r.kill_pod(name, namespace), name
+
+    namespace = r.namespace
     if version >= 1 and "inference" not in killed:
-        killed["inference"] = r.kill_pod(f"{PREFIX}-inference-1")
+        kill("inference", f"{PREFIX}-inference-1")
     elif version >= 2 and "proxy" not in killed:
-        killed["proxy"] = r.kill_pod(sorted(p["metadata"]["name"] for p in r.pods("proxy"))[0])
+        kill("proxy", sorted(p["metadata"]["name"] for p in r.pods("proxy"))[0])
     elif version >= 3 and "trainer" not in killed:
-        killed["trainer"] = r.kill_pod(f"{PREFIX}-trainer-0")
+        kill("trainer", f"{PREFIX}-trainer-0")
+    elif version >= 4 and "sandbox" not in killed:
+        namespace = f"{r.namespace}-sandboxes"
+        running = [p["metadata"]["name"] for p in r.pods(namespace=namespace) if p["status"].get("phase") == "Running"]
+        if running:
+            kill("sandbox", running[0])
     elif version >= 5 and "orchestrator" not in killed:
         running = r.query("SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'running'", r=run_id)
         if running[0][0] > 0:
-            killed["orchestrator"] = r.kill_pod(f"{PREFIX}-orchestrator-0")
+            kill("orchestrator", f"{PREFIX}-orchestrator-0")
 
 
 def kube_env(kubeconfig: str, tools: Path) -> dict[str, str]:

@@ -3,7 +3,8 @@
 `helm install` with values-k8s-local.yaml brings up the chart's PostgreSQL and Redis, the store,
 2 inference replicas, 2 proxy replicas, the orchestrator (one sandbox pod per rollout) and the
 trainer, whose GRPO run of tiny-qwen3 through the reference harness goes on while this test deletes
-an inference pod, a proxy pod, the trainer pod and the orchestrator pod (`--grace-period=0 --force`)
+an inference pod, a proxy pod, the trainer pod, a sandbox pod and the orchestrator pod
+(`--grace-period=0 --force`)
 at different moments, and a witness harness of ours calls the proxy throughout. Then: `helm test`,
 and `helm upgrade` with a changed value. Every check reads the release's own PostgreSQL and services.
 """
@@ -56,7 +57,7 @@ def chaos_run(release: ClusterRelease) -> ChaosRun:
 
 def test_the_run_completes_its_steps_through_pod_loss(release, chaos_run):
     r, run_id = release, chaos_run.run_id
-    assert set(chaos_run.killed) == {"inference", "proxy", "trainer", "orchestrator"}, (
+    assert set(chaos_run.killed) == {"inference", "proxy", "trainer", "sandbox", "orchestrator"}, (
         f"every chaos event happened during the run: {chaos_run.killed}"
     )
     assert r.versions(run_id) == list(range(1, STEPS + 1)), "every version registered once, in order"
@@ -134,8 +135,12 @@ def test_no_group_is_trained_twice_and_cut_rollouts_are_failed_never_rewarded(re
         "SELECT id, reward, error FROM rollouts WHERE run_id = :r AND status = 'failed'", r=run_id
     )
     assert all(reward is None for _, reward, _ in failed), f"a failed rollout got a reward: {failed}"
-    lost = [f for f in failed if "orchestrator" in (f[2] or "") or "sandbox" in (f[2] or "")]
-    assert lost, f"the orchestrator's deletion cut no rollout (failed ones: {failed})"
+    sandbox_pod = chaos_run.pods["sandbox"]
+    assert [f for f in failed if sandbox_pod in (f[2] or "")], (
+        f"the rollout in sandbox pod {sandbox_pod} failed as an infrastructure failure: {failed}"
+    )
+    cut = [f for f in failed if "orchestrator" in (f[2] or "")]
+    assert cut, f"the orchestrator's deletion cut no rollout (failed ones: {failed})"
 
 
 def test_rollouts_spread_over_both_inference_replicas(release, chaos_run):
