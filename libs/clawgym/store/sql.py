@@ -121,17 +121,14 @@ class SqlStore:
         self.bus: EventBus = bus if bus is not None else MemoryBus()
         self.max_call_bytes = max_call_bytes
         self._engine = create_store_engine(url, pool_size=pool_size)
+        # One batch in flight, on both backends: two on PostgreSQL halved the batches and lost
+        # throughput (bench/store_write.py, 16 writers); SQLite has a single writer anyway.
+        # `.batches` and `.items` say how much batching happened (the bench, the tests).
+        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES)
+        self.batch_writes = batch_writes
         self._pg_calls = (
             PgCallWriter(self._engine) if pg_batch_statement and self._engine.dialect.name == "postgresql" else None
         )
-        # Batches in flight: two by one statement each on PostgreSQL (one's client work overlaps the
-        # other's server work: +10% calls/s, 16 writers, bench/store_write.py); one in a Core
-        # transaction (two halved the batches and lost throughput there); SQLite has one writer.
-        # `.batches` and `.items` say how much batching happened (the bench, the tests).
-        self.call_batcher = GroupCommit(
-            self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=2 if self._pg_calls else 1
-        )
-        self.batch_writes = batch_writes
         self._reader = read_only(self._engine)
         with self._db_errors():
             migrate(self._engine)
