@@ -4,12 +4,15 @@
 
 Each backend and write path gets a fresh database (a throwaway PostgreSQL schema, a temp SQLite
 file) and an in-process bus; `--writers` threads share one SqlStore and record `--calls` calls
-each, all starting together. Two write paths in the same run: `batched` (group commit, the
-default, `store.batch_writes`) and `single` (one transaction per call, the old path); with
-`--rounds N` they run N times, in alternating order, and each figure is the median, so a loaded machine skews
-both alike (compare the ratios). Per call: the latency of one `record_call` (what the proxy waits
-on before the harness's last byte), mean, p50 and p99; per run: calls/s, MB/s, the mean batch size and
-the peak growth of this process's RSS while writing. A call's bytes are its packed arrays plus
+each, all starting together. Three write paths in the same run: `statement` (group commit, each
+batch one PostgreSQL statement, `store.pg_batch_statement`: the default), `core` (group commit, each
+batch a SQLAlchemy Core transaction: the earlier default, and SQLite's batched path) and `single`
+(one transaction per call, `store.batch_writes: false`); with `--rounds N` they run N times, in
+alternating order, and each figure is the median, so a loaded machine skews all alike (compare
+the ratios: `pg_vs_core_*`). Per call: the latency of one `record_call` (what the proxy waits
+on before the harness's last byte), mean, p50 and p99, and this process's CPU time (client side:
+validation, adaptation, the threads); per run: calls/s, MB/s, the mean batch size and the peak
+growth of this process's RSS while writing. A call's bytes are its packed arrays plus
 its JSON; reads are one `get_group` of everything written. The size ratio compares one call's
 packed arrays with the same arrays as JSON lists (what the store must never do). The last line
 is one JSON object of the figures.
@@ -102,10 +105,16 @@ class PeakRss:
         self.growth = max(self.peak, rss_bytes()) - self.start
 
 
+# A write path: (store.batch_writes, store.pg_batch_statement).
+PATHS = {"statement": (True, True), "core": (True, False), "single": (False, False)}
+
+
 def bench_backend(
-    url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int, batched: bool
+    url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int, path: str
 ) -> dict[str, float]:
-    store = open_sql_store(StoreConfig(url=url, pool_size=writers, batch_writes=batched))  # bus: memory://
+    batched, statement = PATHS[path]
+    config = StoreConfig(url=url, pool_size=writers, batch_writes=batched, pg_batch_statement=statement)
+    store = open_sql_store(config)  # bus: memory://
     latencies: list[float] = []
     try:
         run = store.create_run("bench")
@@ -125,10 +134,10 @@ def bench_backend(
         with ThreadPoolExecutor(writers) as threads, PeakRss() as rss:
             futures = [threads.submit(write, batch) for batch in work]
             start.wait()
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             for f in futures:
                 f.result()
-            write_s = time.perf_counter() - t0
+            write_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
         t0 = time.perf_counter()
         group = store.get_group("bench-group")
         read_s = time.perf_counter() - t0
@@ -143,9 +152,10 @@ def bench_backend(
         "read_mb_per_s": total_bytes / read_s / 1e6,
         "write_s": write_s,
         "mean_ms": statistics.fmean(latencies) * 1e3,
+        "cpu_ms": cpu_s / n * 1e3,
         "p50_ms": cuts[49] * 1e3,
         "p99_ms": cuts[98] * 1e3,
-        "mean_batch": store.call_batcher.items / store.call_batcher.batches if batched and store.call_batcher.batches else 1.0,
+        "mean_batch": store.call_batcher.items / store.call_batcher.batches if store.call_batcher.batches else 1.0,
         "rss_growth_mb": rss.growth / 1e6,
     }
 
@@ -195,14 +205,16 @@ def main() -> None:
 
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     for round_ in range(args.rounds):
-        paths = [("single", False), ("batched", True)]
-        for path, batched in paths if round_ % 2 == 0 else paths[::-1]:  # neither always runs first
+        paths = list(PATHS)
+        for path in paths if round_ % 2 == 0 else paths[::-1]:  # none always runs first
             results.setdefault(("postgresql", path), []).append(
-                with_pg_schema(args.pg_url, lambda url, b=batched: bench_backend(url, *shape, b))
+                with_pg_schema(args.pg_url, lambda url, p=path: bench_backend(url, *shape, p))
             )
+            if path == "statement":
+                continue  # SQLite batches through Core: its "core" run is its batched path
             with tempfile.TemporaryDirectory() as tmp:
                 results.setdefault(("sqlite", path), []).append(
-                    bench_backend(f"sqlite:///{tmp}/bench.db", *shape, batched)
+                    bench_backend(f"sqlite:///{tmp}/bench.db", *shape, path)
                 )
     r = {key: median_of(runs) for key, runs in results.items()}
     packed, as_json = size_ratio(args.prompt_tokens, args.output_tokens)
@@ -213,30 +225,42 @@ def main() -> None:
     )
     for (backend, path), x in r.items():
         print(
-            f"  {backend:10s} {path:7s} {x['calls_per_s']:7.1f} calls/s {x['mb_per_s']:6.1f} MB/s"
+            f"  {backend:10s} {path:9s} {x['calls_per_s']:7.1f} calls/s {x['mb_per_s']:6.1f} MB/s"
             f"  record_call mean {x['mean_ms']:6.1f} p50 {x['p50_ms']:6.1f} p99 {x['p99_ms']:6.1f} ms"
-            f"  batch {x['mean_batch']:4.1f}  RSS +{x['rss_growth_mb']:5.0f} MB"
+            f"  CPU {x['cpu_ms']:4.2f} ms/call  batch {x['mean_batch']:4.1f}  RSS +{x['rss_growth_mb']:5.0f} MB"
             f"  group read {x['read_mb_per_s']:6.1f} MB/s ({x['write_s']:.1f} s)"
         )
     print(f"  one call's arrays: packed {packed / 1e3:.0f} kB, as JSON lists {as_json / 1e3:.0f} kB")
     figures: dict[str, float | int] = {}
-    for backend, short in (("postgresql", "pg"), ("sqlite", "sqlite")):
-        for path in ("batched", "single"):
-            x, tag = r[(backend, path)], short if path == "batched" else f"{short}_single"
-            figures |= {
-                f"{tag}_calls_per_s": round(x["calls_per_s"], 1),
-                f"{tag}_mb_per_s": round(x["mb_per_s"], 1),
-                f"{tag}_mean_ms": round(x["mean_ms"], 1),
-                f"{tag}_p50_ms": round(x["p50_ms"], 1),
-                f"{tag}_p99_ms": round(x["p99_ms"], 1),
-                f"{tag}_mean_batch": round(x["mean_batch"], 1),
-                f"{tag}_rss_growth_mb": round(x["rss_growth_mb"]),
-                f"{tag}_group_read_mb_per_s": round(x["read_mb_per_s"], 1),
-            }
-        batched, single = r[(backend, "batched")], r[(backend, "single")]
-        figures[f"{short}_batched_vs_single_calls"] = round(batched["calls_per_s"] / single["calls_per_s"], 2)
+    # pg: the default path (one statement per batch), pg_core: batches in a Core transaction (the
+    # previous default), *_single: one transaction per call; SQLite batches through Core.
+    tags = {
+        ("postgresql", "statement"): "pg", ("postgresql", "core"): "pg_core", ("postgresql", "single"): "pg_single",
+        ("sqlite", "core"): "sqlite", ("sqlite", "single"): "sqlite_single",
+    }  # fmt: skip
+    for key, tag in tags.items():
+        x = r[key]
+        figures |= {
+            f"{tag}_calls_per_s": round(x["calls_per_s"], 1),
+            f"{tag}_mb_per_s": round(x["mb_per_s"], 1),
+            f"{tag}_mean_ms": round(x["mean_ms"], 1),
+            f"{tag}_cpu_ms": round(x["cpu_ms"], 2),
+            f"{tag}_p50_ms": round(x["p50_ms"], 1),
+            f"{tag}_p99_ms": round(x["p99_ms"], 1),
+            f"{tag}_mean_batch": round(x["mean_batch"], 1),
+            f"{tag}_rss_growth_mb": round(x["rss_growth_mb"]),
+            f"{tag}_group_read_mb_per_s": round(x["read_mb_per_s"], 1),
+        }
+    pg, core, single = (r[("postgresql", p)] for p in ("statement", "core", "single"))
     figures |= {
-        "pg_vs_sqlite_calls": round(r[("postgresql", "batched")]["calls_per_s"] / r[("sqlite", "batched")]["calls_per_s"], 2),
+        "pg_vs_core_calls": round(pg["calls_per_s"] / core["calls_per_s"], 2),
+        "pg_vs_core_mean_ms": round(pg["mean_ms"] / core["mean_ms"], 2),
+        "pg_vs_single_calls": round(pg["calls_per_s"] / single["calls_per_s"], 2),
+        "pg_core_vs_single_calls": round(core["calls_per_s"] / single["calls_per_s"], 2),
+        "sqlite_batched_vs_single_calls": round(
+            r[("sqlite", "core")]["calls_per_s"] / r[("sqlite", "single")]["calls_per_s"], 2
+        ),
+        "pg_vs_sqlite_calls": round(pg["calls_per_s"] / r[("sqlite", "core")]["calls_per_s"], 2),
         "packed_vs_json_size": round(packed / as_json, 3),
         "writers": args.writers,
         "calls_per_writer": args.calls,

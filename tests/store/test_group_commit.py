@@ -1,5 +1,8 @@
 """Group commit of calls (`store.group_commit`, `SqlStore` rule 7): concurrent `record_call`s share
-transactions, every one is committed when it returns, and each caller gets its own outcome."""
+transactions, every one is committed when it returns, and each caller gets its own outcome.
+
+On PostgreSQL a batch is written by one statement (`store.pg_calls`, the default) or in a Core
+transaction (`pg_batch_statement=False`, the earlier path); both are tested, SQLite has the latter."""
 
 import os
 import signal
@@ -10,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from sqlalchemy import select
 
 from clawgym.assemble import open_sql_store
 from clawgym.errors import AlreadyExists, FailedPrecondition, NotFound
@@ -17,17 +21,60 @@ from clawgym.records import RolloutSpec
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.config import StoreConfig
 from clawgym.store.group_commit import GroupCommit, Pending
+from clawgym.store.models import RolloutRow
+from clawgym.store.pg_calls import PgCallWriter
 from clawgym.store.sql import SqlStore
 
 WRITERS = 16
 CALLS_PER_WRITER = 20
 
+# A write path of calls: (batch_writes, pg_batch_statement); SQLite has no "statement" path.
+PATHS = {"statement": (True, True), "core": (True, False), "single": (False, False)}
+BATCH_PATHS = [("postgresql", "statement"), ("postgresql", "core"), ("sqlite", "core")]
 
-@pytest.mark.parametrize("batched", [True, False], ids=["batched", "single"])
-def test_sixteen_threads_of_calls_are_all_committed_and_readable(store_url: str, make_call, batched: bool) -> None:
-    """16 threads at once, batched or one transaction per call: every call is there, in seq order,
-    with its own arrays; batched, they shared transactions."""
-    store = SqlStore(store_url, MemoryBus(), batch_writes=batched)
+
+def path_url(request: pytest.FixtureRequest, backend: str) -> str:
+    return request.getfixturevalue("pg_url" if backend == "postgresql" else "sqlite_url")
+
+
+@pytest.fixture(params=BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
+def batched_store(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """A group-committing SqlStore on each backend and batch path, with an in-process bus."""
+    backend, path = request.param
+    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch_statement=PATHS[path][1])
+    assert (store._pg_calls is not None) == (path == "statement")
+    yield store
+    store.close()
+
+
+def count_statements(store: SqlStore) -> list[set[str]]:
+    """What each statement of the store's `pg_calls` path inserted (ids), as it goes."""
+    inserted: list[set[str]] = []
+    writer = store._pg_calls
+    if writer is not None:
+        insert = writer.insert
+
+        def counted(values, created_at):  # type: ignore[no-untyped-def]
+            inserted.append(insert(values, created_at))
+            return inserted[-1]
+
+        writer.insert = counted  # type: ignore[method-assign]
+    return inserted
+
+
+@pytest.mark.parametrize(
+    "backend,path",
+    [*BATCH_PATHS, ("postgresql", "single"), ("sqlite", "single")],
+    ids=["postgresql-statement", "postgresql-core", "sqlite-core", "postgresql-single", "sqlite-single"],
+)
+def test_sixteen_threads_of_calls_are_all_committed_and_readable(
+    request: pytest.FixtureRequest, make_call, backend: str, path: str
+) -> None:
+    """16 threads at once, batched (either path) or one transaction per call: every call is there,
+    in seq order, with its own arrays; batched, they shared transactions."""
+    batched, statement = PATHS[path]
+    store = SqlStore(path_url(request, backend), MemoryBus(), batch_writes=batched, pg_batch_statement=statement)
+    statements = count_statements(store)
     try:
         run = store.create_run("group-commit")
         specs = [RolloutSpec(f"g{w % 4}", f"task{w}", "reference") for w in range(WRITERS)]
@@ -52,6 +99,8 @@ def test_sixteen_threads_of_calls_are_all_committed_and_readable(store_url: str,
                 want = make_call(rollout_id, c.seq, key=w * 1000 + c.seq, n_prompt=2000)
                 assert c.prompt_ids.tobytes() == want.prompt_ids.tobytes(), f"writer {w} call {c.seq} mixed up"
                 assert c.temperature == want.temperature and c.headers == want.headers
+        if path == "statement":
+            assert sum(map(len, statements)) == WRITERS * CALLS_PER_WRITER, "every call went in by the statement"
         if batched:
             assert store.call_batcher.items == WRITERS * CALLS_PER_WRITER
             assert store.call_batcher.batches < store.call_batcher.items, "16 concurrent writers never shared a transaction"
@@ -77,10 +126,13 @@ def hold_first_batch(store: SqlStore) -> tuple[threading.Event, threading.Event]
     return holding, release
 
 
-def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(store: SqlStore, make_call) -> None:
+def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(batched_store: SqlStore, make_call) -> None:
     """One batch holding good calls, a seq recorded already, a seq twice, a call of an ended rollout
     and one of an unknown rollout: the good ones (and the first of the twins) commit, each bad one
-    gets its own error (AlreadyExists, FailedPrecondition, NotFound)."""
+    gets its own error (AlreadyExists, FailedPrecondition, NotFound). By one statement, the good
+    ones went in together and only the bad ones were written again alone."""
+    store = batched_store
+    statements = count_statements(store)
     run = store.create_run("bad-in-batch")
     live, other, ended = (
         r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")] * 3)
@@ -129,6 +181,9 @@ def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(store: SqlStore,
     assert isinstance(outcomes["twin_b"], AlreadyExists) and "#5" in str(outcomes["twin_b"])
     assert isinstance(outcomes["ended"], FailedPrecondition) and ended in str(outcomes["ended"])
     assert isinstance(outcomes["unknown"], NotFound) and "no-such-rollout" in str(outcomes["unknown"])
+    if store._pg_calls is not None:
+        good = {outcomes[name] for name in ("good1", "twin_a", "good2", "good3")}
+        assert statements[-1] == good, "the statement must insert the good calls of the batch, only them"
 
     by_seq = {c.seq: c for c in store.list_calls(live)}
     assert sorted(by_seq) == [0, 1, 2, 5]
@@ -141,7 +196,10 @@ def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(store: SqlStore,
     assert store.list_calls(ended) == []
 
 
-def test_a_batch_of_only_refused_calls_writes_nothing_and_the_next_batch_works(store: SqlStore, make_call) -> None:
+def test_a_batch_of_only_refused_calls_writes_nothing_and_the_next_batch_works(
+    batched_store: SqlStore, make_call
+) -> None:
+    store = batched_store
     run = store.create_run("refused")
     (live,) = (r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")]))
     holding, release = hold_first_batch(store)
@@ -178,7 +236,7 @@ import numpy as np
 from clawgym.records import Call, RolloutSpec
 from clawgym.store.sql import SqlStore
 
-store = SqlStore(sys.argv[1])
+store = SqlStore(sys.argv[1], pg_batch_statement=sys.argv[2] == "statement")
 run = store.create_run("crash")
 rollouts = [r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")] * 8)]
 lock = threading.Lock()
@@ -200,11 +258,15 @@ threading.Event().wait()
 """
 
 
-def test_every_acknowledged_call_survives_the_store_process_being_killed(store_url: str) -> None:
+@pytest.mark.parametrize("backend,path", BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
+def test_every_acknowledged_call_survives_the_store_process_being_killed(
+    request: pytest.FixtureRequest, backend: str, path: str
+) -> None:
     """A store process killed (SIGKILL) while 8 threads write batches: every call whose record_call
     had returned is in the database, opened afresh by another process."""
+    store_url = path_url(request, backend)
     writer = subprocess.Popen(
-        [sys.executable, "-c", CRASH_WRITER, store_url], stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", CRASH_WRITER, store_url, path], stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     acked: list[str] = []
@@ -284,3 +346,91 @@ def test_store_batch_writes_reaches_the_store(sqlite_url: str) -> None:
         finally:
             store.close()
     assert StoreConfig().batch_writes is True, "batching is the default"
+
+
+def test_store_pg_batch_statement_reaches_the_store(pg_url: str) -> None:
+    """`store.pg_batch_statement` picks the batch path on PostgreSQL; the statement is the default."""
+    for flag in (True, False):
+        store = open_sql_store(StoreConfig(url=pg_url, pg_batch_statement=flag))
+        try:
+            assert isinstance(store._pg_calls, PgCallWriter) is flag
+        finally:
+            store.close()
+    assert StoreConfig().pg_batch_statement is True
+
+
+@pytest.mark.parametrize("backend,path", BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
+def test_calls_racing_the_end_of_their_rollout_are_all_committed_before_it_or_refused(
+    request: pytest.FixtureRequest, make_call, backend: str, path: str
+) -> None:
+    """8 threads record calls while the rollout is finished (rule 4): each call is either
+    acknowledged and stored, written before the rollout ended, or refused (FailedPrecondition)
+    and not stored; nothing is acknowledged yet lost, nothing stored after the end."""
+    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch_statement=PATHS[path][1])
+    try:
+        run = store.create_run("race")
+        (rollout,) = (r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")]))
+        acked: list[str] = []
+        errors: list[Exception] = []
+        going = threading.Barrier(9)
+
+        def write(w: int) -> None:
+            going.wait()
+            for i in range(10_000):
+                try:
+                    acked.append(store.record_call(make_call(rollout, w * 10_000 + i, key=i)))
+                except FailedPrecondition as e:
+                    errors.append(e)
+                    return
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(8)]
+        for t in threads:
+            t.start()
+        going.wait()
+        time.sleep(0.3)  # calls in flight
+        ended = store.finish_rollout(rollout, "finished", reward=1.0)
+        for t in threads:
+            t.join(60)
+        stored = store.list_calls(rollout)
+        assert len(errors) == 8, "every writer must have been refused once the rollout ended"
+        assert len(acked) > 8, "the writers never got going"
+        assert {c.id for c in stored} == set(acked), "stored calls must be exactly the acknowledged ones"
+        finished = store.get_rollout(rollout)
+        assert finished.status == ended.status == "finished"
+        with store._engine.connect() as conn:  # ended_at is not in the Rollout record
+            ended_at = conn.scalar(select(RolloutRow.ended_at).where(RolloutRow.id == rollout))
+        assert all(c.created_at <= ended_at for c in stored), "a call was stored after its rollout ended"
+    finally:
+        store.close()
+
+
+def test_a_broken_statement_connection_costs_one_batch_its_fast_path(pg_url: str, make_call) -> None:
+    """The statement path's connection dies (the server ended it): the next call is still recorded
+    (written again alone), and the call after it goes in by a statement on a fresh connection."""
+    store = SqlStore(pg_url, MemoryBus())
+    try:
+        statements = count_statements(store)
+        run = store.create_run("broken")
+        (rollout,) = (r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")]))
+        first = store.record_call(make_call(rollout, 0))
+        assert statements == [{first}]
+        assert store._pg_calls is not None
+        (conn,) = store._pg_calls._idle
+        killed = conn.info.backend_pid
+        with store._engine.connect() as admin:
+            admin.exec_driver_sql(f"SELECT pg_terminate_backend({killed})")
+        deadline = time.monotonic() + 10
+        while not conn.closed and time.monotonic() < deadline:
+            try:  # wait until the client sees it: a poll on the dead connection fails
+                conn.execute("SELECT 1")
+            except Exception:
+                break
+            time.sleep(0.05)
+        second = store.record_call(make_call(rollout, 1))
+        third = store.record_call(make_call(rollout, 2))
+        assert [c.id for c in store.list_calls(rollout)] == [first, second, third]
+        assert statements[-1] == {third}, "the call after the broken one must take the statement path again"
+        (fresh,) = store._pg_calls._idle
+        assert fresh.info.backend_pid != killed
+    finally:
+        store.close()

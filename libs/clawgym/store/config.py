@@ -28,6 +28,11 @@ class StoreConfig(Section):
     batch_writes: bool = Field(
         True, description="group-commit concurrent calls (several per transaction); false: one transaction per call"
     )
+    pg_batch_statement: bool = Field(
+        True,
+        description="PostgreSQL: a batch of calls is one autocommitted INSERT … FROM unnest on a connection of "
+        "its own (one round trip); false: a SQLAlchemy transaction per batch (the earlier path)",
+    )
     grpc_max_message_mb: int = Field(
         1024, ge=1, le=2047, description="largest gRPC message of the store service and client (a whole group), in MiB"
     )

@@ -27,7 +27,9 @@ Rules it keeps:
    calls is in flight are written together in the next one, and each returns only once the
    transaction holding its call committed, so a returned call is durable as before. Batching never
    changes an outcome: a call is checked before it joins a batch, and a batch whose transaction
-   fails is written again one call per transaction, so each caller gets its own error.
+   fails is written again one call per transaction, so each caller gets its own error. On
+   PostgreSQL a batch is one statement (`pg_calls`): a call it leaves out (its rollout unknown or
+   ended, its seq recorded already) is written again alone, for the same reason.
 """
 
 import hashlib
@@ -39,6 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import delete, exc, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
@@ -78,6 +81,7 @@ from clawgym.store.models import (
     RunRow,
     TrainStepRow,
 )
+from clawgym.store.pg_calls import PgCallWriter
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +109,14 @@ class SqlStore:
         max_call_bytes: int = validate.DEFAULT_MAX_CALL_BYTES,
         pool_size: int = 16,
         batch_writes: bool = True,
+        pg_batch_statement: bool = True,
     ) -> None:
         """Connects, and creates or upgrades the schema through Alembic (`migrations.migrate`).
 
         `batch_writes`: concurrent `record_call`s share transactions (rule 7); False writes each
-        in its own (the old path, kept for the bench).
+        in its own (the old path, kept for the bench). `pg_batch_statement`: on PostgreSQL a batch
+        is one statement on a connection of its own (`pg_calls`); False: a SQLAlchemy Core
+        transaction, the path SQLite always takes.
         """
         self.bus: EventBus = bus if bus is not None else MemoryBus()
         self.max_call_bytes = max_call_bytes
@@ -119,12 +126,17 @@ class SqlStore:
         # `.batches` and `.items` say how much batching happened (the bench, the tests).
         self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES)
         self.batch_writes = batch_writes
+        self._pg_calls = (
+            PgCallWriter(self._engine) if pg_batch_statement and self._engine.dialect.name == "postgresql" else None
+        )
         self._reader = read_only(self._engine)
         with self._db_errors():
             migrate(self._engine)
 
     def close(self) -> None:
         """Closes the pool's connections and the bus."""
+        if self._pg_calls is not None:
+            self._pg_calls.close()
         self._engine.dispose()
         self.bus.close()
 
@@ -356,6 +368,9 @@ class SqlStore:
         deadlock, an outage), every call of the batch is written again alone, so each caller gets
         exactly the outcome the one-transaction path gives it.
         """
+        if self._pg_calls is not None:
+            self._write_calls_pg(batch)
+            return
         if len(batch) == 1:
             self._settle_alone(batch[0])
             return
@@ -391,6 +406,21 @@ class SqlStore:
             p.settle(p.value["id"])
         for p, e in refused:
             p.settle(error=e)
+
+    def _write_calls_pg(self, batch: list[Pending]) -> None:
+        """A batch in one PostgreSQL statement (`pg_calls`); each call it left out (refused, a
+        duplicate) or a batch that failed is written again alone, for the caller's own outcome."""
+        assert self._pg_calls is not None
+        try:
+            inserted = self._pg_calls.insert([p.value for p in batch], time.time())
+        except psycopg.Error:  # the database's refusal or an outage; a bug in this path is no fallback
+            log.debug("a batch of %d calls failed; writing them one by one", len(batch), exc_info=True)
+            inserted = set()
+        for p in batch:
+            if p.value["id"] in inserted:
+                p.settle(p.value["id"])
+            else:
+                self._settle_alone(p)
 
     def _settle_alone(self, p: Pending) -> None:
         try:
