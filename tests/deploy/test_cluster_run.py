@@ -169,10 +169,14 @@ def test_helm_upgrade_rolls_the_deployments_without_losing_the_runs_data(release
     counts = "SELECT (SELECT count(*) FROM calls), (SELECT count(*) FROM rollouts), (SELECT count(*) FROM checkpoints)"
     before = r.query(counts)[0]
     old_proxies = {p["metadata"]["name"] for p in r.pods("proxy")}
+    old_store = {p["metadata"]["name"] for p in r.pods("store")}
     r.extra_sets["proxy.env.CLAWGYM_PROXY__MAX_NEW_TOKENS"] = "40"
+    r.extra_sets["store.resources.limits.memory"] = "1536Mi"  # the store rolls too (its ports are the host's)
     r.helm("upgrade", "--wait", "--timeout", "600s", timeout=660)
     new_proxies = {p["metadata"]["name"] for p in r.pods("proxy") if not p["metadata"].get("deletionTimestamp")}
     assert new_proxies and not (new_proxies & old_proxies), f"proxy pods not rolled: {old_proxies} -> {new_proxies}"
+    new_store = {p["metadata"]["name"] for p in r.pods("store") if not p["metadata"].get("deletionTimestamp")}
+    assert new_store and not (new_store & old_store), f"store pod not replaced: {old_store} -> {new_store}"
     env = [e for p in r.pods("proxy") for c in p["spec"]["containers"] for e in c.get("env", [])]
     assert {"name": "CLAWGYM_PROXY__MAX_NEW_TOKENS", "value": "40"} in env, "the changed value reached the pods"
     after = r.query(counts)[0]
