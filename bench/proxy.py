@@ -17,9 +17,11 @@ run, divided by calls), its server-side latency, and the mean of each step of a 
 `clawgym_proxy_stage_seconds` metric (identity, read_body, json, validate, chain_keys, turn_fetch,
 render = waiting for and running the render thread, build_* = inside it, record, put_turn).
 `--compare-old` first runs each size the way the proxy worked before issue #18 (no token-run
-cache, the record built on the event loop); `--profile` prints the event loop's cProfile.
+cache, the record built on the event loop, and none of part 3's fast paths); `--compare-part3`
+first runs each size with only part 3's per-call fast paths off (`proxy.lean_calls=false`: stdlib
+JSON + surrogate scan, three Redis round trips for a seq); `--profile` prints the event loop's cProfile.
 
-    .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--compare-old] [--profile]
+    .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--compare-old | --compare-part3] [--profile]
 
 The last line is one JSON object of the figures.
 """
@@ -106,6 +108,7 @@ def serve(a) -> None:
         redis_prefix=a.prefix,
         record_off_loop=not a.old_path,
         token_run_cache=0 if a.old_path else 64,
+        lean_calls=not (a.old_path or a.before_part3),
     )
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
     if not a.profile:
@@ -201,7 +204,8 @@ async def rollout_direct(engine, prompt_len, calls, lat):
         lat.append(time.perf_counter() - t0)
 
 
-def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False) -> dict:
+def latency_run(a, tok, system, tools, concurrency: int, old_path: str = "") -> dict:
+    """One size through the proxy; `old_path`: "" (today's), "--old-path" or "--before-part3"."""
     from clawgym.records import RolloutSpec
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -224,7 +228,7 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: bool = False)
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
         + (["--profile"] if a.profile else [])
-        + (["--old-path"] if old_path else [])
+        + ([old_path] if old_path else [])
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -357,6 +361,12 @@ def main() -> None:
         "--profile", action="store_true", help="print the proxy's event-loop cProfile (top 25 by own time)"
     )
     ap.add_argument("--old-path", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--before-part3", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--compare-part3",
+        action="store_true",
+        help="also run each size with issue #18 part 3's per-call fast paths off (proxy.lean_calls=false), old then new",
+    )
     ap.add_argument(
         "--compare-old",
         action="store_true",
@@ -386,9 +396,11 @@ def main() -> None:
           f"  ({render['full_render_ms_per_prompt_ktok']:.2f} ms per prompt 1k tokens)")  # fmt: skip
     runs, old_runs = {}, {}
     for conc in a.concurrency:
-        if a.compare_old:
-            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=True)
-            print(f"[old path: no token-run cache, record built on the event loop] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
+        if a.compare_old or a.compare_part3:
+            flag = "--old-path" if a.compare_old else "--before-part3"
+            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=flag)
+            what = "no token-run cache, record built on the event loop" if a.compare_old else "proxy.lean_calls=false"
+            print(f"[old path: {what}] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
                   f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
                   f"p99 {r['server_overhead_p99_ms']:.1f} ms, server-side latency p50 {r['server_latency_p50_ms']:.1f} / "
                   f"p99 {r['server_latency_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call; "
@@ -418,6 +430,8 @@ def main() -> None:
         "server_latency_p50_ms": round(hi["server_latency_p50_ms"], 2),
         "server_latency_p99_ms": round(hi["server_latency_p99_ms"], 2),
         "server_cpu_ms_per_call_1": round(lo["server_cpu_ms_per_call"], 2),
+        "server_latency_p50_ms_1": round(lo["server_latency_p50_ms"], 2),
+        "server_latency_p99_ms_1": round(lo["server_latency_p99_ms"], 2),
         "stage_ms_mean": {k: round(v, 3) for k, v in hi["stage_ms_mean"].items()},
         "prefix_extension_rate": hi["prefix_extension_rate"],
         "render_ms_per_new_ktok": round(render["render_ms_per_new_ktok"], 3),
@@ -427,8 +441,14 @@ def main() -> None:
         "store": "sqlite+memory" if a.embedded else "postgresql+redis",
     }
     if old_runs:
-        oh = old_runs[max(old_runs)]
+        oh, ol = old_runs[max(old_runs)], old_runs[min(old_runs)]
         figures.update(
+            old_path="pre-#18" if a.compare_old else "before part 3 (proxy.lean_calls=false)",
+            old_overhead_p50_ms_1=round(ol["added_p50_ms"], 2),
+            old_overhead_p99_ms_1=round(ol["added_p99_ms"], 2),
+            old_server_cpu_ms_per_call_1=round(ol["server_cpu_ms_per_call"], 2),
+            old_server_latency_p50_ms_1=round(ol["server_latency_p50_ms"], 2),
+            old_server_latency_p99_ms_1=round(ol["server_latency_p99_ms"], 2),
             old_overhead_p50_ms=round(oh["added_p50_ms"], 2),
             old_overhead_p99_ms=round(oh["added_p99_ms"], 2),
             old_server_overhead_p50_ms=round(oh["server_overhead_p50_ms"], 2),

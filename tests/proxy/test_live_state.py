@@ -13,12 +13,14 @@ from clawgym.rendering.splice import GeneratedTurn
 ROLLOUT = Rollout("r1", "run", "g", "t", "claude-code", "running", None, None, "", 0, "", {}, 1.0)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "redis-three-trip-seq"])
 def live(request):
-    """A fresh live state; the Redis one lives in the test's own key namespace (deleted afterwards)."""
+    """A fresh live state; the Redis one lives in the test's own key namespace (deleted afterwards).
+    `redis-three-trip-seq`: seq numbers as before issue #18 part 3 (EXISTS, INCR, PEXPIRE)."""
     if request.param == "memory":
         return MemoryLiveState()
-    return RedisLiveState(request.getfixturevalue("redis_url"), prefix="live")
+    one_trip = request.param == "redis"
+    return RedisLiveState(request.getfixturevalue("redis_url"), prefix="live", one_trip_seq=one_trip)
 
 
 def test_generated_turns_round_trip_exactly(live):
@@ -51,6 +53,24 @@ def test_seq_is_seeded_once_from_the_store_then_counts(live):
 
     assert asyncio.run(go()) == [3, 4, 5], "seq continues after the recorded calls"
     assert len(seeded) == 1, "the store is asked once per rollout"
+
+
+def test_seq_keeps_its_counter_alive_for_the_turn_ttl(redis_url):
+    """Each seq handed out renews the counter's expiry (the one-trip script as the three trips did)."""
+    live = RedisLiveState(redis_url, prefix="live", turn_ttl_s=100.0)
+
+    async def floor():
+        return 0
+
+    async def go():
+        await live.next_seq("r1", floor)
+        key = live._key("seq", "r1")
+        await live._redis.pexpire(key, 1000)
+        seq = await live.next_seq("r1", floor)
+        return seq, await live._redis.pttl(key)
+
+    seq, ttl = asyncio.run(go())
+    assert seq == 1 and ttl > 50_000, (seq, ttl)
 
 
 def test_cached_rollouts_expire(live):

@@ -6,6 +6,7 @@ decodes) and `Completion` (the parsed assistant turn). It knows nothing about an
 chat template or tokenizer: protocols build these, `clawgym.rendering` renders them.
 """
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -35,10 +36,29 @@ class ToolCall:
         Harnesses re-serialise arguments (Anthropic `input` objects, OpenAI strings), so turns are
         compared on this form, never on the bytes or the call id (OpenClaw rewrites ids).
         """
-        value = self.arguments_value()
-        if isinstance(value, str) and value == self.arguments:
-            return self.arguments.strip()
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        if len(self.arguments) <= MEMO_MAX_CHARS:
+            return _canonical_memo(self.arguments)
+        return _canonical(self.arguments)
+
+
+MEMO_MAX_CHARS = 8192  # arguments memoised only up to this size: the memo holds at most ~32 MB
+
+
+@functools.lru_cache(maxsize=2048)
+def _canonical_memo(arguments: str) -> str:
+    # every later call of a rollout repeats its earlier tool calls, and each request's chain keys
+    # fingerprint them all: a JSON parse + dump each per call without this memo
+    return _canonical(arguments)
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return arguments.strip()
+    if isinstance(value, str) and value == arguments:
+        return arguments.strip()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,11 @@ class ProxyConfig(Section):
         description="build a call's record (arrays of the whole prompt) in the store thread; false: "
         "on the event loop, as before issue #18 (kept to measure the two side by side)",
     )
+    lean_calls: bool = Field(
+        True,
+        description="the per-call fast paths of issue #18 part 3 (bodies parsed by pydantic-core, a call's "
+        "seq in one Redis round trip); false: as before them (kept to measure the two side by side)",
+    )
     retry_after_s: int = Field(
         2, ge=0, description="Retry-After seconds sent with 503 while the engine is down"
     )

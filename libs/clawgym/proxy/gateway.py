@@ -23,6 +23,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import from_json
 from transformers import PreTrainedTokenizerBase
 
 from clawgym.errors import ClawgymError, InvalidArgument, Unavailable
@@ -91,9 +92,24 @@ async def read_body(body: Body, headers: Mapping[str, str], limit: int) -> bytes
     return data
 
 
-def parse_body(body: bytes | bytearray) -> Any:
+def parse_body(body: bytes | bytearray, fast: bool = True) -> Any:
     """The JSON value of a body; InvalidArgument if it is not JSON or holds text that is not
-    Unicode (a lone UTF-16 surrogate, which no tokenizer, store or reply can encode)."""
+    Unicode (a lone UTF-16 surrogate, which no tokenizer, store or reply can encode).
+
+    `fast`: pydantic-core's parser first (~10x the stdlib's speed on a 100 kB body, and it refuses
+    lone surrogates itself, so no scan of the body follows). It gives the stdlib's values wherever
+    it accepts (NaN/Infinity and big integers included); anything it refuses (surrogates, a BOM,
+    UTF-16, deep nesting, bad JSON) goes through the stdlib path below for the very same answer."""
+    if fast:
+        try:
+            return from_json(body, allow_inf_nan=True)
+        except ValueError:
+            pass  # rare: the stdlib path decides, with its own error messages
+    return _parse_body_stdlib(body)
+
+
+def _parse_body_stdlib(body: bytes | bytearray) -> Any:
+    """`parse_body` as before issue #18 part 3: json.loads, then a scan for surrogates."""
     try:
         value = json.loads(body)
     except (ValueError, RecursionError) as e:
@@ -172,7 +188,7 @@ class Gateway:
             t0 = time.perf_counter()
             raw = await read_body(body, headers, self.cfg.max_body_bytes)
             t1 = time.perf_counter()
-            request = parse_body(raw)
+            request = parse_body(raw, self.cfg.lean_calls)
             t2 = time.perf_counter()
             wire = protocol.parse(request)
             t3 = time.perf_counter()
@@ -297,7 +313,8 @@ class Gateway:
         """`/v1/messages/count_tokens`: the prompt length of a request rendered from scratch."""
         try:
             await self.resolver.resolve(api_key(headers))
-            request = parse_body(await read_body(body, headers, self.cfg.max_body_bytes))
+            raw = await read_body(body, headers, self.cfg.max_body_bytes)
+            request = parse_body(raw, self.cfg.lean_calls)
             conv = protocol.parse_count_tokens(request)
             return JsonReply(200, {"input_tokens": await self.pools.render(self.builder.count_tokens, conv)})
         except ClawgymError as e:

@@ -125,16 +125,31 @@ class MemoryLiveState:
 # --- Redis (compose / cluster: every replica sees the same state) ---
 
 
-class RedisLiveState:
-    """Live state in Redis: `{prefix}:token:{hash}`, `{prefix}:turns:{rollout}` (hash), `{prefix}:seq:{rollout}`."""
+# A seeded counter's INCR + PEXPIRE in one round trip (atomic, as a script); nil while unseeded.
+NEXT_SEQ_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local seq = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return seq
+"""
 
-    def __init__(self, url: str, prefix: str = "clawgym", turn_ttl_s: float = 86400.0) -> None:
+
+class RedisLiveState:
+    """Live state in Redis: `{prefix}:token:{hash}`, `{prefix}:turns:{rollout}` (hash), `{prefix}:seq:{rollout}`.
+
+    `one_trip_seq`: a call's seq in one round trip (a script) instead of three (EXISTS, INCR,
+    PEXPIRE); false is the path before issue #18 part 3, kept for bench/proxy.py."""
+
+    def __init__(
+        self, url: str, prefix: str = "clawgym", turn_ttl_s: float = 86400.0, one_trip_seq: bool = True
+    ) -> None:
         import redis.asyncio as aioredis
 
         base, url_prefix = split_prefix(url)  # `?prefix=ns:` namespaces keys, as for the event bus
         self._redis = aioredis.from_url(base)
         self._prefix = url_prefix + prefix
         self._turn_ttl_ms = int(turn_ttl_s * 1000)
+        self._next_seq = self._redis.register_script(NEXT_SEQ_SCRIPT) if one_trip_seq else None
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}:{kind}:{name}"
@@ -164,6 +179,10 @@ class RedisLiveState:
 
     async def next_seq(self, rollout_id: str, floor: SeqFloor) -> int:
         key = self._key("seq", rollout_id)
+        if self._next_seq is not None:
+            seq = await self._next_seq(keys=[key], args=[self._turn_ttl_ms])
+            if seq is not None:
+                return int(seq)
         if not await self._redis.exists(key):
             # SET NX: of replicas seeding at once, one wins; all read the same floor from the store
             await self._redis.set(key, await floor() - 1, nx=True, px=self._turn_ttl_ms)
@@ -181,10 +200,12 @@ class RedisLiveState:
         await self._redis.aclose()
 
 
-def make_live_state(redis_url: str, prefix: str, turn_ttl_s: float, max_rollouts: int) -> LiveState:
+def make_live_state(
+    redis_url: str, prefix: str, turn_ttl_s: float, max_rollouts: int, one_trip_seq: bool = True
+) -> LiveState:
     """Redis live state when a URL is given, else the in-process twin."""
     if redis_url:
-        return RedisLiveState(redis_url, prefix, turn_ttl_s)
+        return RedisLiveState(redis_url, prefix, turn_ttl_s, one_trip_seq)
     return MemoryLiveState(max_rollouts, turn_ttl_s)
 
 
