@@ -101,12 +101,13 @@ def test_every_inference_replica_serves_every_version_published_while_it_was_up(
 
 def test_calls_come_from_both_proxy_replicas_and_every_acknowledged_call_is_stored(release, chaos_run):
     r = release
-    proxies = r.query(
-        "SELECT DISTINCT c.response::json -> '_clawgym' ->> 'proxy' FROM calls c "
-        "JOIN rollouts o ON o.id = c.rollout_id WHERE o.run_id = :r",
+    # read in Python: a tiny policy's text may hold \u0000, which PostgreSQL's json operators refuse
+    responses = r.query(
+        "SELECT c.response FROM calls c JOIN rollouts o ON o.id = c.rollout_id WHERE o.run_id = :r",
         r=chaos_run.run_id,
     )
-    assert len({p for (p,) in proxies if p}) >= 2, f"calls recorded by proxy pods: {proxies}"
+    proxies = {(resp if isinstance(resp, dict) else json.loads(resp))["_clawgym"]["proxy"] for (resp,) in responses}
+    assert len(proxies) >= 2, f"calls recorded by proxy pods: {proxies}"
     witness = chaos_run.witness
     assert len(witness.acknowledged) >= 10, f"the witness got few answers: {witness.errors[-5:]}"
     stored = {
