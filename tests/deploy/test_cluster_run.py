@@ -138,9 +138,14 @@ def test_no_group_is_trained_twice_and_cut_rollouts_are_failed_never_rewarded(re
     )
     assert all(reward is None for _, reward, _ in failed), f"a failed rollout got a reward: {failed}"
     sandbox_pod = chaos_run.pods["sandbox"]
-    assert [f for f in failed if sandbox_pod in (f[2] or "")], (
-        f"the rollout in sandbox pod {sandbox_pod} failed as an infrastructure failure: {failed}"
-    )
+    in_pod = [f for f in failed if sandbox_pod in (f[2] or "")]
+    assert in_pod, f"the rollout in sandbox pod {sandbox_pod} failed as an infrastructure failure: {failed}"
+    retried = r.query(
+        "SELECT count(*) FROM rollouts WHERE group_id = (SELECT group_id FROM rollouts WHERE id = :i) "
+        "AND created_at > (SELECT created_at FROM rollouts WHERE id = :i)",
+        i=in_pod[0][0],
+    )[0][0]
+    assert retried >= 1, "the rollout cut by its sandbox pod's deletion was retried by a fresh one in its group"
     cut = [f for f in failed if "orchestrator" in (f[2] or "")]
     assert cut, f"the orchestrator's deletion cut no rollout (failed ones: {failed})"
 
