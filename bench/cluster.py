@@ -79,37 +79,20 @@ def build_images() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def chaos_figures(r: ClusterRelease, steps: int, chaos: bool) -> dict:
+def chaos_figures(r: ClusterRelease, chaos: bool) -> dict:
     run = run_with_chaos(r, chaos=chaos)
     if not run.finished:
         raise SystemExit(f"the in-cluster run did not finish (pods deleted: {run.killed})\n{r.report()}")
-    published = dict(
-        r.query(
-            "SELECT version, created_at FROM checkpoints WHERE run_id = :r", r=run.run_id
-        )
-    )
+    published = r.published(run.run_id)
     targets = r.inference_targets()
     served_by_all = sorted(set(published).intersection(*(run.watch.versions(t) for t in targets)))
     publish_s = []
     for v, at in published.items():
         firsts = [run.watch.first_at(t, v) for t in targets]
-        if all(f is not None and f >= float(at) - 1 for f in firsts):
-            publish_s.append(max(firsts) - float(at))
-    stored = {
-        (resp if isinstance(resp, dict) else json.loads(resp))["id"]
-        for (resp,) in r.query("SELECT response FROM calls WHERE rollout_id = :r", r=run.witness_rollout)
-    }
-    twice = 0
-    for v, metrics in r.query("SELECT version, metrics FROM checkpoints WHERE run_id = :r", r=run.run_id):
-        m = metrics if isinstance(metrics, dict) else json.loads(metrics)
-        consumed = r.query(
-            "SELECT count(*) FROM groups WHERE run_id = :r AND consumed_version = :v", r=run.run_id, v=v
-        )[0][0]
-        twice += max(0, m["groups"] - consumed)
-    starts = [
-        (t if isinstance(t, dict) else json.loads(t)).get("sandbox_start_s")
-        for (t,) in r.query("SELECT timings FROM rollouts WHERE timings IS NOT NULL")
-    ]
+        if all(f is not None and f >= at - 1 for f in firsts):
+            publish_s.append(max(firsts) - at)
+    twice = sum(trained - consumed for trained, consumed in r.groups_taken_again(run.run_id).values())
+    starts = [t.get("sandbox_start_s") for (t,) in r.query("SELECT timings FROM rollouts WHERE timings IS NOT NULL")]
     starts_ms = [1000 * s for s in starts if s is not None]
     return {
         "steps": len(published),
@@ -118,7 +101,7 @@ def chaos_figures(r: ClusterRelease, steps: int, chaos: bool) -> dict:
         "replicas": len(targets),
         "versions_served_by_all": served_by_all,
         "calls_acknowledged": len(run.witness.acknowledged),
-        "calls_lost": sum(1 for a in run.witness.acknowledged if a not in stored),
+        "calls_lost": len(run.calls_lost(r)),
         "groups_trained_twice": twice,
         "checkpoint_to_all_replicas_s_p50": round(statistics.median(publish_s), 2) if publish_s else None,
         "checkpoint_to_all_replicas_s_max": round(max(publish_s), 2) if publish_s else None,
@@ -198,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     r = ClusterRelease(kube, image, Path(tempfile.mkdtemp(prefix="cg-bench-ckpt-")), steps=args.steps)
     try:
         figures["install_s"] = round(r.install(), 1)
-        figures |= chaos_figures(r, args.steps, chaos=not args.no_chaos)
+        figures |= chaos_figures(r, chaos=not args.no_chaos)
     finally:
         r.uninstall()
     figures |= throughput(kube, image, args.rollouts, args.rounds)

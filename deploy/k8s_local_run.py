@@ -24,6 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "clawgym"
@@ -186,9 +187,50 @@ class ClusterRelease:
     def versions(self, run_id: str) -> list[int]:
         return [r[0] for r in self.query("SELECT version FROM checkpoints WHERE run_id = :r ORDER BY version", r=run_id)]
 
+    def published(self, run_id: str) -> dict[int, float]:
+        """version → when its checkpoint was registered (time.time())."""
+        return dict(self.query("SELECT version, created_at FROM checkpoints WHERE run_id = :r", r=run_id))
+
+    def groups_taken_again(self, run_id: str) -> dict[int, tuple[int, int]]:
+        """version → (groups it trained, groups naming it as their consumer), where fewer name it
+        than it trained: a later step consumed some of them again."""
+        short = {}
+        for version, metrics in self.query("SELECT version, metrics FROM checkpoints WHERE run_id = :r", r=run_id):
+            consumed = self.query(
+                "SELECT count(*) FROM groups WHERE run_id = :r AND consumed_version = :v", r=run_id, v=version
+            )[0][0]
+            if consumed < metrics["groups"]:
+                short[version] = (metrics["groups"], consumed)
+        return short
+
+    def response_ids(self, rollout_id: str) -> set[str]:
+        """The ids of the answers recorded for a rollout's calls."""
+        return {resp["id"] for (resp,) in self.query("SELECT response FROM calls WHERE rollout_id = :r", r=rollout_id)}
+
 
 @dataclass
-class ReplicaWatch:
+class Background:
+    """`_loop` in a daemon thread from `start()` until `stop()` (which waits for it to end)."""
+
+    _stop: threading.Event = field(default_factory=threading.Event, kw_only=True)
+    _thread: threading.Thread | None = field(default=None, kw_only=True)
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 60) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class ReplicaWatch(Background):
     """Each inference replica's served version, polled every `interval_s` (gRPC `Status`, with the
     release's rpc secret): `seen[target]` = (time.time(), version) of each change it reported."""
 
@@ -196,20 +238,8 @@ class ReplicaWatch:
     secret: str
     interval_s: float = 0.25
     seen: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def start(self) -> ReplicaWatch:
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _poll(self) -> None:
+    def _loop(self) -> None:
         asyncio.run(self._poll_async())
 
     async def _poll_async(self) -> None:
@@ -235,7 +265,7 @@ class ReplicaWatch:
 
 
 @dataclass
-class Witness:
+class Witness(Background):
     """A harness of our own: an Anthropic Messages client calling the proxy in a loop with one
     rollout's key, keeping the id of every answer it got (what "acknowledged" means to a harness)."""
 
@@ -243,18 +273,6 @@ class Witness:
     api_key: str
     acknowledged: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> Witness:
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(60)
 
     def _loop(self) -> None:
         import httpx
@@ -312,6 +330,11 @@ class ChaosRun:
     witness_rollout: str
     seconds: float
 
+    def calls_lost(self, r: ClusterRelease) -> list[str]:
+        """Answers the witness got whose call is not in PostgreSQL."""
+        stored = r.response_ids(self.witness_rollout)
+        return [a for a in self.witness.acknowledged if a not in stored]
+
 
 def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = True) -> ChaosRun:
     """Follows the release's training run to its end (finished and evaluated at its last version),
@@ -349,10 +372,9 @@ def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, 
     v1 is published, a proxy pod at v2, the trainer at v3, a sandbox pod running a rollout from v4,
     the orchestrator from v5 while rollouts run."""
 
-    def kill(component: str, name: str) -> None:
+    def kill(component: str, name: str, namespace: str = "") -> None:
         killed[component], pods[component] = r.kill_pod(name, namespace), name
 
-    namespace = r.namespace
     if version >= 1 and "inference" not in killed:
         kill("inference", f"{PREFIX}-inference-1")
     elif version >= 2 and "proxy" not in killed:
@@ -360,10 +382,10 @@ def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, 
     elif version >= 3 and "trainer" not in killed:
         kill("trainer", f"{PREFIX}-trainer-0")
     elif version >= 4 and "sandbox" not in killed:
-        namespace = f"{r.namespace}-sandboxes"
-        running = [p["metadata"]["name"] for p in r.pods(namespace=namespace) if p["status"].get("phase") == "Running"]
+        sandboxes = f"{r.namespace}-sandboxes"
+        running = [p["metadata"]["name"] for p in r.pods(namespace=sandboxes) if p["status"].get("phase") == "Running"]
         if running:
-            kill("sandbox", running[0])
+            kill("sandbox", running[0], sandboxes)
     elif version >= 5 and "orchestrator" not in killed:
         running = r.query("SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'running'", r=run_id)
         if running[0][0] > 0:

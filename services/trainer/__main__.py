@@ -3,7 +3,6 @@
 import logging
 import signal
 import sys
-import threading
 
 from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
@@ -27,22 +26,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     port = server.start()
     log.info("trainer of run %s on :%d (metrics :%d)", cfg.trainer.run_name, port, server.metrics_port)
-    stop = threading.Event()
-
-    def request_stop(*_: object) -> None:
-        stop.set()
-        server.request_stop()
-
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, request_stop)
-    while not server.wait(0.5):
-        pass
-    if server.finished and cfg.trainer.after_run == "serve" and server.error is None:
+        signal.signal(sig, lambda *_: server.request_stop())
+    server.wait()
+    if server.finished and cfg.trainer.after_run == "serve":
         # a Kubernetes pod restarts a container that exits, even with 0: a finished run stays up
         # answering Status (state finished) until it is stopped (helm uninstall, a rollout)
         log.info("run %s finished: serving its status until stopped", cfg.trainer.run_name)
-        while not stop.wait(1.0):
-            pass
+        server.wait_for_stop_request()
     server.stop()
     return 1 if server.error is not None else 0
 

@@ -52,7 +52,6 @@ class TrainerServer:
         self.port = 0
         self.metrics_port = 0
         self.error: BaseException | None = None
-        self.finished = False  # the run reached trainer.steps (and its final evaluation, if any)
         self._stop = threading.Event()
         self._rpc: GrpcServer | None = None
         if trainer.world.is_main:
@@ -87,7 +86,6 @@ class TrainerServer:
             self.trainer.run(stop=self._stop)
             if e.at_end and self.trainer.version >= self.cfg.steps and not self._stop.is_set():
                 self._evaluate("after")
-            self.finished = self.trainer.version >= self.cfg.steps
         except BaseException as e:
             log.exception("the trainer loop failed")
             self.error = e
@@ -126,6 +124,16 @@ class TrainerServer:
         """Waits for the loop to end (run finished, failed or stopped); True if it has."""
         self._loop.join(timeout_s)
         return not self._loop.is_alive()
+
+    @property
+    def finished(self) -> bool:
+        """The run reached trainer.steps, its final evaluation included, without an error."""
+        return not self._loop.is_alive() and self.error is None and self.trainer.version >= self.cfg.steps
+
+    def wait_for_stop_request(self) -> None:
+        """Returns once `request_stop` was called (a signal handler may call it)."""
+        while not self._stop.wait(1.0):
+            pass
 
     def request_stop(self) -> None:
         """Asks the loop to end after the current step (safe from a signal handler)."""

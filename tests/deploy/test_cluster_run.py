@@ -11,7 +11,6 @@ and `helm upgrade` with a changed value. Every check reads the release's own Pos
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -71,12 +70,7 @@ def test_the_run_completes_its_steps_through_pod_loss(release, chaos_run):
 
 def test_every_inference_replica_serves_every_version_published_while_it_was_up(release, chaos_run):
     r, watch = release, chaos_run.watch
-    published = {
-        v: at for v, at in r.query(
-            "SELECT version, created_at FROM checkpoints WHERE run_id = :r",
-            r=chaos_run.run_id,
-        )
-    }  # fmt: skip
+    published = r.published(chaos_run.run_id)
     steady, restarted = r.inference_targets()
     assert set(published) <= watch.versions(steady), (
         f"replica {steady} (never killed) reported {sorted(watch.versions(steady))} of {sorted(published)}"
@@ -106,29 +100,21 @@ def test_calls_come_from_both_proxy_replicas_and_every_acknowledged_call_is_stor
         "SELECT c.response FROM calls c JOIN rollouts o ON o.id = c.rollout_id WHERE o.run_id = :r",
         r=chaos_run.run_id,
     )
-    proxies = {(resp if isinstance(resp, dict) else json.loads(resp))["_clawgym"]["proxy"] for (resp,) in responses}
+    proxies = {resp["_clawgym"]["proxy"] for (resp,) in responses}
     assert len(proxies) >= 2, f"calls recorded by proxy pods: {proxies}"
     witness = chaos_run.witness
     assert len(witness.acknowledged) >= 10, f"the witness got few answers: {witness.errors[-5:]}"
-    stored = {
-        json.loads(resp)["id"] if isinstance(resp, str) else resp["id"]
-        for (resp,) in r.query("SELECT response FROM calls WHERE rollout_id = :r", r=chaos_run.witness_rollout)
-    }
-    lost = [a for a in witness.acknowledged if a not in stored]
+    lost = chaos_run.calls_lost(r)
     assert not lost, f"{len(lost)} of {len(witness.acknowledged)} acknowledged calls are not in PostgreSQL"
 
 
 def test_no_group_is_trained_twice_and_cut_rollouts_are_failed_never_rewarded(release, chaos_run):
     r, run_id = release, chaos_run.run_id
-    for version, metrics in r.query("SELECT version, metrics FROM checkpoints WHERE run_id = :r", r=run_id):
-        m = metrics if isinstance(metrics, dict) else json.loads(metrics)
-        consumed = r.query(
-            "SELECT count(*) FROM groups WHERE run_id = :r AND consumed_version = :v", r=run_id, v=version
-        )[0][0]
-        assert consumed >= m["groups"], (
-            f"v{version} trained {m['groups']} groups but only {consumed} name it as their consumer: "
-            "a later step took some again"
-        )
+    taken_again = r.groups_taken_again(run_id)
+    assert not taken_again, (
+        f"checkpoints whose trained groups do not all name them as consumer (version: trained, consumed): "
+        f"{taken_again}: a later step took some again"
+    )
     unended = r.query(
         "SELECT id, status FROM rollouts WHERE run_id = :r AND ended_at IS NULL", r=run_id
     )
