@@ -4,6 +4,7 @@ The reference for "the policy's logprob of a rollout's output" is a plain, unpac
 forward over prompt + output, independent of the tree packing the update uses.
 """
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -12,12 +13,13 @@ import torch
 from safetensors.torch import load_file
 
 from clawgym.policies import load_model
+from clawgym.rl import grpo_terms, merge_terms, pack
 from clawgym.trainer import checkpoint as ckpt
 from clawgym.trainer.batch import build_batch
 from clawgym.trainer.distributed import World
 from clawgym.trainer.optim import lr_factor, make_optimizer
 from clawgym.trainer.policy import build_policy
-from clawgym.trainer.update import Normaliser, prepare_packs, update
+from clawgym.trainer.update import Normaliser, has_gradient, prepare_packs, update
 
 PROMPT = [4096, 11, 12, 13, 14, 15, 16]  # meaningful only as "the task": shared by both samples
 GOOD = [100, 101, 102, 103]  # rewarded sample (advantage > 0)
@@ -78,6 +80,46 @@ def test_a_group_whose_rewards_are_equal_moves_nothing_but_entropy(trainer_cfg, 
     _, _, before, after, d = one_step(cfg, [hand_group("g", PROMPT, [GOOD, BAD], [1.0, 1.0])])
     assert d["grad_norm"] == 0.0, f"zero advantages must give a zero gradient, got {d['grad_norm']}"
     assert after == before, "the weights must not change without a gradient"
+
+
+def test_groups_without_reward_variance_are_not_packed_and_the_gradient_is_unchanged(trainer_cfg, hand_group):
+    """GRPO, no KL or entropy term: a group whose rewards are all equal gets no pack (its forward and
+    backward would add nothing); the step's gradient is the one its zero-advantage rows give."""
+    cfg = trainer_cfg(algorithm={"lr": 1e-3, "tis_cap": None})
+    signal = hand_group("signal", PROMPT, [GOOD, BAD], [1.0, 0.0])
+    flat = hand_group("flat", [4096, 21, 22, 23], [GOOD, BAD], [1.0, 1.0])
+    batch = build_batch([signal, flat], 0, cfg.max_policy_lag)
+    norm = Normaliser.of(batch.trees)
+    built = build_policy(cfg)
+    world = World()
+    skipped = prepare_packs(built.module, batch.trees, cfg.algorithm, norm, 64, world)
+    alone = prepare_packs(built.module, batch.trees[:1], cfg.algorithm, norm, 64, world)
+    assert sum(p.rows.token.numel() for p in skipped) == sum(p.rows.token.numel() for p in alone), (
+        "the group without reward variance must not be packed"
+    )
+    # every group packed, as the update did before the skip: the same pieces prepare_packs uses
+    flat_terms = grpo_terms(batch.trees[1].flat, aggregation="token")
+    assert not has_gradient(flat_terms, cfg.algorithm)
+    flat_terms = dataclasses.replace(
+        flat_terms, weight=flat_terms.weight * norm.scale(batch.trees[1], "token")
+    )
+    every = skipped + pack(batch.trees[1].flat, 64, merge_terms(flat_terms))
+
+    def grads(packs) -> list[torch.Tensor]:
+        model = build_policy(cfg).module
+        optimizer, _ = make_optimizer(model, cfg.algorithm, cfg.steps)
+        optimizer.step = lambda: None  # keep the weights: compare the gradients themselves
+        update(model, optimizer, packs, cfg.algorithm, world, 0)
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    with_skip, without = grads(skipped), grads(every)
+    assert len(with_skip) == len(without) and all(
+        torch.allclose(a, b, atol=1e-7, rtol=1e-5) for a, b in zip(with_skip, without, strict=True)
+    ), "skipping a zero-advantage group must not change the gradient"
+    assert any(float(g.abs().max()) > 0 for g in with_skip), "the group with variance must give a gradient"
+    assert has_gradient(flat_terms, cfg.algorithm.model_copy(update={"entropy_coef": 0.01})), (
+        "an entropy term gives every group a gradient: none is skipped then"
+    )
 
 
 def test_mismatch_is_measured_against_the_engine_logprobs(trainer_cfg, hand_group):

@@ -239,6 +239,8 @@ class Trainer:
                 "lr": lr,
                 "version": version,
                 "groups": len(batch.trees),
+                # groups whose rewards differ: only these give GRPO a gradient (update.has_gradient)
+                "groups_with_signal": sum(len(set(t.rewards)) > 1 for t in batch.trees),
                 "trained_groups": [t.group_id for t in batch.trees],
                 "groups_dropped": len(batch.dropped) + len(self._untrained.dropped),
                 "rollouts": sum(len(t.rewards) for t in batch.trees),

@@ -74,10 +74,20 @@ def prepare_packs(
                 leave_one_out=algo.leave_one_out,
                 aggregation=algo.aggregation,
             )
+            if not has_gradient(terms, algo):
+                continue
         terms = _rescaled(terms, norm.scale(tree, algo.aggregation))
         vt = value_terms(terms) if algo.name == "ppo" else None
         packs += pack(tree.flat, budget, merge_terms(terms), vt)
     return packs
+
+
+def has_gradient(terms: PathTerms, algo: AlgorithmConfig) -> bool:
+    """False for a GRPO group whose rollouts all got the same reward, when no KL or entropy term is
+    in the loss: every row's advantage is 0, so its forward and backward would add exactly nothing
+    to the gradient. Skipping it leaves the gradient as it was (the normaliser still counts its
+    tokens); diagnostics (entropy, clip fraction, kl_ref) are then those of the trained groups."""
+    return bool(np.any(terms.adv != 0)) or algo.kl_coef > 0 or algo.entropy_coef > 0
 
 
 def _rescaled(terms: PathTerms, scale: float) -> PathTerms:
