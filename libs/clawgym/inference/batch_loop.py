@@ -8,9 +8,11 @@ One iteration of the loop (a "step"):
   1. drop aborted requests; apply pending weight swaps (so a swap lands between two steps);
   2. admit waiting requests, in arrival order, while a row and the padded-token budget allow
      (`max_batch`, `max_batch_tokens`); each starts from the longest prefix of its prompt already
-     computed, in the prefix cache or by a request still prefilling. A request whose prompt shares
-     a prefix with one still prefilling waits until that one has computed it, then copies it
-     (a GRPO group's G equal prompts are prefilled once);
+     computed, in the prefix cache or by a request still prefilling, taken as it is admitted. A
+     request whose prompt shares a prefix with one still prefilling waits until that one has
+     computed it, then copies it (a GRPO group's G equal prompts are prefilled once); a prefix the
+     request already has (a cache hit) is no reason to wait, so prompts behind a cached system
+     prompt are admitted in one step;
   3. prefill at most `prefill_chunk` (P) prompt tokens in all, shared between the admitted prompts:
      up to P/4 to the oldest (so no prompt starves), the rest shortest-remaining first. The shares
      run batched (`_groups`): up to `prefill_batch` requests per forward, left-padded to the longest
