@@ -178,3 +178,118 @@ def test_a_batched_prefill_forward_that_raises_fails_only_its_request(
     assert refused[0] > 1 and refused[1:] == [1], (
         f"a shared forward must raise, then its rerun alone: {refused}"
     )
+
+
+AGENT_SYSTEM = "You are a careful shell agent. Answer with one bash block and say DONE at the end. " * 4
+AGENT_TASKS = [
+    "Write hello into a.txt.",
+    "Make a folder named logs, then move every .log file of the workspace into it.",
+    "Count the lines of every Python file under src/ and write the total into count.txt, one number.",
+    "Delete old.md.",
+]
+
+
+@pytest.fixture(scope="module")
+def agent_prompts(tiny_tok):
+    """First prompts of an agent: one long system prompt, tasks of different lengths."""
+    return [
+        tiny_tok.apply_chat_template(
+            [{"role": "system", "content": AGENT_SYSTEM}, {"role": "user", "content": task}],
+            add_generation_prompt=True,
+            return_dict=False,
+        )
+        for task in AGENT_TASKS
+    ]
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("chunk", [1024, 64])
+def test_prompts_with_and_without_cached_prefixes_arriving_while_one_decodes_equal_one_at_a_time(
+    engine_factory, collect, hf_greedy, tiny_model, prompts, agent_prompts, chunk
+):
+    """Prefix cache on: one agent prompt is cached, then while a request decodes, seven prompts arrive
+    together: that prompt again (all but its last token cached), two more tasks under the same system
+    prompt (its KV cached), one task twice (the second copies the first's KV once computed) and two
+    prompts sharing nothing. Batched (chunks of cached and fresh rows in shared forwards, P = 1024 or
+    64) and one prompt per forward take the same prefix hits and give the same seeded tokens, logprobs
+    within fp32 tolerance of each other and of a teacher-forced forward; the decoding request is exact."""
+    cached, b, c, d = agent_prompts
+    arriving = [cached, b, c, d, d, prompts[2], prompts[5]]
+    engines = {
+        "batched": engine_factory(tiny_model, prefill_chunk=chunk),
+        "alone": engine_factory(tiny_model, prefill_chunk=chunk, prefill_batch=1),
+    }
+    running_params = SamplingParams(max_new_tokens=40, temperature=0.0)
+
+    async def body(engine):
+        await collect(engine, cached, SamplingParams(max_new_tokens=2, temperature=0.0))
+        hits_before = engine.counters().prefix_hit_tokens
+        steps = engine.counters().decode_steps
+        running = asyncio.create_task(collect(engine, prompts[0], running_params, "a:0"))
+        while engine.counters().decode_steps == steps:  # the running request is decoding
+            await asyncio.sleep(0.001)
+        results = await _collect_all(engine, arriving, SAMPLED, collect)
+        return await running, results, engine.counters(), engine.counters().prefix_hit_tokens - hits_before
+
+    outcomes = {name: asyncio.run(body(engine)) for name, engine in engines.items()}
+    running, results, counters, hits = outcomes["batched"]
+    running_1, results_1, _, hits_1 = outcomes["alone"]
+    assert running[0] == running_1[0] == hf_greedy(tiny_model, prompts[0], 40), (
+        "the decoding request diverged"
+    )
+    system = _shared(cached, b)
+    expected_hits = (
+        (len(cached) - 1) + _shared(cached, b) + _shared(cached, c) + _shared(cached, d) + len(d) - 1
+    )
+    assert hits == hits_1 >= expected_hits, (
+        f"prefix hits {hits} (one per forward: {hits_1}), expected {expected_hits}"
+    )
+    assert system >= 32, "test setup: the agent prompts must share a long system prompt"
+    assert counters.prefill_forwards < counters.prefill_chunks, f"nothing was prefilled together: {counters}"
+    for i, prompt in enumerate(arriving):
+        ids, logprobs = results[i][0], results[i][1]
+        assert ids == results_1[i][0], f"prompt {i}: seeded samples differ between batched and alone"
+        diff_alone = (torch.tensor(logprobs) - torch.tensor(results_1[i][1])).abs().max().item()
+        diff_forward = (
+            (torch.tensor(logprobs) - _teacher_forced(tiny_model, prompt, ids, 1.0)).abs().max().item()
+        )
+        assert diff_alone < 1e-5 and diff_forward < 1e-4, (
+            f"prompt {i}: logprobs differ by {diff_alone} from one-per-forward, {diff_forward} from teacher forcing"
+        )
+
+
+def test_groups_behind_a_cached_system_prompt_are_admitted_together(
+    engine_factory, collect, hf_greedy, tiny_model, agent_prompts
+):
+    """A GRPO step's first calls once the system prompt is cached: 4 copies each of two tasks arrive
+    together. Each task's first copy starts from the cached system prompt at once, its three copies
+    follow it one step later (copying its KV, one token left each), so two steps admit all eight:
+    they decode together and their prefill takes at most 3 forwards. Exact against HF generate."""
+    warm, b, c, _ = agent_prompts
+    torch_engine = engine_factory(tiny_model, prefill_chunk=1024)
+    params = SamplingParams(max_new_tokens=3, temperature=0.0)
+
+    async def body():
+        await collect(torch_engine, warm, params)
+        before = torch_engine.counters()
+        results = await _collect_all(torch_engine, [b] * 4 + [c] * 4, params, collect)
+        return results, before, torch_engine.counters()
+
+    results, before, after = asyncio.run(body())
+    for i, prompt in enumerate([b] * 4 + [c] * 4):
+        assert results[i][0] == hf_greedy(tiny_model, prompt, 3), f"request {i} diverged"
+    forwards = after.prefill_forwards - before.prefill_forwards
+    assert (
+        after.prefill_tokens - before.prefill_tokens
+        == (len(b) - _shared(warm, b)) + (len(c) - _shared(warm, c)) + 6
+    ), f"each task's suffix once, one token per copy: {after}"
+    assert forwards <= 3 and max(after.batch_sizes) == 8, (
+        f"all eight must be admitted within two steps and decode together: {forwards} forwards, "
+        f"decode batch sizes {dict(after.batch_sizes)}"
+    )

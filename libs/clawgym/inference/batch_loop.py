@@ -8,9 +8,11 @@ One iteration of the loop (a "step"):
   1. drop aborted requests; apply pending weight swaps (so a swap lands between two steps);
   2. admit waiting requests, in arrival order, while a row and the padded-token budget allow
      (`max_batch`, `max_batch_tokens`); each starts from the longest prefix of its prompt already
-     computed, in the prefix cache or by a request still prefilling. A request whose prompt shares
-     a prefix with one still prefilling waits until that one has computed it, then copies it
-     (a GRPO group's G equal prompts are prefilled once);
+     computed, in the prefix cache or by a request still prefilling, taken as it is admitted. A
+     request whose prompt shares a prefix with one still prefilling waits until that one has
+     computed it, then copies it (a GRPO group's G equal prompts are prefilled once); a prefix the
+     request already has (a cache hit) is no reason to wait, so prompts behind a cached system
+     prompt are admitted in one step;
   3. prefill at most `prefill_chunk` (P) prompt tokens in all, shared between the admitted prompts:
      up to P/4 to the oldest (so no prompt starves), the rest shortest-remaining first. The shares
      run batched (`_groups`): up to `prefill_batch` requests per forward, left-padded to the longest
@@ -284,22 +286,26 @@ class BatchLoop:
 
     def _admit(self) -> None:
         """Moves waiting requests, in arrival order, to prefilling while a row and the padded-token
-        budget allow; one that should follow a prefilling prompt stays waiting (`_follows`)."""
+        budget allow; one that should follow a prefilling prompt stays waiting (`_follows`). Each
+        starts its prefill as it is admitted, so the next one's `_follows` sees the prefix it already
+        has: the prompts behind a cached one are admitted together, not one per step."""
+        with self._cond:  # the queue is read under the lock; only this thread removes from it
+            candidates = list(self._waiting)
         admitted: list[Request] = []
-        with self._cond:
-            for request in list(self._waiting):
-                busy = self._prefilling + admitted
-                if len(self._rows) + len(busy) >= self.max_batch:
-                    break
-                if not self._fits(request, busy):
-                    break  # in order: a long prompt is not starved by shorter ones behind it
-                if self._follows(request, busy):
-                    continue
-                self._waiting.remove(request)
-                admitted.append(request)
-        for request in admitted:
+        for request in candidates:
+            if len(self._rows) + len(self._prefilling) >= self.max_batch:
+                break
+            if not self._fits(request, self._prefilling):
+                break  # in order: a long prompt is not starved by shorter ones behind it
+            if self._follows(request, self._prefilling):
+                continue
             self._start_prefill(request)
             self._prefilling.append(request)
+            admitted.append(request)
+        if admitted:
+            with self._cond:
+                for request in admitted:
+                    self._waiting.remove(request)
 
     def _fits(self, request: Request, busy: list[Request]) -> bool:
         """Whether the batch, once every prefilling prompt and this one joined it, stays within
