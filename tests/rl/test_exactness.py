@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Co
 from clawgym.rl import ValueHead, gae_terms, grpo_terms, merge_terms, pack, tree_loss, value_terms
 from clawgym.rl.forward import packed_forward, values_by_position
 from clawgym.rl.per_path import pack_paths, path_forward, path_loss, path_rows
+from clawgym.rl.tree_attention import TREE_ATTENTION
 from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trajectory import FlatTree, tree_from_groups
 from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
@@ -47,13 +48,14 @@ CONFIGS = {
 _MODELS: dict = {}
 
 
-def tiny_model(arch: str, dtype: torch.dtype) -> torch.nn.Module:
-    """A seeded tiny model, built once per (arch, dtype) and reused (tests never step it)."""
-    key = (arch, dtype)
+def tiny_model(arch: str, dtype: torch.dtype, attn: str = "sdpa") -> torch.nn.Module:
+    """A seeded tiny model, built once per (arch, dtype, attention) and reused (tests never step it);
+    the same weights under every attention implementation."""
+    key = (arch, dtype, attn)
     if key not in _MODELS:
         torch.manual_seed(0)
         cfg = CONFIGS[arch]()
-        cfg._attn_implementation = "sdpa"
+        cfg._attn_implementation = attn
         _MODELS[key] = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
     return _MODELS[key]
 
@@ -137,11 +139,16 @@ LOSS_CFG = AlgorithmConfig(
 ).loss_config()
 
 
+ATTNS = ["sdpa", TREE_ATTENTION]  # the dense tree mask, and block-sparse tree attention
+
+
+@pytest.mark.parametrize("attn", ATTNS)
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_grpo_packed_tree_equals_sum_over_paths_whole_and_split(arch, dtype):
-    """GRPO with clipping, TIS against engine logprobs, KL to a reference and an entropy bonus."""
-    model = tiny_model(arch, dtype)
+def test_grpo_packed_tree_equals_sum_over_paths_whole_and_split(arch, dtype, attn):
+    """GRPO with clipping, TIS against engine logprobs, KL to a reference and an entropy bonus.
+    The trees (~60-100 tokens) span several of tree attention's query blocks (16 tokens)."""
+    model = tiny_model(arch, dtype, attn)
     ref = copy.deepcopy(model)
     with torch.no_grad():
         for p in ref.parameters():
@@ -152,14 +159,15 @@ def test_grpo_packed_tree_equals_sum_over_paths_whole_and_split(arch, dtype):
     for budget in (None, split_budget(flat, 0.3)):
         loss, n_packs, g = packed_total(model, flat, terms, budget, LOSS_CFG, ref_model=ref)
         assert budget is None or n_packs > 1, "the split case must really split"
-        assert_same((loss, g), linear, TOLERANCE[dtype], f"GRPO {arch} {dtype} budget={budget}")
+        assert_same((loss, g), linear, TOLERANCE[dtype], f"GRPO {arch} {dtype} {attn} budget={budget}")
 
 
+@pytest.mark.parametrize("attn", ATTNS)
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_ppo_with_value_head_packed_tree_equals_sum_over_paths_whole_and_split(arch, dtype):
+def test_ppo_with_value_head_packed_tree_equals_sum_over_paths_whole_and_split(arch, dtype, attn):
     """PPO-GAE: values from the packed no-grad pass, GAE per path, clipped value loss, value-head grads."""
-    model = tiny_model(arch, dtype)
+    model = tiny_model(arch, dtype, attn)
     torch.manual_seed(1)
     head = ValueHead(model.config.hidden_size, dtype=dtype)
     flat = random_tree(seed=11, group_size=3)
@@ -169,7 +177,7 @@ def test_ppo_with_value_head_packed_tree_equals_sum_over_paths_whole_and_split(a
     linear = per_path_total(model, flat, terms, LOSS_CFG, value_head=head)
     for b in (None, budget):
         loss, _, g = packed_total(model, flat, terms, b, LOSS_CFG, value_head=head)
-        assert_same((loss, g), linear, TOLERANCE[dtype], f"PPO {arch} {dtype} budget={b}")
+        assert_same((loss, g), linear, TOLERANCE[dtype], f"PPO {arch} {dtype} {attn} budget={b}")
     assert any(k.startswith("extra0.") for k in linear[1]), "the value head must receive gradients"
 
 
@@ -224,13 +232,15 @@ def test_calls_at_different_temperatures_packed_tree_equals_sum_over_paths(algo)
     aggregation=st.sampled_from(["token", "sequence", "sum"]),
     old_from_engine=st.booleans(),
     algo=st.sampled_from(["grpo", "ppo"]),
+    attn=st.sampled_from(ATTNS),
 )
 def test_random_trees_packed_equal_per_path_in_float64(
-    seed, arch, group_size, n_groups, vocab, fraction, aggregation, old_from_engine, algo
+    seed, arch, group_size, n_groups, vocab, fraction, aggregation, old_from_engine, algo, attn
 ):
-    """Property: for random trees, budgets, aggregations and both algorithms, packed == Σ paths."""
+    """Property: for random trees, budgets, aggregations, both algorithms and both tree attentions,
+    packed == Σ paths."""
     dtype = torch.float64
-    model = tiny_model(arch, dtype)
+    model = tiny_model(arch, dtype, attn)
     flat = random_tree(seed, group_size, n_groups, vocab)
     budget = split_budget(flat, fraction)
     head = None
@@ -241,14 +251,16 @@ def test_random_trees_packed_equal_per_path_in_float64(
         head = ValueHead(model.config.hidden_size, dtype=dtype)
         values = values_by_position(model, head, pack(flat, budget, dtype=dtype), flat.n_positions)
         terms = gae_terms(flat, values, gamma=1.0, lam=0.95, aggregation=aggregation)
-    cfg = AlgorithmConfig(tis_cap=2.0, entropy_coef=0.02, value_clip=None if seed % 3 == 0 else 0.1).loss_config()
+    cfg = AlgorithmConfig(
+        tis_cap=2.0, entropy_coef=0.02, value_clip=None if seed % 3 == 0 else 0.1
+    ).loss_config()
     linear = per_path_total(model, flat, terms, cfg, head, old_from_engine=old_from_engine)
     packed = packed_total(model, flat, terms, budget, cfg, head, old_from_engine=old_from_engine)
     loss, _, g = packed
     if not linear[1]:  # no generated token anywhere (cannot happen with >= 2 calls, kept for safety)
         assert not g, "the packed tree must not produce gradients the paths do not"
         return
-    assert_same((loss, g), linear, TOLERANCE[dtype], f"{algo} {arch} budget={budget}")
+    assert_same((loss, g), linear, TOLERANCE[dtype], f"{algo} {arch} {attn} budget={budget}")
 
 
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
@@ -283,8 +295,8 @@ def test_packed_logprobs_and_values_equal_per_path_forward_passes(arch):
 
 @pytest.mark.parametrize(
     ("attn", "sliding"),
-    [("eager", False), ("sdpa", True), ("eager", True)],
-    ids=["eager", "sdpa-sliding-window", "eager-sliding-window"],
+    [("eager", False), ("sdpa", True), ("eager", True), (TREE_ATTENTION, True)],
+    ids=["eager", "sdpa-sliding-window", "eager-sliding-window", "tree-sliding-window"],
 )
 def test_eager_attention_and_sliding_window_layers_pack_exactly(attn, sliding):
     """The additive eager mask, and sliding-window layers (window measured along the path), give

@@ -10,9 +10,13 @@ Attention backends (`model.config._attn_implementation`):
 - "flex_attention" (GPU): a FlexAttention BlockMask. CI checks its mask and forward on CPU only
   (torch has no FlexAttention backward there); its gradients are checked on CUDA by
   tests/rl/test_flex_gpu.py and bench/gpu.sh;
+- "clawgym_tree" (`tree_attention.py`, the trainer's default): block-sparse SDPA, one call per
+  block of queries on only the keys it may see; the layout goes to the attention through the
+  model's kwargs (`tree_blocks`), no T² mask is built;
 - flash-attention kernels take no arbitrary mask and are refused.
 Sliding-window layers (config.layer_types has "sliding_attention") get their own mask with the
-window measured along the path (depth), handed over as transformers' per-layer-type mask dict.
+window measured along the path (depth), handed over as transformers' per-layer-type mask dict
+(with "clawgym_tree" the blocks apply the window the attention module passes).
 """
 
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from torch import Tensor, nn
 
 from clawgym.errors import FailedPrecondition
 from clawgym.rl.packing import PackedSequence, eager_mask, flex_block_mask, sdpa_mask
+from clawgym.rl.tree_attention import TREE_ATTENTION, TreeBlocks, tree_blocks
 
 
 class ValueHead(nn.Module):
@@ -48,7 +53,8 @@ class PackedOutput:
 
 
 def tree_attention_mask(model: nn.Module, pack: PackedSequence, device: torch.device, dtype: torch.dtype):
-    """The mask argument for `model`'s base model: a tensor, a BlockMask, or a per-layer-type dict."""
+    """The mask argument for `model`'s base model: a tensor, a BlockMask, a per-layer-type dict, or
+    with "clawgym_tree" the `TreeBlocks` layout (every layer type: the blocks apply windows)."""
     cfg = model.config
     impl = getattr(cfg, "_attn_implementation", "sdpa") or "sdpa"
     window = getattr(cfg, "sliding_window", None)
@@ -58,6 +64,8 @@ def tree_attention_mask(model: nn.Module, pack: PackedSequence, device: torch.de
         raise FailedPrecondition(
             f"tree packing supports full and sliding attention layers, not {sorted(unknown)}"
         )
+    if impl == TREE_ATTENTION:
+        return tree_blocks(pack.subtree_end, pack.position_ids, device)
 
     def make(w: int | None):
         if impl == "sdpa":
@@ -66,7 +74,9 @@ def tree_attention_mask(model: nn.Module, pack: PackedSequence, device: torch.de
             return eager_mask(pack, dtype, w, device)
         if impl == "flex_attention":
             return flex_block_mask(pack, device, w)
-        raise FailedPrecondition(f"tree packing needs sdpa, eager or flex_attention, not {impl!r}")
+        raise FailedPrecondition(
+            f"tree packing needs {TREE_ATTENTION}, sdpa, eager or flex_attention, not {impl!r}"
+        )
 
     if "sliding_attention" not in layer_types:
         return make(None)
@@ -77,11 +87,21 @@ def hidden_states(model: nn.Module, pack: PackedSequence) -> Tensor:
     """(T, H) last hidden states of the base model on the packed tree."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
+    mask = tree_attention_mask(model, pack, device, dtype)
+    attention = {"attention_mask": mask}
+    if isinstance(mask, TreeBlocks):  # the layout rides in the kwargs HF hands every attention call
+        # A 4D placeholder (or one per layer type), which transformers passes through as it is:
+        # with None it would build a T² causal mask (depth resets read as packed sequences), unused.
+        placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device)
+        sliding = "sliding_attention" in (getattr(model.config, "layer_types", None) or ())
+        if sliding:
+            placeholder = {"full_attention": placeholder, "sliding_attention": placeholder}
+        attention = {"attention_mask": placeholder, "tree_blocks": mask}
     out = model.base_model(
         input_ids=pack.input_ids[None].to(device),
         position_ids=pack.position_ids[None].to(device),
-        attention_mask=tree_attention_mask(model, pack, device, dtype),
         use_cache=False,
+        **attention,
     )
     return out.last_hidden_state[0]
 

@@ -124,7 +124,9 @@ class Trainer:
                 state = ckpt.load_trainer_state(folder)
                 self.version = latest.version
             weights = str(folder) if folder is not None and not self.cfg.lora.enabled else None
-            self.policy = build_policy(self.cfg, weights=weights, value_head_state=state.get("value_head"))
+            self.policy = build_policy(
+                self.cfg, weights=weights, value_head_state=state.get("value_head"), device=self.world.device
+            )
             if state.get("adapters"):
                 self.policy.module.lm.load_state_dict(state["adapters"], strict=False)
         except Exception as e:

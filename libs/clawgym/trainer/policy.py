@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from clawgym.rl.forward import ValueHead, hidden_states, packed_forward
 from clawgym.rl.packing import LossRows, PackedSequence
+from clawgym.rl.tree_attention import TREE_ATTENTION
 from clawgym.trainer.config import LoraSettings, TrainerConfig
 
 
@@ -84,9 +85,18 @@ class BuiltPolicy:
 
 
 def build_policy(
-    cfg: TrainerConfig, weights: str | None = None, value_head_state: dict | None = None
+    cfg: TrainerConfig,
+    weights: str | None = None,
+    value_head_state: dict | None = None,
+    device: torch.device | str = "cpu",
 ) -> BuiltPolicy:
-    """The policy of `cfg.model`, or the weights of checkpoint folder `weights` (a full HF folder).
+    """The policy of `cfg.model`, or the weights of checkpoint folder `weights` (a full HF folder),
+    for training on `device`.
+
+    Attention: eager and flex_attention are kept as the model's config sets them; anything else
+    becomes block-sparse tree attention (`rl.tree_attention`) on the CPU, where it computes the
+    same as SDPA with the dense tree mask with a fraction of the pairs, and SDPA on a GPU (there
+    tree attention's gathered keys grow with depth / block; FlexAttention is the block-sparse path).
 
     With LoRA, `weights` is the base model's folder and the adapters are loaded by the caller
     (`checkpoint.load_adapters`). The value head (PPO) starts from `value_head_state` if given,
@@ -98,9 +108,9 @@ def build_policy(
 
     def load(spec: str, strict: bool) -> nn.Module:
         lm = load_model(spec, dtype=dtype, cache_dir=cfg.cache_dir, strict=strict)
-        if lm.config._attn_implementation not in ("sdpa", "eager", "flex_attention"):
-            # tree packing needs a backend that takes a mask (rl/forward.py)
-            lm.set_attn_implementation("sdpa")
+        if lm.config._attn_implementation not in ("eager", "flex_attention"):
+            # tree packing needs a backend that takes a mask or a block layout (rl/forward.py)
+            lm.set_attn_implementation(TREE_ATTENTION if torch.device(device).type == "cpu" else "sdpa")
         return lm
 
     lm = load(weights or cfg.model, strict=weights is not None)
