@@ -49,7 +49,8 @@ class QuickstartOptions:
     temperature: float = 0.7
     max_new_tokens: int = 40
     max_turns: int = 1
-    concurrency: int = 8
+    # a step's 32 rollouts decode as one batch: on 2 cores the engine makes 2.6x the tokens/s of 8 at once
+    concurrency: int = 32
     threads: int = 0
     minutes: float = 15.0
     seed: int = 0
