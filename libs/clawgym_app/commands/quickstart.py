@@ -88,6 +88,8 @@ class QuickstartOptions:
                 # variance (every group all-pass or all-fail) and a zero gradient; with momentum, AdamW
                 # would still step in the previous direction (measured: the policy drifted and the
                 # batch reward fell from 0.5 to 0.0 over such steps). Cosine decay calms the last steps.
+                # (Such a batch now makes no optimizer step at all: update.has_gradient skips its
+                # groups. β1 > 0 is the measurement still to make, see issue #17's notes.)
                 "algorithm": {
                     "name": "grpo",
                     "lr": self.lr,
