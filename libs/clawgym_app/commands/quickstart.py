@@ -45,7 +45,7 @@ class QuickstartOptions:
     eval_samples: int = 1
     group_size: int = 8
     groups_per_step: int = 4
-    lr: float = 5e-5
+    lr: float = 2e-5  # measured: 5e-5 lowered both held-out sets in 6 steps (seed 0), 2e-5 raised both
     temperature: float = 0.7
     max_new_tokens: int = 40
     max_turns: int = 1
