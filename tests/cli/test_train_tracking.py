@@ -55,8 +55,10 @@ def test_train_writes_tensorboard_and_wandb_with_the_reports_names_and_values(
     W&B run (offline) is the store run, with the same names in its summary."""
     config = run_config(
         proxy={"max_new_tokens": 12},
+        # An entropy term gives every group a gradient, so that each step has the update's diagnostics
+        # (a group whose rewards are all equal is otherwise skipped, and the tiny policy rarely passes).
         trainer={"run_name": "tracked", "steps": 2, "group_size": 2, "groups_per_step": 2,
-                 "algorithm": {"lr": 1e-4}, "sweep_interval_s": 1.0},
+                 "algorithm": {"lr": 1e-4, "entropy_coef": 1e-3}, "sweep_interval_s": 1.0},
         evaluation={"tasks": 2},
         tracking={"tensorboard": True, "wandb": {"project": "clawgym-test", "mode": "offline"}},
     )  # fmt: skip
@@ -76,15 +78,22 @@ def test_train_writes_tensorboard_and_wandb_with_the_reports_names_and_values(
             expected.setdefault(name, {})[e["version"]] = value
     logged = tensorboard_scalars(tmp_path / "run" / "tensorboard")
 
-    assert {"loss", "reward", "approx_kl", "entropy", "harness/reference/pass_rate", "eval/reference/pass@1"} <= set(
-        logged
-    ), f"the diagnostics and Pass@1 are logged: {sorted(logged)}"
+    assert {
+        "loss",
+        "reward",
+        "approx_kl",
+        "entropy",
+        "harness/reference/pass_rate",
+        "eval/reference/pass@1",
+    } <= set(logged), f"the diagnostics and Pass@1 are logged: {sorted(logged)}"
     assert set(logged) == set(expected), (
         f"TensorBoard's names are the report's: only TB {set(logged) - set(expected)}, "
         f"only report {set(expected) - set(logged)}"
     )
     for name, points in expected.items():
-        assert logged[name] == pytest.approx(points, rel=1e-6), f"{name}: TensorBoard {logged[name]} != report {points}"
+        assert logged[name] == pytest.approx(points, rel=1e-6), (
+            f"{name}: TensorBoard {logged[name]} != report {points}"
+        )
     assert logged["eval/reference/pass@1"].keys() == {0, 2}, "Pass@1 before (v0) and after (v2)"
     plain = {n for n in logged if not n.startswith(("harness/", "eval/"))}
     assert plain <= set(STEP_KEYS), f"step names are the Prometheus/store step keys: {plain - set(STEP_KEYS)}"

@@ -20,6 +20,7 @@ import pytest
 
 from clawgym.assemble import open_rollouts
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
+from clawgym.orchestrator import failures
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus, collect
 from clawgym.rpc import check_health
 from clawgym.tasks.loader import load_tasks
@@ -397,6 +398,8 @@ def test_metrics_endpoint_exports_what_the_dashboards_query(make_orchestrator, f
         'clawgym_orchestrator_sandbox_start_seconds_count{backend="local"} 2.0',
         'clawgym_orchestrator_rollout_duration_seconds_count{harness="oracle"} 2.0',
         'clawgym_orchestrator_active_sandboxes{backend="local",harness="oracle"} 0.0',
+        # a run without infrastructure failures charts each kind at 0 rather than "No data"
+        *(f'clawgym_orchestrator_failures_total{{kind="{kind}"}} 0.0' for kind in failures.KINDS),
     ):
         assert needle in text, f"/metrics lacks {needle!r}"
     assert check_health(served.target, "clawgym.v1.Orchestrator") == "SERVING"

@@ -223,3 +223,39 @@ def test_kl_to_the_initial_policy_is_measured_without_entering_the_loss(
     assert all(torch.equal(ref_state[k], initial_state[k]) for k in initial_state), (
         "a resumed trainer's reference is the initial policy, not the checkpoint it resumes from"
     )
+
+
+def test_a_step_without_any_signal_moves_the_weights_as_the_unskipped_update_would(trainer_cfg, hand_group):
+    """After a step with signal, AdamW's momentum keeps moving the weights on a zero gradient. A step
+    whose every group was skipped (no pack at all) still steps the optimizer, so weights, Adam's moments
+    and its step count match the update that forwarded the zero-advantage group, and its loss is 0."""
+    cfg = trainer_cfg(algorithm={"lr": 1e-3, "tis_cap": None})  # β1 = 0.9
+    signal = build_batch([hand_group("signal", PROMPT, [GOOD, BAD], [1.0, 0.0])], 0, cfg.max_policy_lag)
+    flat = build_batch([hand_group("flat", PROMPT, [GOOD, BAD], [1.0, 1.0])], 1, cfg.max_policy_lag)
+    world = World()
+
+    def two_steps(skip: bool):
+        model = build_policy(cfg).module
+        optimizer, _ = make_optimizer(model, cfg.algorithm, cfg.steps)
+        first = prepare_packs(model, signal.trees, cfg.algorithm, Normaliser.of(signal.trees), 64, world)
+        update(model, optimizer, first, cfg.algorithm, world, 0)
+        if skip:
+            second = prepare_packs(model, flat.trees, cfg.algorithm, Normaliser.of(flat.trees), 64, world)
+            assert second == [], "a group without reward variance is not packed"
+        else:
+            terms = grpo_terms(flat.trees[0].flat, aggregation="token")
+            second = pack(flat.trees[0].flat, 64, merge_terms(terms))
+        d = update(model, optimizer, second, cfg.algorithm, world, 1)
+        return model, optimizer, d
+
+    skipped, opt_skipped, d = two_steps(skip=True)
+    forwarded, opt_forwarded, _ = two_steps(skip=False)
+    assert d["loss"] == 0.0 and d["grad_norm"] == 0.0, f"nothing trained: loss and gradient are 0: {d}"
+    steps = {int(s["step"]) for s in opt_skipped.state.values()}
+    assert steps == {int(s["step"]) for s in opt_forwarded.state.values()} == {2}, (
+        f"AdamW stepped twice: {steps}"
+    )
+    moved = [
+        (a, b) for a, b in zip(skipped.parameters(), forwarded.parameters(), strict=True) if a.requires_grad
+    ]
+    assert all(torch.equal(a, b) for a, b in moved), "the skip must not change where the weights go"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from clawgym.orchestrator.failures import KINDS
+
 START_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
@@ -50,6 +52,8 @@ class OrchestratorMetrics:
             ["kind"],
             registry=r,
         )
+        for kind in KINDS:  # each kind's series exists at 0: a run without failures charts 0, not "No data"
+            self.failures.labels(kind=kind)
         self.waiting = Gauge(
             "clawgym_orchestrator_waiting_rollouts",
             "Registered rollouts waiting for a concurrency slot",

@@ -86,7 +86,9 @@ def has_gradient(terms: PathTerms, algo: AlgorithmConfig) -> bool:
     """False for a GRPO group whose rollouts all got the same reward, when no KL or entropy term is
     in the loss: every row's advantage is 0, so its forward and backward would add exactly nothing
     to the gradient. Skipping it leaves the gradient as it was (the normaliser still counts its
-    tokens); diagnostics (entropy, clip fraction, kl_ref) are then those of the trained groups."""
+    tokens); diagnostics (entropy, clip fraction, kl_ref) are then those of the trained groups, and a
+    step with no such group reports loss 0 and no entropy or KL. The optimizer still steps then
+    (`_zero_missing_grads`), so momentum and its step count are those of the unskipped update."""
     return bool(np.any(terms.adv != 0)) or algo.kl_coef > 0 or algo.entropy_coef > 0
 
 
@@ -162,13 +164,24 @@ def update(
             if real:
                 parts.append(diagnostics)
             (loss * (world.size if real else 0.0)).backward()
+        if n_steps == 0:  # no group had signal on any rank: AdamW still steps, as if on their zero gradient
+            _zero_missing_grads(params)
         grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)))
         if np.isfinite(grad_norm):
             optimizer.step()
         else:  # a NaN/inf gradient would poison the weights and every later step: skip this one
             optimizer.zero_grad(set_to_none=True)
     combined = combine_diagnostics([d for d in world.gather(combine_diagnostics(parts)) if d])
-    return _stable_names(combined) | {"grad_norm": grad_norm}
+    # Skipped groups add exactly 0 to the loss; entropy and KL are measured only on trained groups.
+    return {"loss": 0.0} | _stable_names(combined) | {"grad_norm": grad_norm}
+
+
+def _zero_missing_grads(params: list[Tensor]) -> None:
+    """Zero gradients where none were computed, so that the optimizer's step count, momentum decay and
+    parameters move exactly as they would have after a forward and backward of advantage-0 groups."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 # Per-micro-batch bookkeeping of `combine_diagnostics`, not step diagnostics; the step's policy lag is
