@@ -42,4 +42,5 @@ def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_
     assert (run_dir / "reward_pass_rate.png").stat().st_size > 10_000, "the reward/pass-rate plot exists"
     saved = ClawgymConfig(**yaml.safe_load((run_dir / "config.yaml").read_text()))
     assert saved.trainer.model == "tiny-qwen3" and saved.trainer.steps == 1, "config.yaml reproduces the run"
+    assert saved.trainer.sampling.mode == "signal", "the quickstart draws families by expected signal"
     assert "clawgym quickstart" in done.stderr, "progress goes to stderr with --json"

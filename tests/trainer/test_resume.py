@@ -191,3 +191,27 @@ def test_a_checkpoint_without_optimizer_state_is_smaller_and_resumes_with_fresh_
         assert "holds no optimizer state" in caplog.text, "a resume without moments is said out loud"
     finally:
         store.close()
+
+
+def test_signal_sampling_evidence_is_saved_with_the_checkpoint_and_resumed(
+    sqlite_url, trainer_cfg, make_trainer
+):
+    """The sampler's per-family evidence (what its next draws depend on) is part of the checkpoint's
+    state: a new trainer on the run draws on from it instead of starting with no opinion."""
+    cfg = trainer_cfg(steps=2, run_name="sampling", sampling={"mode": "signal", "half_life_steps": 2})
+    store = SqlStore(sqlite_url, MemoryBus())
+    try:
+        first = make_trainer(cfg, store)
+        first.run(steps=1)
+        evidence = first.sampler.state()
+        seen = sum(p + f for p, f in evidence.values())
+        assert seen == cfg.groups_per_step * cfg.group_size, f"each trained rollout is evidence: {evidence}"
+        saved = torch.load(
+            Path(cfg.checkpoint_uri) / cfg.run_name / "v000001" / "trainer_state.pt", weights_only=False
+        )
+        assert saved["sampler"] == evidence
+        resumed = make_trainer(cfg, store)
+        resumed.start()
+        assert resumed.sampler.state() == evidence and resumed.sampler.weights() == first.sampler.weights()
+    finally:
+        store.close()

@@ -34,13 +34,14 @@ from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer import checkpoint as ckpt
 from clawgym.trainer.batch import Batch, assign_to_ranks, build_batch
 from clawgym.trainer.config import TrainerConfig, check_trainer_config
+from clawgym.trainer.curriculum import TaskSampler
 from clawgym.trainer.distributed import World, shard
 from clawgym.trainer.feed import GroupFeed
 from clawgym.trainer.loop_thread import LoopThread
 from clawgym.trainer.metrics import TrainerMetrics
 from clawgym.trainer.optim import make_optimizer
 from clawgym.trainer.policy import BuiltPolicy, build_policy
-from clawgym.trainer.source import RolloutSource, plan_batch
+from clawgym.trainer.source import RolloutSource, make_sampler, plan_batch
 from clawgym.trainer.update import Normaliser, prepare_packs, update
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class Trainer:
         self.feed: GroupFeed | None = None
         # groups of steps that trained nothing (all dropped or empty): committed with the next checkpoint
         self._untrained = Batch(version=0)
-        self._task_ids: list[str] = []
+        self.sampler: TaskSampler | None = None  # rank 0
         self._requested_groups = 0  # by this trainer, for `_outstanding`
         self._warned_mismatch = False
         self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
@@ -154,7 +155,8 @@ class Trainer:
             if "plan_rng" in state:
                 self.rng.bit_generator.state = state["plan_rng"]
         if self.world.is_main:
-            self._task_ids = list(self.cfg.tasks) or self.source.task_ids()
+            self.sampler = make_sampler(self.cfg, list(self.cfg.tasks) or self.source.task_ids())
+            self.sampler.load_state(state.get("sampler", {}))
             self.feed = GroupFeed(
                 self.store, self.bus, self.run_id, sweep_interval_s=self.cfg.sweep_interval_s
             )
@@ -191,6 +193,7 @@ class Trainer:
         shards = None
         if self.world.is_main:
             groups, wait_s = self._collect()
+            self.sampler.observe(groups)  # before the next batch is planned (async mode: just below)
             if self.cfg.mode == "async":
                 self._top_up()  # 2. the next batch rolls out while this one trains
             batch = build_batch(groups, self.version, self.cfg.max_policy_lag, self.cfg.failed_reward)
@@ -228,7 +231,7 @@ class Trainer:
             self.scheduler,
             self.tokenizer,
             uri,
-            {"version": version, "plan_rng": self.rng.bit_generator.state},
+            {"version": version, "plan_rng": self.rng.bit_generator.state, "sampler": self._sampler_state()},
             self.world,
             with_optimizer=self.cfg.save_optimizer_state,
         )
@@ -283,10 +286,13 @@ class Trainer:
         ids = self.feed.take(need)
         return [self.store.get_group(g) for g in ids], time.monotonic() - started
 
+    def _sampler_state(self) -> dict[str, list[float]]:
+        return self.sampler.state() if self.sampler is not None else {}  # rank 0 holds the sampler
+
     def _top_up(self) -> None:
         """Requests a batch when the owed plus outstanding groups would not fill the next step."""
         if len(self.feed.ready()) + self._outstanding() < self.cfg.groups_per_step:
-            batch = plan_batch(self.cfg, self._task_ids, self.run_id, self.version, self.rng)
+            batch = plan_batch(self.cfg, self.sampler, self.run_id, self.version, self.rng)
             self._requested_groups += batch.n_groups
             self.source.request(batch)
 

@@ -21,6 +21,7 @@ import numpy as np
 from clawgym.errors import ClawgymError, FailedPrecondition, InvalidArgument, Unavailable
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
 from clawgym.trainer.config import TrainerConfig
+from clawgym.trainer.curriculum import TaskSampler
 from clawgym.trainer.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
@@ -51,23 +52,33 @@ class RolloutSource(Protocol):
 
 
 def plan_batch(
-    cfg: TrainerConfig, task_ids: list[str], run_id: str, policy_version: int, rng: np.random.Generator
+    cfg: TrainerConfig, sampler: TaskSampler, run_id: str, policy_version: int, rng: np.random.Generator
 ) -> Batch:
-    """`groups_per_step` groups: each a task drawn uniformly and a harness drawn by the mix weights."""
+    """`groups_per_step` groups: each a task drawn by `sampler` and a harness drawn by the mix weights."""
+    weights = np.array([h.weight for h in cfg.harnesses], dtype=np.float64)
+    harness = rng.choice(len(cfg.harnesses), size=cfg.groups_per_step, p=weights / weights.sum())
+    tasks = sampler.draw(cfg.groups_per_step, rng)
+    requests = tuple(
+        RolloutRequest(task, cfg.harnesses[h].name, cfg.group_size)
+        for task, h in zip(tasks, harness.tolist(), strict=True)
+    )
+    return Batch(
+        run_id=run_id,
+        rollouts=requests,
+        suite=cfg.suite,
+        batch_id=uuid.uuid4().hex,
+        policy_version=policy_version,
+    )
+
+
+def make_sampler(cfg: TrainerConfig, task_ids: list[str]) -> TaskSampler:
+    """The run's task sampler; `signal` reads the suite's families where the suite is local."""
     if not task_ids:
         raise FailedPrecondition(
             f"no tasks to sample: suite {cfg.suite!r} lists none and trainer.tasks is empty"
         )
-    weights = np.array([h.weight for h in cfg.harnesses], dtype=np.float64)
-    harness = rng.choice(len(cfg.harnesses), size=cfg.groups_per_step, p=weights / weights.sum())
-    tasks = rng.choice(len(task_ids), size=cfg.groups_per_step)
-    requests = tuple(
-        RolloutRequest(task_ids[t], cfg.harnesses[h].name, cfg.group_size)
-        for t, h in zip(tasks.tolist(), harness.tolist(), strict=True)
-    )
-    return Batch(
-        run_id=run_id, rollouts=requests, suite=cfg.suite, batch_id=uuid.uuid4().hex, policy_version=policy_version
-    )
+    families = suite_task_families(cfg.suite) if cfg.sampling.mode == "signal" else {}
+    return TaskSampler(list(task_ids), families, cfg.group_size, cfg.sampling)
 
 
 class BatchLedger:
@@ -186,3 +197,19 @@ def suite_task_ids(suite: str, split: str | None = None) -> list[str]:
         return [t.id for t in load_tasks(resolve_suite(suite), split=split)]
     except ClawgymError as e:
         raise InvalidArgument(f"trainer.suite: {e}") from None
+
+
+def suite_task_families(suite: str) -> dict[str, str]:
+    """Task id -> its metadata's `family`, for a suite the trainer can read locally; {} where it cannot
+    (the sampler then treats each task as its own family)."""
+    from clawgym.tasks.loader import load_tasks
+    from clawgym.tasks.suites import resolve_suite
+
+    try:
+        tasks = load_tasks(resolve_suite(suite))
+    except ClawgymError as e:
+        log.warning(
+            "trainer.sampling: the families of suite %r are unknown (%s): each task is its own", suite, e
+        )
+        return {}
+    return {t.id: str(t.metadata["family"]) for t in tasks if t.metadata.get("family")}

@@ -49,6 +49,9 @@ class QuickstartOptions:
     temperature: float = 0.7
     max_new_tokens: int = 40
     max_turns: int = 1
+    # draw task families by the chance that a group of them has rewards that differ (curriculum.py):
+    # at a ~5% base pass rate, half the uniform steps had no group with any
+    sampling: str = "signal"
     # a step's 32 rollouts decode as one batch: on 2 cores the engine makes 2.6x the tokens/s of 8 at once
     concurrency: int = 32
     threads: int = 0
@@ -88,8 +91,8 @@ class QuickstartOptions:
                 # variance (every group all-pass or all-fail) and a zero gradient; with momentum, AdamW
                 # would still step in the previous direction (measured: the policy drifted and the
                 # batch reward fell from 0.5 to 0.0 over such steps). Cosine decay calms the last steps.
-                # (Such a batch now makes no optimizer step at all: update.has_gradient skips its
-                # groups. β1 > 0 is the measurement still to make, see issue #17's notes.)
+                # (Such a batch is no longer forwarded: update.has_gradient skips its groups and the
+                # optimizer steps on a zero gradient. β1 > 0 is a measurement still to make, #17.)
                 "algorithm": {
                     "name": "grpo",
                     "lr": self.lr,
@@ -100,6 +103,7 @@ class QuickstartOptions:
                 "harnesses": [{"name": "reference", "weight": 1.0}],
                 "suite": self.suite,
                 "tasks": train_ids,
+                "sampling": {"mode": self.sampling},
                 "seed": self.seed,
                 "mode": "sync",
                 "max_policy_lag": 1,
@@ -143,6 +147,9 @@ def command(
     temperature: float = typer.Option(Q.temperature, help="sampling temperature of every model call"),
     max_new_tokens: int = typer.Option(Q.max_new_tokens, help="generated tokens per model call, at most"),
     max_turns: int = typer.Option(Q.max_turns, help="reference harness: model calls per rollout, at most"),
+    sampling: str = typer.Option(
+        Q.sampling, help="task draw: signal (families by expected reward variance) or uniform"
+    ),
     concurrency: int = typer.Option(Q.concurrency, help="rollouts running at once"),
     threads: int = typer.Option(
         Q.threads, help="torch threads; 0 = auto (1 when other processes keep the cores busy)"
@@ -163,8 +170,8 @@ def command(
         model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks,
         eval_unseen_tasks=eval_unseen_tasks, eval_samples=eval_samples,
         group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
-        max_new_tokens=max_new_tokens, max_turns=max_turns, concurrency=concurrency, threads=threads, minutes=minutes,
-        seed=seed, run_dir=run_dir,
+        max_new_tokens=max_new_tokens, max_turns=max_turns, sampling=sampling, concurrency=concurrency,
+        threads=threads, minutes=minutes, seed=seed, run_dir=run_dir,
     )  # fmt: skip
     console = Console(stderr=True) if as_json else Console()
     try:
