@@ -155,7 +155,9 @@ def bench_backend(
         "cpu_ms": cpu_s / n * 1e3,
         "p50_ms": cuts[49] * 1e3,
         "p99_ms": cuts[98] * 1e3,
-        "mean_batch": store.call_batcher.items / store.call_batcher.batches if store.call_batcher.batches else 1.0,
+        "mean_batch": store.call_batcher.items / store.call_batcher.batches
+        if store.call_batcher.batches
+        else 1.0,
         "rss_growth_mb": rss.growth / 1e6,
     }
 

@@ -249,7 +249,9 @@ def _rollout_service_source(
     )
 
 
-def _toy_source(cfg: ClawgymConfig, store: TrajectoryStore, tokenizer: Any, runner: LoopThread, engines: list):
+def _toy_source(
+    cfg: ClawgymConfig, store: TrajectoryStore, tokenizer: Any, runner: LoopThread, engines: list
+):
     """The toy rollout source on the configured engine, or on an in-process torch engine of the policy."""
     from clawgym.trainer.toy import ToyRolloutSource
 

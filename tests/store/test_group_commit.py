@@ -73,7 +73,9 @@ def test_sixteen_threads_of_calls_are_all_committed_and_readable(
     """16 threads at once, batched (either path) or one transaction per call: every call is there,
     in seq order, with its own arrays; batched, they shared transactions."""
     batched, statement = PATHS[path]
-    store = SqlStore(path_url(request, backend), MemoryBus(), batch_writes=batched, pg_batch_statement=statement)
+    store = SqlStore(
+        path_url(request, backend), MemoryBus(), batch_writes=batched, pg_batch_statement=statement
+    )
     statements = count_statements(store)
     try:
         run = store.create_run("group-commit")
@@ -97,13 +99,19 @@ def test_sixteen_threads_of_calls_are_all_committed_and_readable(
             assert [c.seq for c in calls] == list(range(CALLS_PER_WRITER)), f"writer {w} lost calls"
             for c in calls:
                 want = make_call(rollout_id, c.seq, key=w * 1000 + c.seq, n_prompt=2000)
-                assert c.prompt_ids.tobytes() == want.prompt_ids.tobytes(), f"writer {w} call {c.seq} mixed up"
+                assert c.prompt_ids.tobytes() == want.prompt_ids.tobytes(), (
+                    f"writer {w} call {c.seq} mixed up"
+                )
                 assert c.temperature == want.temperature and c.headers == want.headers
         if path == "statement":
-            assert sum(map(len, statements)) == WRITERS * CALLS_PER_WRITER, "every call went in by the statement"
+            assert sum(map(len, statements)) == WRITERS * CALLS_PER_WRITER, (
+                "every call went in by the statement"
+            )
         if batched:
             assert store.call_batcher.items == WRITERS * CALLS_PER_WRITER
-            assert store.call_batcher.batches < store.call_batcher.items, "16 concurrent writers never shared a transaction"
+            assert store.call_batcher.batches < store.call_batcher.items, (
+                "16 concurrent writers never shared a transaction"
+            )
         else:
             assert store.call_batcher.batches == 0, "batch_writes=False must take the one-transaction path"
     finally:
@@ -173,7 +181,9 @@ def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(batched_store: S
     release.set()
     for t in [first, *threads]:
         t.join(30)
-    assert store.call_batcher.batches == before + 2, "the queued calls must have been one batch after the held one"
+    assert store.call_batcher.batches == before + 2, (
+        "the queued calls must have been one batch after the held one"
+    )
 
     for name in ("first", "good1", "twin_a", "good2", "good3"):
         assert isinstance(outcomes[name], str), f"{name} should have committed: {outcomes[name]!r}"
@@ -334,7 +344,6 @@ def test_no_more_batches_than_max_inflight_are_written_at_once(max_inflight: int
     assert got == list(range(200))
     assert peak <= max_inflight and all(n <= 3 and b <= 350 for n, b in sizes), (peak, sizes)
     assert commit.items == 200 and commit.batches == len(sizes) < 200
-
 
 
 def test_store_batch_writes_reaches_the_store(sqlite_url: str) -> None:

@@ -127,7 +127,9 @@ class SqlStore:
         self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES)
         self.batch_writes = batch_writes
         self._pg_calls = (
-            PgCallWriter(self._engine) if pg_batch_statement and self._engine.dialect.name == "postgresql" else None
+            PgCallWriter(self._engine)
+            if pg_batch_statement and self._engine.dialect.name == "postgresql"
+            else None
         )
         self._reader = read_only(self._engine)
         with self._db_errors():
@@ -313,7 +315,9 @@ class SqlStore:
                 )
                 rows_ = s.scalars(
                     select(RolloutRow)
-                    .where(RolloutRow.orchestrator_id == lost_id, RolloutRow.status.not_in(ENDED_ROLLOUT_STATES))
+                    .where(
+                        RolloutRow.orchestrator_id == lost_id, RolloutRow.status.not_in(ENDED_ROLLOUT_STATES)
+                    )
                     .order_by(RolloutRow.group_id, RolloutRow.id)  # group locks in one order
                     .with_for_update()
                 ).all()
@@ -329,7 +333,8 @@ class SqlStore:
             log.warning("failed %d rollouts of %d lost orchestrator instances", len(done), len(lost))
         for rollout_id, group_id, run_id in done:
             self._publish(
-                ROLLOUTS_DONE, {"rollout_id": rollout_id, "group_id": group_id, "run_id": run_id, "status": "failed"}
+                ROLLOUTS_DONE,
+                {"rollout_id": rollout_id, "group_id": group_id, "run_id": run_id, "status": "failed"},
             )
         for group_id, run_id in ready:
             self._publish(GROUPS_READY, {"group_id": group_id, "run_id": run_id})
