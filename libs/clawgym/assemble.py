@@ -66,7 +66,7 @@ def open_sql_store(s: StoreConfig) -> SqlStore:
         max_call_bytes=s.max_call_mb * 2**20,
         pool_size=s.pool_size,
         batch_writes=s.batch_writes,
-        pg_batch_statement=s.pg_batch_statement,
+        pg_batch=s.pg_batch,
     )
 
 

@@ -3,6 +3,8 @@
 Owns the fields and their defaults; `clawgym.config.ClawgymConfig.store` holds one.
 """
 
+from typing import Literal
+
 from pydantic import Field
 
 from clawgym.section import Section
@@ -42,10 +44,11 @@ class StoreConfig(Section):
         True,
         description="group-commit concurrent calls (several per transaction); false: one transaction per call",
     )
-    pg_batch_statement: bool = Field(
-        True,
-        description="PostgreSQL: a batch of calls is one autocommitted INSERT … FROM unnest on a connection of "
-        "its own (one round trip); false: a SQLAlchemy transaction per batch (the earlier path)",
+    pg_batch: Literal["prepared", "statement", "core"] = Field(
+        "prepared",
+        description="PostgreSQL: how a batch of calls is written. prepared: one execution of a prepared INSERT … "
+        "FROM unnest, each call's row encoded by its caller, the GIL released for the round trip; statement: "
+        "the same INSERT adapted by psycopg per batch (the earlier default); core: a SQLAlchemy transaction",
     )
     grpc_max_message_mb: int = Field(
         1024,

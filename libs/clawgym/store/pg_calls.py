@@ -1,4 +1,5 @@
-"""A batch of calls in one round trip on PostgreSQL: the hot path of `SqlStore.record_call` there.
+"""A batch of calls in one statement on PostgreSQL: the earlier path of `SqlStore.record_call` there
+(`store.pg_batch: statement`), and the statement `pg_prepared` (the default) prepares.
 
 Owns the statement and its connections; not batching (`group_commit`) or errors (`sql`).
 
@@ -20,6 +21,7 @@ after its commit (synchronous_commit stays on), so a returned id is durable.
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -32,17 +34,23 @@ from clawgym.store.models import CallRow
 JSON_COLUMNS = ("request", "response", "headers")
 
 
-def _insert_statement() -> str:
-    """`INSERT INTO calls … SELECT … FROM unnest(…)`, its columns and types taken from the model."""
+def insert_statement(placeholder: Callable[[int, str], str]) -> str:
+    """`INSERT INTO calls … SELECT … FROM unnest(…)`, its columns and types taken from the model.
+
+    `placeholder(i, name)` spells parameter i (0-based): one array per column, in the model's
+    order, then `rollout_ids` and `ended`."""
     dialect = postgresql.dialect()
     columns = [c.name for c in CallRow.__table__.columns]
     types = [c.type.compile(dialect=dialect) for c in CallRow.__table__.columns]
-    arrays = ", ".join(f"%({c})b::{t}[]" for c, t in zip(columns, types, strict=True))
+    arrays = ", ".join(
+        f"{placeholder(i, c)}::{t}[]" for i, (c, t) in enumerate(zip(columns, types, strict=True))
+    )
     names = ", ".join(columns)
+    rollout_ids, ended = placeholder(len(columns), "rollout_ids"), placeholder(len(columns) + 1, "ended")
     return (
         f"WITH v AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS v({names}, ord)),"
         " open AS MATERIALIZED (SELECT id FROM rollouts"
-        "   WHERE id = ANY(%(rollout_ids)s::text[]) AND status <> ALL(%(ended)s::text[])"
+        f"   WHERE id = ANY({rollout_ids}::text[]) AND status <> ALL({ended}::text[])"
         "   ORDER BY group_id, id FOR SHARE)"
         f" INSERT INTO calls ({names})"
         f" SELECT {names} FROM v WHERE rollout_id IN (SELECT id FROM open) ORDER BY ord"
@@ -50,7 +58,9 @@ def _insert_statement() -> str:
     )
 
 
-INSERT_CALLS = _insert_statement()
+INSERT_CALLS = insert_statement(
+    lambda i, name: f"%({name})s" if name in ("rollout_ids", "ended") else f"%({name})b"
+)
 
 
 def statement_params(values: list[dict[str, Any]], created_at: float) -> dict[str, Any]:
@@ -82,7 +92,12 @@ class PgCallWriter:
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
 
-    def insert(self, values: list[dict[str, Any]], created_at: float) -> set[str]:
+    @staticmethod
+    def encode(values: dict[str, Any]) -> None:
+        """Nothing is made in the caller's thread: `insert` adapts the columns (psycopg)."""
+        return None
+
+    def insert(self, values: list[dict[str, Any]], encoded: list[Any], created_at: float) -> set[str]:
         """Writes what it can of `values` in one transaction; returns the ids it committed."""
         conn = self._take()
         try:
