@@ -1,14 +1,14 @@
 """Store write throughput with 20k-token calls, PostgreSQL vs SQLite, batched vs one transaction per call.
 
     .venv/bin/python bench/store_write.py [--writers 16] [--calls 50] [--prompt-tokens 20000] [--rounds 1]
-        [--paths prepared,statement,core,single]
+        [--paths prepared,prepared1,statement,core,single]
 
 Each backend and write path gets a fresh database (a throwaway PostgreSQL schema, a temp SQLite
 file) and an in-process bus; `--writers` threads share one SqlStore and record `--calls` calls
-each, all starting together. Four write paths in the same run (`store.pg_batch`): `prepared`
+each, all starting together. Five write paths in the same run (`store.pg_batch`): `prepared`
 (group commit, each batch one execution of a prepared PostgreSQL statement, rows encoded by their
-callers: the default), `statement` (the same statement adapted by psycopg per batch: the previous
-default), `core` (group commit, each batch a SQLAlchemy Core transaction: SQLite's batched path)
+callers, two batches in flight: the default), `prepared1` (the same, one batch in flight),
+`statement` (the statement adapted by psycopg per batch, one in flight: the previous default), `core` (group commit, each batch a SQLAlchemy Core transaction: SQLite's batched path)
 and `single` (one transaction per call, `store.batch_writes: false`); SQLite runs `core` and
 `single`. With `--rounds N` they run N times, in alternating order, and each figure is the median,
 so a loaded machine skews all alike (compare the ratios: `new_vs_statement_*`, new being the
@@ -108,9 +108,11 @@ class PeakRss:
         self.growth = max(self.peak, rss_bytes()) - self.start
 
 
-# A write path: (store.batch_writes, store.pg_batch); SQLite runs only those its batches take.
+# A write path: (store.batch_writes, store.pg_batch, store.pg_batches_in_flight); SQLite runs
+# only those its batches take.
 PATHS = {
-    "prepared": (True, "prepared"), "statement": (True, "statement"), "core": (True, "core"), "single": (False, "core")
+    "prepared": (True, "prepared", 2), "prepared1": (True, "prepared", 1), "statement": (True, "statement", 1),
+    "core": (True, "core", 1), "single": (False, "core", 1),
 }  # fmt: skip
 SQLITE_PATHS = ("core", "single")
 
@@ -118,8 +120,10 @@ SQLITE_PATHS = ("core", "single")
 def bench_backend(
     url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int, path: str
 ) -> dict[str, float]:
-    batched, pg_batch = PATHS[path]
-    config = StoreConfig(url=url, pool_size=writers, batch_writes=batched, pg_batch=pg_batch)
+    batched, pg_batch, inflight = PATHS[path]
+    config = StoreConfig(
+        url=url, pool_size=writers, batch_writes=batched, pg_batch=pg_batch, pg_batches_in_flight=inflight
+    )
     store = open_sql_store(config)  # bus: memory://
     latencies: list[float] = []
     try:
@@ -248,11 +252,13 @@ def main() -> None:
         )
     print(f"  one call's arrays: packed {packed / 1e3:.0f} kB, as JSON lists {as_json / 1e3:.0f} kB")
     figures: dict[str, float | int | list[float]] = {}
-    # pg: the default path (a prepared statement per batch), pg_statement: the same statement adapted
-    # per batch (the previous default), pg_core: batches in a Core transaction, *_single: one
-    # transaction per call; SQLite batches through Core.
+    # pg: the default path (a prepared statement per batch, two in flight), pg_prepared1: the same
+    # with one in flight, pg_statement: the statement adapted per batch (the previous default),
+    # pg_core: batches in a Core transaction, *_single: one transaction per call; SQLite batches
+    # through Core.
     tags = {
-        ("postgresql", "prepared"): "pg", ("postgresql", "statement"): "pg_statement",
+        ("postgresql", "prepared"): "pg", ("postgresql", "prepared1"): "pg_prepared1",
+        ("postgresql", "statement"): "pg_statement",
         ("postgresql", "core"): "pg_core", ("postgresql", "single"): "pg_single",
         ("sqlite", "core"): "sqlite", ("sqlite", "single"): "sqlite_single",
     }  # fmt: skip
@@ -287,6 +293,10 @@ def main() -> None:
             results[("postgresql", "prepared")], results[("postgresql", "statement")], strict=True
         )
     ]
+    if ("postgresql", "prepared1") in r:
+        one = r[("postgresql", "prepared1")]
+        figures["prepared1_vs_statement_calls_s"] = round(one["calls_per_s"] / statement["calls_per_s"], 2)
+        figures["new_vs_prepared1_calls_s"] = round(new["calls_per_s"] / one["calls_per_s"], 2)
     if ("postgresql", "core") in r:
         figures["new_vs_core_calls_s"] = round(
             new["calls_per_s"] / r[("postgresql", "core")]["calls_per_s"], 2

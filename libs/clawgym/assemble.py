@@ -67,6 +67,7 @@ def open_sql_store(s: StoreConfig) -> SqlStore:
         pool_size=s.pool_size,
         batch_writes=s.batch_writes,
         pg_batch=s.pg_batch,
+        pg_batches_in_flight=s.pg_batches_in_flight,
     )
 
 

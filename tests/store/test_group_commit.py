@@ -13,6 +13,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 from sqlalchemy import select
 
@@ -241,7 +242,6 @@ import sys, threading
 import numpy as np
 from clawgym.records import Call, RolloutSpec
 from clawgym.store.sql import SqlStore
-from tests.store.batches import hold_first_batch
 
 store = SqlStore(sys.argv[1], pg_batch=sys.argv[2])
 run = store.create_run("crash")
@@ -355,16 +355,22 @@ def test_store_batch_writes_reaches_the_store(sqlite_url: str) -> None:
 
 
 def test_store_pg_batch_reaches_the_store(pg_url: str) -> None:
-    """`store.pg_batch` picks the batch path on PostgreSQL; the prepared statement is the default."""
-    for path, writer in (("prepared", PgPreparedWriter), ("statement", PgCallWriter), ("core", type(None))):
-        store = open_sql_store(StoreConfig(url=pg_url, pg_batch=path))
+    """`store.pg_batch` picks the batch path on PostgreSQL, the prepared statement by default;
+    `store.pg_batches_in_flight` is how many batches it writes at once (the others: one)."""
+    for path, writer, inflight in (
+        ("prepared", PgPreparedWriter, 3), ("statement", PgCallWriter, 1), ("core", type(None), 1)
+    ):  # fmt: skip
+        store = open_sql_store(StoreConfig(url=pg_url, pg_batch=path, pg_batches_in_flight=3))
         try:
             assert type(store._pg_calls) is writer
+            assert store.call_batcher._max_inflight == inflight
         finally:
             store.close()
-    assert StoreConfig().pg_batch == "prepared"
+    assert StoreConfig().pg_batch == "prepared" and StoreConfig().pg_batches_in_flight == 2
     with pytest.raises(InvalidArgument, match="pg_batch"):
         SqlStore(pg_url, MemoryBus(), pg_batch="copy")
+    with pytest.raises(InvalidArgument, match="pg_batches_in_flight"):
+        SqlStore(pg_url, MemoryBus(), pg_batches_in_flight=0)
 
 
 @pytest.mark.parametrize("backend,path", BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
@@ -412,6 +418,13 @@ def test_calls_racing_the_end_of_their_rollout_are_all_committed_before_it_or_re
         store.close()
 
 
+def idle_connection(store: SqlStore) -> psycopg.Connection:
+    """The one idle connection of the store's statement path (the prepared path wraps its own)."""
+    assert store._pg_calls is not None
+    (idle,) = store._pg_calls._idle
+    return idle.conn if isinstance(store._pg_calls, PgPreparedWriter) else idle
+
+
 @pytest.mark.parametrize("path", STATEMENT_PATHS)
 def test_a_broken_statement_connection_costs_one_batch_its_fast_path(
     pg_url: str, make_call, path: str
@@ -426,7 +439,7 @@ def test_a_broken_statement_connection_costs_one_batch_its_fast_path(
         first = store.record_call(make_call(rollout, 0))
         assert statements == [{first}]
         assert store._pg_calls is not None
-        (conn,) = store._pg_calls._idle
+        conn = idle_connection(store)
         killed = conn.info.backend_pid
         with store._engine.connect() as admin:
             admin.exec_driver_sql(f"SELECT pg_terminate_backend({killed})")
@@ -441,7 +454,6 @@ def test_a_broken_statement_connection_costs_one_batch_its_fast_path(
         third = store.record_call(make_call(rollout, 2))
         assert [c.id for c in store.list_calls(rollout)] == [first, second, third]
         assert statements[-1] == {third}, "the call after the broken one must take the statement path again"
-        (fresh,) = store._pg_calls._idle
-        assert fresh.info.backend_pid != killed
+        assert idle_connection(store).info.backend_pid != killed
     finally:
         store.close()

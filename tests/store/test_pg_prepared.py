@@ -14,7 +14,7 @@ from clawgym.records import Call, RolloutSpec
 from clawgym.store import pg_encode, validate
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.pg_calls import PgCallWriter
-from clawgym.store.pg_prepared import NAME, PgPreparedWriter
+from clawgym.store.pg_prepared import PgPreparedWriter, statement_name
 from clawgym.store.sql import SqlStore
 from tests.store.batches import hold_first_batch
 
@@ -75,17 +75,19 @@ def test_a_batch_by_the_prepared_statement_reads_back_as_the_adapted_statement_w
 
 
 def test_every_calls_column_has_a_binary_encoding() -> None:
-    """A column added to the model without an encoding would fail at import; this names the order."""
-    assert pg_encode.COLUMNS[: 3] == ["id", "rollout_id", "seq"]  # fmt: skip
-    assert len(pg_encode.ARRAY_OIDS) == len(pg_encode.COLUMNS) == len(pg_encode.ELEMENT_OIDS)
-    row = pg_encode.encode_row(validate.call_values(Call(
+    """A column added to the model without an encoding fails at import; NULL is None, created_at
+    the batch's, and the packed arrays are passed on as the very bytes validate made."""
+    values = validate.call_values(Call(
         rollout_id="r", seq=0, protocol="anthropic_messages", request={}, response={},
         prompt_ids=np.arange(3, dtype=np.int32), output_ids=np.arange(1, dtype=np.int32),
         output_logprobs=np.zeros(1, np.float32), output_versions=np.zeros(1, np.int32),
         policy_version=0, finish_reason="stop", latency_s=0.0,
-    )) | {"id": "x"})  # fmt: skip
-    assert row[pg_encode.COLUMNS.index("temperature")] == pg_encode.NULL
+    )) | {"id": "x"}  # fmt: skip
+    row = pg_encode.encode_row(values)
+    assert len(row) == len(pg_encode.OIDS) == len(pg_encode.COLUMNS)
+    assert row[pg_encode.COLUMNS.index("temperature")] is None
     assert row[pg_encode.CREATED_AT] == b"", "created_at is the batch's, set by its leader"
+    assert row[pg_encode.COLUMNS.index("prompt_ids")] is values["prompt_ids"], "no copy of the arrays"
 
 
 def refuse_seq(store: SqlStore, seq: int) -> None:
@@ -183,8 +185,8 @@ def test_the_callers_of_a_failed_batch_are_acknowledged_only_by_their_own_commit
 
 
 def test_the_statement_is_prepared_once_per_connection(pg_url: str, make_call) -> None:
-    """Batches reuse their connection's prepared statement: one connection after sequential calls,
-    holding the statement once."""
+    """Batches reuse their connection's prepared statement: one connection after sequential calls
+    (batches of one), holding the statement for one call once."""
     store = SqlStore(pg_url, MemoryBus())
     try:
         run = store.create_run("prepared")
@@ -193,7 +195,7 @@ def test_the_statement_is_prepared_once_per_connection(pg_url: str, make_call) -
             store.record_call(make_call(rollout, seq, key=seq))
         assert isinstance(store._pg_calls, PgPreparedWriter)
         (conn,) = store._pg_calls._idle
-        names = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
-        assert names == [(NAME.decode(),)]
+        names = conn.conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+        assert names == [(statement_name(1).decode(),)] and conn.prepared == {1}
     finally:
         store.close()

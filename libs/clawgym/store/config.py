@@ -50,6 +50,12 @@ class StoreConfig(Section):
         "FROM unnest, each call's row encoded by its caller, the GIL released for the round trip; statement: "
         "the same INSERT adapted by psycopg per batch (the earlier default); core: a SQLAlchemy transaction",
     )
+    pg_batches_in_flight: int = Field(
+        2,
+        ge=1,
+        description="PostgreSQL, pg_batch prepared: batches of calls written at once (one's commit overlaps the "
+        "next one's insert); the other paths write one at a time",
+    )
     grpc_max_message_mb: int = Field(
         1024,
         ge=1,

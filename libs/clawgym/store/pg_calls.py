@@ -1,5 +1,6 @@
 """A batch of calls in one statement on PostgreSQL: the earlier path of `SqlStore.record_call` there
-(`store.pg_batch: statement`), and the statement `pg_prepared` (the default) prepares.
+(`store.pg_batch: statement`); its `insert_statement` is also the one `pg_prepared` (the default)
+prepares, over `VALUES` rows instead of `unnest`ed arrays.
 
 Owns the statement and its connections; not batching (`group_commit`) or errors (`sql`).
 
@@ -21,7 +22,6 @@ after its commit (synchronous_commit stays on), so a returned id is durable.
 
 import json
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -34,21 +34,17 @@ from clawgym.store.models import CallRow
 JSON_COLUMNS = ("request", "response", "headers")
 
 
-def insert_statement(placeholder: Callable[[int, str], str]) -> str:
-    """`INSERT INTO calls … SELECT … FROM unnest(…)`, its columns and types taken from the model.
+COLUMNS = [c.name for c in CallRow.__table__.columns]
 
-    `placeholder(i, name)` spells parameter i (0-based): one array per column, in the model's
-    order, then `rollout_ids` and `ended`."""
-    dialect = postgresql.dialect()
-    columns = [c.name for c in CallRow.__table__.columns]
-    types = [c.type.compile(dialect=dialect) for c in CallRow.__table__.columns]
-    arrays = ", ".join(
-        f"{placeholder(i, c)}::{t}[]" for i, (c, t) in enumerate(zip(columns, types, strict=True))
-    )
-    names = ", ".join(columns)
-    rollout_ids, ended = placeholder(len(columns), "rollout_ids"), placeholder(len(columns) + 1, "ended")
+
+def insert_statement(rows: str, rollout_ids: str, ended: str) -> str:
+    """`INSERT INTO calls … SELECT … FROM rows` with the rollout locks and filters above.
+
+    `rows`: a FROM item of the calls, one column per column of the model (in its order) then
+    `ord`, their queue order; `rollout_ids` and `ended`: the two `text[]` parameters."""
+    names = ", ".join(COLUMNS)
     return (
-        f"WITH v AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS v({names}, ord)),"
+        f"WITH v AS (SELECT * FROM {rows} AS v({names}, ord)),"
         " open AS MATERIALIZED (SELECT id FROM rollouts"
         f"   WHERE id = ANY({rollout_ids}::text[]) AND status <> ALL({ended}::text[])"
         "   ORDER BY group_id, id FOR SHARE)"
@@ -58,9 +54,16 @@ def insert_statement(placeholder: Callable[[int, str], str]) -> str:
     )
 
 
-INSERT_CALLS = insert_statement(
-    lambda i, name: f"%({name})s" if name in ("rollout_ids", "ended") else f"%({name})b"
-)
+def _unnest_statement() -> str:
+    """The statement with one binary array parameter per column, `unnest`ed, types from the model."""
+    dialect = postgresql.dialect()
+    arrays = ", ".join(
+        f"%({c.name})b::{c.type.compile(dialect=dialect)}[]" for c in CallRow.__table__.columns
+    )
+    return insert_statement(f"unnest({arrays}) WITH ORDINALITY", "%(rollout_ids)s", "%(ended)s")
+
+
+INSERT_CALLS = _unnest_statement()
 
 
 def statement_params(values: list[dict[str, Any]], created_at: float) -> dict[str, Any]:

@@ -121,6 +121,7 @@ class SqlStore:
         pool_size: int = 16,
         batch_writes: bool = True,
         pg_batch: str = "prepared",
+        pg_batches_in_flight: int = 2,
     ) -> None:
         """Connects, and creates or upgrades the schema through Alembic (`migrations.migrate`).
 
@@ -129,22 +130,27 @@ class SqlStore:
         "prepared", one execution of a prepared statement with rows encoded by their callers
         (`pg_prepared`); "statement", the same statement adapted by psycopg per batch
         (`pg_calls`, the earlier default); "core", a SQLAlchemy Core transaction, the path SQLite
-        always takes.
+        always takes. `pg_batches_in_flight`: batches the prepared path writes at once.
         """
         if pg_batch not in PG_BATCH_PATHS:
             raise InvalidArgument(f"pg_batch must be one of {', '.join(PG_BATCH_PATHS)}; got {pg_batch!r}")
+        if pg_batches_in_flight < 1:
+            raise InvalidArgument(f"pg_batches_in_flight must be at least 1, got {pg_batches_in_flight}")
         self.bus: EventBus = bus if bus is not None else MemoryBus()
         self.max_call_bytes = max_call_bytes
         self._engine = create_store_engine(url, pool_size=pool_size)
-        # One batch in flight, on both backends: two on PostgreSQL halved the batches and lost
-        # throughput (bench/store_write.py, 16 writers); SQLite has a single writer anyway.
-        # `.batches` and `.items` say how much batching happened (the bench, the tests).
-        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES)
         self.batch_writes = batch_writes
         writers = {"prepared": PgPreparedWriter, "statement": PgCallWriter}
         self._pg_calls: PgPreparedWriter | PgCallWriter | None = None
         if self._engine.dialect.name == "postgresql" and pg_batch in writers:
             self._pg_calls = writers[pg_batch](self._engine)
+        # The prepared path keeps `pg_batches_in_flight` batches in flight, so one batch's commit
+        # (its WAL flush) overlaps the next one's insert; the others keep one (with their per-batch
+        # client work, two lost throughput on a loaded machine: bench/store_write.py, 16
+        # writers); SQLite has a single writer anyway. `.batches` and `.items` say how much
+        # batching happened (the bench, the tests).
+        inflight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
+        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=inflight)
         self._reader = read_only(self._engine)
         with self._db_errors():
             migrate(self._engine)
