@@ -48,7 +48,8 @@ class StoreConfig(Section):
         "prepared",
         description="PostgreSQL: how a batch of calls is written. prepared: one execution of a prepared INSERT … "
         "FROM unnest, each call's row encoded by its caller, the GIL released for the round trip; statement: "
-        "the same INSERT adapted by psycopg per batch (the earlier default); core: a SQLAlchemy transaction",
+        "the same INSERT adapted by psycopg per batch (the earlier default; prepared needs named server-side "
+        "statements, which a transaction-pooling proxy may not keep); core: a SQLAlchemy transaction",
     )
     pg_batches_in_flight: int = Field(
         2,
