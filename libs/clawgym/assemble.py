@@ -66,7 +66,8 @@ def open_sql_store(s: StoreConfig) -> SqlStore:
         max_call_bytes=s.max_call_mb * 2**20,
         pool_size=s.pool_size,
         batch_writes=s.batch_writes,
-        pg_batch_statement=s.pg_batch_statement,
+        pg_batch=s.pg_batch,
+        pg_batches_in_flight=s.pg_batches_in_flight,
     )
 
 
@@ -249,7 +250,9 @@ def _rollout_service_source(
     )
 
 
-def _toy_source(cfg: ClawgymConfig, store: TrajectoryStore, tokenizer: Any, runner: LoopThread, engines: list):
+def _toy_source(
+    cfg: ClawgymConfig, store: TrajectoryStore, tokenizer: Any, runner: LoopThread, engines: list
+):
     """The toy rollout source on the configured engine, or on an in-process torch engine of the policy."""
     from clawgym.trainer.toy import ToyRolloutSource
 

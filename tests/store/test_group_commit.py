@@ -1,8 +1,9 @@
 """Group commit of calls (`store.group_commit`, `SqlStore` rule 7): concurrent `record_call`s share
 transactions, every one is committed when it returns, and each caller gets its own outcome.
 
-On PostgreSQL a batch is written by one statement (`store.pg_calls`, the default) or in a Core
-transaction (`pg_batch_statement=False`, the earlier path); both are tested, SQLite has the latter."""
+On PostgreSQL a batch is written by one execution of a prepared statement (`store.pg_prepared`, the
+default), by the same statement adapted per batch (`store.pg_calls`, `pg_batch="statement"`) or in a
+Core transaction (`pg_batch="core"`); all are tested, SQLite has the last."""
 
 import os
 import signal
@@ -12,25 +13,39 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 from sqlalchemy import select
 
 from clawgym.assemble import open_sql_store
-from clawgym.errors import AlreadyExists, FailedPrecondition, NotFound
+from clawgym.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from clawgym.records import RolloutSpec
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.config import StoreConfig
 from clawgym.store.group_commit import GroupCommit, Pending
 from clawgym.store.models import RolloutRow
 from clawgym.store.pg_calls import PgCallWriter
+from clawgym.store.pg_prepared import PgPreparedWriter
 from clawgym.store.sql import SqlStore
+from tests.store.batches import hold_first_batch
 
 WRITERS = 16
 CALLS_PER_WRITER = 20
 
-# A write path of calls: (batch_writes, pg_batch_statement); SQLite has no "statement" path.
-PATHS = {"statement": (True, True), "core": (True, False), "single": (False, False)}
-BATCH_PATHS = [("postgresql", "statement"), ("postgresql", "core"), ("sqlite", "core")]
+# A write path of calls: (batch_writes, pg_batch); SQLite has neither "prepared" nor "statement".
+PATHS = {
+    "prepared": (True, "prepared"),
+    "statement": (True, "statement"),
+    "core": (True, "core"),
+    "single": (False, "core"),
+}
+STATEMENT_PATHS = ("prepared", "statement")  # a batch is one statement of a `_pg_calls` writer
+BATCH_PATHS = [
+    ("postgresql", "prepared"),
+    ("postgresql", "statement"),
+    ("postgresql", "core"),
+    ("sqlite", "core"),
+]
 
 
 def path_url(request: pytest.FixtureRequest, backend: str) -> str:
@@ -41,21 +56,21 @@ def path_url(request: pytest.FixtureRequest, backend: str) -> str:
 def batched_store(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """A group-committing SqlStore on each backend and batch path, with an in-process bus."""
     backend, path = request.param
-    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch_statement=PATHS[path][1])
-    assert (store._pg_calls is not None) == (path == "statement")
+    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch=PATHS[path][1])
+    assert (store._pg_calls is not None) == (path in STATEMENT_PATHS)
     yield store
     store.close()
 
 
 def count_statements(store: SqlStore) -> list[set[str]]:
-    """What each statement of the store's `pg_calls` path inserted (ids), as it goes."""
+    """What each statement of the store's statement paths inserted (ids), as it goes."""
     inserted: list[set[str]] = []
     writer = store._pg_calls
     if writer is not None:
         insert = writer.insert
 
-        def counted(values, created_at):  # type: ignore[no-untyped-def]
-            inserted.append(insert(values, created_at))
+        def counted(values, encoded, created_at):  # type: ignore[no-untyped-def]
+            inserted.append(insert(values, encoded, created_at))
             return inserted[-1]
 
         writer.insert = counted  # type: ignore[method-assign]
@@ -65,15 +80,15 @@ def count_statements(store: SqlStore) -> list[set[str]]:
 @pytest.mark.parametrize(
     "backend,path",
     [*BATCH_PATHS, ("postgresql", "single"), ("sqlite", "single")],
-    ids=["postgresql-statement", "postgresql-core", "sqlite-core", "postgresql-single", "sqlite-single"],
+    ids=[*("-".join(p) for p in BATCH_PATHS), "postgresql-single", "sqlite-single"],
 )
 def test_sixteen_threads_of_calls_are_all_committed_and_readable(
     request: pytest.FixtureRequest, make_call, backend: str, path: str
 ) -> None:
     """16 threads at once, batched (either path) or one transaction per call: every call is there,
     in seq order, with its own arrays; batched, they shared transactions."""
-    batched, statement = PATHS[path]
-    store = SqlStore(path_url(request, backend), MemoryBus(), batch_writes=batched, pg_batch_statement=statement)
+    batched, pg_batch = PATHS[path]
+    store = SqlStore(path_url(request, backend), MemoryBus(), batch_writes=batched, pg_batch=pg_batch)
     statements = count_statements(store)
     try:
         run = store.create_run("group-commit")
@@ -97,33 +112,23 @@ def test_sixteen_threads_of_calls_are_all_committed_and_readable(
             assert [c.seq for c in calls] == list(range(CALLS_PER_WRITER)), f"writer {w} lost calls"
             for c in calls:
                 want = make_call(rollout_id, c.seq, key=w * 1000 + c.seq, n_prompt=2000)
-                assert c.prompt_ids.tobytes() == want.prompt_ids.tobytes(), f"writer {w} call {c.seq} mixed up"
+                assert c.prompt_ids.tobytes() == want.prompt_ids.tobytes(), (
+                    f"writer {w} call {c.seq} mixed up"
+                )
                 assert c.temperature == want.temperature and c.headers == want.headers
-        if path == "statement":
-            assert sum(map(len, statements)) == WRITERS * CALLS_PER_WRITER, "every call went in by the statement"
+        if path in STATEMENT_PATHS:
+            assert sum(map(len, statements)) == WRITERS * CALLS_PER_WRITER, (
+                "every call went in by the statement"
+            )
         if batched:
             assert store.call_batcher.items == WRITERS * CALLS_PER_WRITER
-            assert store.call_batcher.batches < store.call_batcher.items, "16 concurrent writers never shared a transaction"
+            assert store.call_batcher.batches < store.call_batcher.items, (
+                "16 concurrent writers never shared a transaction"
+            )
         else:
             assert store.call_batcher.batches == 0, "batch_writes=False must take the one-transaction path"
     finally:
         store.close()
-
-
-def hold_first_batch(store: SqlStore) -> tuple[threading.Event, threading.Event]:
-    """Makes the store's next batch wait for `release` (after setting `holding`), so the calls that
-    arrive meanwhile queue up and are written together in the batch after it."""
-    holding, release = threading.Event(), threading.Event()
-    write_batch = store.call_batcher._write_batch
-
-    def held(batch: list[Pending]) -> None:
-        if not holding.is_set():
-            holding.set()
-            assert release.wait(30), "the test never released the first batch"
-        write_batch(batch)
-
-    store.call_batcher._write_batch = held
-    return holding, release
 
 
 def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(batched_store: SqlStore, make_call) -> None:
@@ -173,7 +178,9 @@ def test_one_bad_call_in_a_batch_fails_alone_with_its_own_error(batched_store: S
     release.set()
     for t in [first, *threads]:
         t.join(30)
-    assert store.call_batcher.batches == before + 2, "the queued calls must have been one batch after the held one"
+    assert store.call_batcher.batches == before + 2, (
+        "the queued calls must have been one batch after the held one"
+    )
 
     for name in ("first", "good1", "twin_a", "good2", "good3"):
         assert isinstance(outcomes[name], str), f"{name} should have committed: {outcomes[name]!r}"
@@ -236,7 +243,7 @@ import numpy as np
 from clawgym.records import Call, RolloutSpec
 from clawgym.store.sql import SqlStore
 
-store = SqlStore(sys.argv[1], pg_batch_statement=sys.argv[2] == "statement")
+store = SqlStore(sys.argv[1], pg_batch=sys.argv[2])
 run = store.create_run("crash")
 rollouts = [r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")] * 8)]
 lock = threading.Lock()
@@ -336,7 +343,6 @@ def test_no_more_batches_than_max_inflight_are_written_at_once(max_inflight: int
     assert commit.items == 200 and commit.batches == len(sizes) < 200
 
 
-
 def test_store_batch_writes_reaches_the_store(sqlite_url: str) -> None:
     """`store.batch_writes` (config, env, flag) is what open_sql_store gives SqlStore."""
     for flag in (True, False):
@@ -348,15 +354,23 @@ def test_store_batch_writes_reaches_the_store(sqlite_url: str) -> None:
     assert StoreConfig().batch_writes is True, "batching is the default"
 
 
-def test_store_pg_batch_statement_reaches_the_store(pg_url: str) -> None:
-    """`store.pg_batch_statement` picks the batch path on PostgreSQL; the statement is the default."""
-    for flag in (True, False):
-        store = open_sql_store(StoreConfig(url=pg_url, pg_batch_statement=flag))
+def test_store_pg_batch_reaches_the_store(pg_url: str) -> None:
+    """`store.pg_batch` picks the batch path on PostgreSQL, the prepared statement by default;
+    `store.pg_batches_in_flight` is how many batches it writes at once (the others: one)."""
+    for path, writer, inflight in (
+        ("prepared", PgPreparedWriter, 3), ("statement", PgCallWriter, 1), ("core", type(None), 1)
+    ):  # fmt: skip
+        store = open_sql_store(StoreConfig(url=pg_url, pg_batch=path, pg_batches_in_flight=3))
         try:
-            assert isinstance(store._pg_calls, PgCallWriter) is flag
+            assert type(store._pg_calls) is writer
+            assert store.call_batcher._max_inflight == inflight
         finally:
             store.close()
-    assert StoreConfig().pg_batch_statement is True
+    assert StoreConfig().pg_batch == "prepared" and StoreConfig().pg_batches_in_flight == 2
+    with pytest.raises(InvalidArgument, match="pg_batch"):
+        SqlStore(pg_url, MemoryBus(), pg_batch="copy")
+    with pytest.raises(InvalidArgument, match="pg_batches_in_flight"):
+        SqlStore(pg_url, MemoryBus(), pg_batches_in_flight=0)
 
 
 @pytest.mark.parametrize("backend,path", BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
@@ -366,7 +380,7 @@ def test_calls_racing_the_end_of_their_rollout_are_all_committed_before_it_or_re
     """8 threads record calls while the rollout is finished (rule 4): each call is either
     acknowledged and stored, written before the rollout ended, or refused (FailedPrecondition)
     and not stored; nothing is acknowledged yet lost, nothing stored after the end."""
-    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch_statement=PATHS[path][1])
+    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch=PATHS[path][1])
     try:
         run = store.create_run("race")
         (rollout,) = (r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")]))
@@ -404,10 +418,20 @@ def test_calls_racing_the_end_of_their_rollout_are_all_committed_before_it_or_re
         store.close()
 
 
-def test_a_broken_statement_connection_costs_one_batch_its_fast_path(pg_url: str, make_call) -> None:
+def idle_connection(store: SqlStore) -> psycopg.Connection:
+    """The one idle connection of the store's statement path (the prepared path wraps its own)."""
+    assert store._pg_calls is not None
+    (idle,) = store._pg_calls._idle
+    return idle.conn if isinstance(store._pg_calls, PgPreparedWriter) else idle
+
+
+@pytest.mark.parametrize("path", STATEMENT_PATHS)
+def test_a_broken_statement_connection_costs_one_batch_its_fast_path(
+    pg_url: str, make_call, path: str
+) -> None:
     """The statement path's connection dies (the server ended it): the next call is still recorded
     (written again alone), and the call after it goes in by a statement on a fresh connection."""
-    store = SqlStore(pg_url, MemoryBus())
+    store = SqlStore(pg_url, MemoryBus(), pg_batch=path)
     try:
         statements = count_statements(store)
         run = store.create_run("broken")
@@ -415,7 +439,7 @@ def test_a_broken_statement_connection_costs_one_batch_its_fast_path(pg_url: str
         first = store.record_call(make_call(rollout, 0))
         assert statements == [{first}]
         assert store._pg_calls is not None
-        (conn,) = store._pg_calls._idle
+        conn = idle_connection(store)
         killed = conn.info.backend_pid
         with store._engine.connect() as admin:
             admin.exec_driver_sql(f"SELECT pg_terminate_backend({killed})")
@@ -430,7 +454,6 @@ def test_a_broken_statement_connection_costs_one_batch_its_fast_path(pg_url: str
         third = store.record_call(make_call(rollout, 2))
         assert [c.id for c in store.list_calls(rollout)] == [first, second, third]
         assert statements[-1] == {third}, "the call after the broken one must take the statement path again"
-        (fresh,) = store._pg_calls._idle
-        assert fresh.info.backend_pid != killed
+        assert idle_connection(store).info.backend_pid != killed
     finally:
         store.close()

@@ -3,6 +3,8 @@
 Owns the fields and their defaults; `clawgym.config.ClawgymConfig.store` holds one.
 """
 
+from typing import Literal
+
 from pydantic import Field
 
 from clawgym.section import Section
@@ -11,28 +13,53 @@ from clawgym.section import Section
 class StoreConfig(Section):
     """The trajectory store (SQL, or the store service's address) and the event bus."""
 
-    url: str = Field("sqlite:///clawgym.db", description="SQLAlchemy URL: postgresql+psycopg://… or sqlite:///path")
+    url: str = Field(
+        "sqlite:///clawgym.db", description="SQLAlchemy URL: postgresql+psycopg://… or sqlite:///path"
+    )
     bus_url: str = Field("memory://", description="event bus: redis://host:port/db, or memory:// (embedded)")
-    grpc_url: str = Field("", description="address of the store service (host:port); empty = in-process store")
+    grpc_url: str = Field(
+        "", description="address of the store service (host:port); empty = in-process store"
+    )
     host: str = Field(
-        "127.0.0.1", description="address `clawgym serve store` and its /metrics listen on; deployments: 0.0.0.0"
+        "127.0.0.1",
+        description="address `clawgym serve store` and its /metrics listen on; deployments: 0.0.0.0",
     )
     port: int = Field(50051, ge=0, description="port `clawgym serve store` listens on (0 = any free port)")
-    metrics_port: int = Field(9101, ge=0, description="the store service's Prometheus /metrics port; 0 = none")
+    metrics_port: int = Field(
+        9101, ge=0, description="the store service's Prometheus /metrics port; 0 = none"
+    )
     browse_port: int = Field(
-        0, ge=0, description="the store service also serves the rollout browser (read-only, unauthenticated: "
-        "every captured call) on this port of `host`; 0 = off"
+        0,
+        ge=0,
+        description="the store service also serves the rollout browser (read-only, unauthenticated: "
+        "every captured call) on this port of `host`; 0 = off",
     )
-    max_call_mb: int = Field(64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB")
-    pool_size: int = Field(16, ge=1, description="database connections per store process (one per concurrent writer)")
+    max_call_mb: int = Field(
+        64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB"
+    )
+    pool_size: int = Field(
+        16, ge=1, description="database connections per store process (one per concurrent writer)"
+    )
     batch_writes: bool = Field(
-        True, description="group-commit concurrent calls (several per transaction); false: one transaction per call"
-    )
-    pg_batch_statement: bool = Field(
         True,
-        description="PostgreSQL: a batch of calls is one autocommitted INSERT … FROM unnest on a connection of "
-        "its own (one round trip); false: a SQLAlchemy transaction per batch (the earlier path)",
+        description="group-commit concurrent calls (several per transaction); false: one transaction per call",
+    )
+    pg_batch: Literal["prepared", "statement", "core"] = Field(
+        "prepared",
+        description="PostgreSQL: how a batch of calls is written. prepared: one execution of a prepared INSERT … "
+        "FROM unnest, each call's row encoded by its caller, the GIL released for the round trip; statement: "
+        "the same INSERT adapted by psycopg per batch (the earlier default; prepared needs named server-side "
+        "statements, which a transaction-pooling proxy may not keep); core: a SQLAlchemy transaction",
+    )
+    pg_batches_in_flight: int = Field(
+        2,
+        ge=1,
+        description="PostgreSQL, pg_batch prepared: batches of calls written at once (one's commit overlaps the "
+        "next one's insert); the other paths write one at a time",
     )
     grpc_max_message_mb: int = Field(
-        1024, ge=1, le=2047, description="largest gRPC message of the store service and client (a whole group), in MiB"
+        1024,
+        ge=1,
+        le=2047,
+        description="largest gRPC message of the store service and client (a whole group), in MiB",
     )

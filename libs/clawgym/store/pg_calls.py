@@ -1,4 +1,6 @@
-"""A batch of calls in one round trip on PostgreSQL: the hot path of `SqlStore.record_call` there.
+"""A batch of calls in one statement on PostgreSQL: the earlier path of `SqlStore.record_call` there
+(`store.pg_batch: statement`); its `insert_statement` is also the one `pg_prepared` (the default)
+prepares, over `VALUES` rows instead of `unnest`ed arrays.
 
 Owns the statement and its connections; not batching (`group_commit`) or errors (`sql`).
 
@@ -32,17 +34,19 @@ from clawgym.store.models import CallRow
 JSON_COLUMNS = ("request", "response", "headers")
 
 
-def _insert_statement() -> str:
-    """`INSERT INTO calls … SELECT … FROM unnest(…)`, its columns and types taken from the model."""
-    dialect = postgresql.dialect()
-    columns = [c.name for c in CallRow.__table__.columns]
-    types = [c.type.compile(dialect=dialect) for c in CallRow.__table__.columns]
-    arrays = ", ".join(f"%({c})b::{t}[]" for c, t in zip(columns, types, strict=True))
-    names = ", ".join(columns)
+COLUMNS = [c.name for c in CallRow.__table__.columns]
+
+
+def insert_statement(rows: str, rollout_ids: str, ended: str) -> str:
+    """`INSERT INTO calls … SELECT … FROM rows` with the rollout locks and filters above.
+
+    `rows`: a FROM item of the calls, one column per column of the model (in its order) then
+    `ord`, their queue order; `rollout_ids` and `ended`: the two `text[]` parameters."""
+    names = ", ".join(COLUMNS)
     return (
-        f"WITH v AS (SELECT * FROM unnest({arrays}) WITH ORDINALITY AS v({names}, ord)),"
+        f"WITH v AS (SELECT * FROM {rows} AS v({names}, ord)),"
         " open AS MATERIALIZED (SELECT id FROM rollouts"
-        "   WHERE id = ANY(%(rollout_ids)s::text[]) AND status <> ALL(%(ended)s::text[])"
+        f"   WHERE id = ANY({rollout_ids}::text[]) AND status <> ALL({ended}::text[])"
         "   ORDER BY group_id, id FOR SHARE)"
         f" INSERT INTO calls ({names})"
         f" SELECT {names} FROM v WHERE rollout_id IN (SELECT id FROM open) ORDER BY ord"
@@ -50,7 +54,16 @@ def _insert_statement() -> str:
     )
 
 
-INSERT_CALLS = _insert_statement()
+def _unnest_statement() -> str:
+    """The statement with one binary array parameter per column, `unnest`ed, types from the model."""
+    dialect = postgresql.dialect()
+    arrays = ", ".join(
+        f"%({c.name})b::{c.type.compile(dialect=dialect)}[]" for c in CallRow.__table__.columns
+    )
+    return insert_statement(f"unnest({arrays}) WITH ORDINALITY", "%(rollout_ids)s", "%(ended)s")
+
+
+INSERT_CALLS = _unnest_statement()
 
 
 def statement_params(values: list[dict[str, Any]], created_at: float) -> dict[str, Any]:
@@ -82,7 +95,12 @@ class PgCallWriter:
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
 
-    def insert(self, values: list[dict[str, Any]], created_at: float) -> set[str]:
+    @staticmethod
+    def encode(values: dict[str, Any]) -> None:
+        """Nothing is made in the caller's thread: `insert` adapts the columns (psycopg)."""
+        return None
+
+    def insert(self, values: list[dict[str, Any]], encoded: list[Any], created_at: float) -> set[str]:
         """Writes what it can of `values` in one transaction; returns the ids it committed."""
         conn = self._take()
         try:

@@ -28,8 +28,9 @@ Rules it keeps:
    transaction holding its call committed, so a returned call is durable as before. Batching never
    changes an outcome: a call is checked before it joins a batch, and a batch whose transaction
    fails is written again one call per transaction, so each caller gets its own error. On
-   PostgreSQL a batch is one statement (`pg_calls`): a call it leaves out (its rollout unknown or
-   ended, its seq recorded already) is written again alone, for the same reason.
+   PostgreSQL a batch is one statement (`pg_calls`; by default prepared, each call's row encoded
+   in its caller's thread: `pg_prepared`): a call it leaves out (its rollout unknown or ended, its
+   seq recorded already) is written again alone, for the same reason.
 """
 
 import hashlib
@@ -39,7 +40,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from sqlalchemy import delete, exc, insert, or_, select, update
@@ -82,9 +83,11 @@ from clawgym.store.models import (
     TrainStepRow,
 )
 from clawgym.store.pg_calls import PgCallWriter
+from clawgym.store.pg_prepared import PgPreparedWriter
 
 log = logging.getLogger(__name__)
 
+PG_BATCH_PATHS = ("prepared", "statement", "core")  # how a batch of calls goes to PostgreSQL
 CALL_BATCH_BYTES = 64 * 2**20  # packed arrays per batch of calls (a batch holds one call at least)
 TOKEN_PREFIX = "cg-"  # makes a leaked key recognisable in logs and secret scanners
 
@@ -98,6 +101,14 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+class QueuedCall(NamedTuple):
+    """A checked call in the group commit: its columns, and what the batch writer made of them in
+    the caller's thread (`encode`; None where it needs nothing)."""
+
+    values: dict[str, Any]
+    encoded: Any = None
+
+
 class SqlStore:
     """The trajectory store on one SQL database; thread-safe (one pooled engine, a session per call)."""
 
@@ -109,26 +120,37 @@ class SqlStore:
         max_call_bytes: int = validate.DEFAULT_MAX_CALL_BYTES,
         pool_size: int = 16,
         batch_writes: bool = True,
-        pg_batch_statement: bool = True,
+        pg_batch: str = "prepared",
+        pg_batches_in_flight: int = 2,
     ) -> None:
         """Connects, and creates or upgrades the schema through Alembic (`migrations.migrate`).
 
         `batch_writes`: concurrent `record_call`s share transactions (rule 7); False writes each
-        in its own (the old path, kept for the bench). `pg_batch_statement`: on PostgreSQL a batch
-        is one statement on a connection of its own (`pg_calls`); False: a SQLAlchemy Core
-        transaction, the path SQLite always takes.
+        in its own (the old path, kept for the bench). `pg_batch`, how a batch goes to PostgreSQL:
+        "prepared", one execution of a prepared statement with rows encoded by their callers
+        (`pg_prepared`); "statement", the same statement adapted by psycopg per batch
+        (`pg_calls`, the earlier default); "core", a SQLAlchemy Core transaction, the path SQLite
+        always takes. `pg_batches_in_flight`: batches the prepared path writes at once.
         """
+        if pg_batch not in PG_BATCH_PATHS:
+            raise InvalidArgument(f"pg_batch must be one of {', '.join(PG_BATCH_PATHS)}; got {pg_batch!r}")
+        if pg_batches_in_flight < 1:
+            raise InvalidArgument(f"pg_batches_in_flight must be at least 1, got {pg_batches_in_flight}")
         self.bus: EventBus = bus if bus is not None else MemoryBus()
         self.max_call_bytes = max_call_bytes
         self._engine = create_store_engine(url, pool_size=pool_size)
-        # One batch in flight, on both backends: two on PostgreSQL halved the batches and lost
-        # throughput (bench/store_write.py, 16 writers); SQLite has a single writer anyway.
-        # `.batches` and `.items` say how much batching happened (the bench, the tests).
-        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES)
         self.batch_writes = batch_writes
-        self._pg_calls = (
-            PgCallWriter(self._engine) if pg_batch_statement and self._engine.dialect.name == "postgresql" else None
-        )
+        writers = {"prepared": PgPreparedWriter, "statement": PgCallWriter}
+        self._pg_calls: PgPreparedWriter | PgCallWriter | None = None
+        if self._engine.dialect.name == "postgresql" and pg_batch in writers:
+            self._pg_calls = writers[pg_batch](self._engine)
+        # The prepared path keeps `pg_batches_in_flight` batches in flight, so one batch's commit
+        # (its WAL flush) overlaps the next one's insert; the others keep one (with their per-batch
+        # client work, two lost throughput on a loaded machine: bench/store_write.py, 16
+        # writers); SQLite has a single writer anyway. `.batches` and `.items` say how much
+        # batching happened (the bench, the tests).
+        inflight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
+        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=inflight)
         self._reader = read_only(self._engine)
         with self._db_errors():
             migrate(self._engine)
@@ -313,7 +335,9 @@ class SqlStore:
                 )
                 rows_ = s.scalars(
                     select(RolloutRow)
-                    .where(RolloutRow.orchestrator_id == lost_id, RolloutRow.status.not_in(ENDED_ROLLOUT_STATES))
+                    .where(
+                        RolloutRow.orchestrator_id == lost_id, RolloutRow.status.not_in(ENDED_ROLLOUT_STATES)
+                    )
                     .order_by(RolloutRow.group_id, RolloutRow.id)  # group locks in one order
                     .with_for_update()
                 ).all()
@@ -329,7 +353,8 @@ class SqlStore:
             log.warning("failed %d rollouts of %d lost orchestrator instances", len(done), len(lost))
         for rollout_id, group_id, run_id in done:
             self._publish(
-                ROLLOUTS_DONE, {"rollout_id": rollout_id, "group_id": group_id, "run_id": run_id, "status": "failed"}
+                ROLLOUTS_DONE,
+                {"rollout_id": rollout_id, "group_id": group_id, "run_id": run_id, "status": "failed"},
             )
         for group_id, run_id in ready:
             self._publish(GROUPS_READY, {"group_id": group_id, "run_id": run_id})
@@ -343,7 +368,9 @@ class SqlStore:
         if not self.batch_writes:
             return self._write_call(values)
         size = sum(len(values[f]) for f in ("prompt_ids", "output_ids", "output_logprobs", "output_versions"))
-        return self.call_batcher.submit(values, size)
+        # encoded here, while the batch ahead is written, not by the leader of the next one
+        encoded = self._pg_calls.encode(values) if self._pg_calls is not None else None
+        return self.call_batcher.submit(QueuedCall(values, encoded), size)
 
     def _write_call(self, values: dict[str, Any]) -> str:
         """One call in its own transaction: the old path, and the fallback of a batch that failed."""
@@ -377,7 +404,7 @@ class SqlStore:
         try:
             # A Core connection, not an ORM session: the batch makes no objects (and is ~10% faster).
             with self._engine.begin() as s:  # any failure: the fallback below
-                ids = sorted({p.value["rollout_id"] for p in batch})
+                ids = sorted({p.value.values["rollout_id"] for p in batch})
                 # Share-locks in the order orchestrator_heartbeat takes its exclusive ones (group, id).
                 status = dict(
                     s.execute(
@@ -391,40 +418,45 @@ class SqlStore:
                 good, refused = [], []
                 for p in batch:
                     try:
-                        self._check_open(p.value["rollout_id"], status.get(p.value["rollout_id"]))
+                        rollout_id = p.value.values["rollout_id"]
+                        self._check_open(rollout_id, status.get(rollout_id))
                         good.append(p)
                     except (NotFound, FailedPrecondition) as e:
                         refused.append((p, e))
                 if good:
-                    s.execute(insert(CallRow), [{**p.value, "created_at": now} for p in good])
+                    s.execute(insert(CallRow), [{**p.value.values, "created_at": now} for p in good])
         except Exception:
             log.debug("a batch of %d calls failed; writing them one by one", len(batch), exc_info=True)
             for p in batch:
                 self._settle_alone(p)
             return
         for p in good:
-            p.settle(p.value["id"])
+            p.settle(p.value.values["id"])
         for p, e in refused:
             p.settle(error=e)
 
     def _write_calls_pg(self, batch: list[Pending]) -> None:
-        """A batch in one PostgreSQL statement (`pg_calls`); each call it left out (refused, a
-        duplicate) or a batch that failed is written again alone, for the caller's own outcome."""
+        """A batch in one PostgreSQL statement (`pg_prepared` or `pg_calls`); each call it left out
+        (refused, a duplicate) or a batch that failed is written again alone, for the caller's own
+        outcome."""
         assert self._pg_calls is not None
         try:
-            inserted = self._pg_calls.insert([p.value for p in batch], time.time())
+            calls = [p.value for p in batch]
+            inserted = self._pg_calls.insert(
+                [c.values for c in calls], [c.encoded for c in calls], time.time()
+            )
         except psycopg.Error:  # the database's refusal or an outage; a bug in this path is no fallback
             log.debug("a batch of %d calls failed; writing them one by one", len(batch), exc_info=True)
             inserted = set()
         for p in batch:
-            if p.value["id"] in inserted:
-                p.settle(p.value["id"])
+            if p.value.values["id"] in inserted:
+                p.settle(p.value.values["id"])
             else:
                 self._settle_alone(p)
 
     def _settle_alone(self, p: Pending) -> None:
         try:
-            p.settle(self._write_call(p.value))
+            p.settle(self._write_call(p.value.values))
         except Exception as e:
             p.settle(error=e)
 
