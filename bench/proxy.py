@@ -19,7 +19,9 @@ render = waiting for and running the render thread, build_* = inside it, record,
 `--compare-old` first runs each size the way the proxy worked before issue #18 (no token-run
 cache, the record built on the event loop, and none of part 3's fast paths); `--compare-part3`
 first runs each size with only part 3's per-call fast paths off (`proxy.lean_calls=false`: stdlib
-JSON + surrogate scan, three Redis round trips for a seq); `--profile` prints the event loop's cProfile.
+JSON + surrogate scan, three Redis round trips for a seq, transformers' decode per streamed token;
+`proxy.held_turns_mb=0`: each call fetches and joins its chain of turns from the live state);
+`--profile` prints the event loop's cProfile.
 
     .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--compare-old | --compare-part3] [--profile]
 
