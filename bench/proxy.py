@@ -19,7 +19,9 @@ render = waiting for and running the render thread, build_* = inside it, record,
 `--compare-old` first runs each size the way the proxy worked before issue #18 (no token-run
 cache, the record built on the event loop, and none of part 3's fast paths); `--compare-part3`
 first runs each size with only part 3's per-call fast paths off (`proxy.lean_calls=false`: stdlib
-JSON + surrogate scan, three Redis round trips for a seq); `--profile` prints the event loop's cProfile.
+JSON + surrogate scan, three Redis round trips for a seq, transformers' decode per streamed token;
+`proxy.held_turns_mb=0`: each call fetches and joins its chain of turns from the live state);
+`--profile` prints the event loop's cProfile.
 
     .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--compare-old | --compare-part3] [--profile]
 
@@ -98,6 +100,7 @@ def serve(a) -> None:
 
     from clawgym.assemble import open_sql_store
     from clawgym.proxy.config import ProxyConfig
+    from clawgym.proxy.serving import uvicorn_config
     from clawgym.store.config import StoreConfig
     from clawgym_services.proxy.server import create_app
 
@@ -109,10 +112,15 @@ def serve(a) -> None:
         record_off_loop=not a.old_path,
         token_run_cache=0 if a.old_path else 64,
         lean_calls=not (a.old_path or a.before_part3),
+        held_turns_mb=0 if (a.old_path or a.before_part3) else 256,
     )
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
+    # served as `clawgym serve proxy` serves it (h11 with the read deadline); keep-alive longer than
+    # uvicorn's 5 s: at 64 rollouts a pooled connection can idle that long, and a server closing it
+    # just as the client reuses it fails the call (httpx.ReadError)
+    config = uvicorn_config(app, cfg, port=a.port, log_level="warning", timeout_keep_alive=120)
     if not a.profile:
-        uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+        uvicorn.Server(config).run()
         return
     import cProfile
     import pstats
@@ -124,7 +132,7 @@ def serve(a) -> None:
     # the event loop's thread only (cProfile is per thread): what blocks it is what this shows
     prof = cProfile.Profile()
     prof.enable()
-    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+    uvicorn.Server(config).run()
     prof.disable()
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
@@ -399,7 +407,11 @@ def main() -> None:
         if a.compare_old or a.compare_part3:
             flag = "--old-path" if a.compare_old else "--before-part3"
             r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=flag)
-            what = "no token-run cache, record built on the event loop" if a.compare_old else "proxy.lean_calls=false"
+            what = (
+                "no token-run cache, record built on the event loop"
+                if a.compare_old
+                else "proxy.lean_calls=false"
+            )
             print(f"[old path: {what}] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
                   f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
                   f"p99 {r['server_overhead_p99_ms']:.1f} ms, server-side latency p50 {r['server_latency_p50_ms']:.1f} / "

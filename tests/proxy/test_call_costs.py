@@ -59,3 +59,63 @@ def test_the_record_built_off_the_loop_is_the_old_paths_record(proxy_factory, to
         assert b.response["_clawgym"]["prefix_extended"] is True
     assert tokenizer.decode(calls[2].output_ids.tolist()).startswith("<tool_call>")
     assert len(calls[0].prompt_ids) > 600 and len(calls[0].output_logprobs) == len(calls[0].output_ids)
+
+
+def post(p, messages) -> dict:
+    body = {"model": "m", "max_tokens": 1000, "system": "You are careful. " * 300, "tools": [TOOL],
+            "messages": messages}  # fmt: skip
+    r = httpx.post(f"{p.url}/v1/messages", json=body, headers={"x-api-key": p.token}, timeout=30)
+    assert r.status_code == 200, r.text
+    return next(b for b in r.json()["content"] if b["type"] == "tool_use")
+
+
+def result(use, text):
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": text}]}
+
+
+def harness_with_a_branch_and_a_compaction(p) -> None:
+    """Three calls in a row, a retry branching off the first answer, then a compacted history."""
+    messages = [{"role": "user", "content": "go"}]
+    first = None
+    for i in range(3):
+        use = post(p, messages)
+        first = first or [*messages, {"role": "assistant", "content": [use]}]
+        messages = [*messages, {"role": "assistant", "content": [use]}, result(use, f"ok {i}")]
+    post(p, [*first, result(first[-1]["content"][0], "retried")])
+    post(p, [{"role": "user", "content": "summary: three files written"}])
+
+
+def test_turns_held_whole_record_the_prompts_the_live_state_builds(proxy_factory, pg_url, redis_url):
+    """PostgreSQL + Redis, with and without `proxy.held_turns_mb`: the same calls record the same
+    prompt ids (the held turn is the chain's, across a branch and a compaction), and the held
+    path spares the live-state fetch of every call that extends this replica's last turn."""
+    recorded = {}
+    for mb in (256, 0):
+        p = proxy_factory([CALL] * 5, store_url=pg_url, redis_url=redis_url, held_turns_mb=mb)
+        harness_with_a_branch_and_a_compaction(p)
+        calls = p.calls()
+        recorded[mb] = [c.prompt_ids.tolist() for c in calls]
+        first_answer = calls[0].prompt_ids.tolist() + calls[0].output_ids.tolist()
+        assert [c.response["_clawgym"]["prefix_extended"] for c in calls] == [False, True, True, True, False]
+        held = p.app.state.gateway.held
+        assert (held is not None and len(held) == 5) if mb else held is None, "each answered call is held"
+    assert recorded[256] == recorded[0], "held or fetched, the prompts are the same ids"
+    assert recorded[0][3][: len(first_answer)] == first_answer, "the branch extends the first answer"
+
+
+def test_held_turns_stay_within_their_bytes():
+    import numpy as np
+
+    from clawgym.proxy.held import HeldTurns
+    from clawgym.rendering.splice import HeldTurn
+
+    held = HeldTurns(max_bytes=3 * 400)
+    turn = lambda k: HeldTurn(k, np.zeros(100, "<i4"), None)  # noqa: E731 (400 bytes)
+    for k in (b"a", b"b", b"c"):
+        held.put("r1", turn(k))
+    assert held.get("r1", b"a") is not None  # now the most recently used
+    held.put("r1", turn(b"d"))
+    assert held.get("r1", b"b") is None and len(held) == 3, "the least recently used went"
+    assert held.get("r2", b"a") is None, "turns are per rollout"
+    held.put("r1", HeldTurn(b"big", np.zeros(1000, "<i4"), None))
+    assert held.get("r1", b"big") is None and len(held) == 3, "a turn over the whole budget is not held"

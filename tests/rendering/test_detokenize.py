@@ -34,3 +34,28 @@ def test_any_text_streams_back_exactly(tok, text):
     assert "".join(pieces) == tok.decode(ids, skip_special_tokens=False), "streamed text equals the decode"
     if REPLACEMENT not in text:
         assert not any(REPLACEMENT in p for p in pieces), f"a character was split: {pieces}"
+
+
+def test_the_rust_backend_decodes_as_transformers_does(tok):
+    """The fast window decoder (backend tokenizer) gives transformers' decode for any ids,
+    special and added tokens included."""
+    import random
+
+    from clawgym.rendering.detokenize import window_decoder
+
+    fast, slow = window_decoder(tok, fast=True), window_decoder(tok, fast=False)
+    rng = random.Random(0)
+    for _ in range(2000):
+        ids = [rng.randrange(len(tok)) for _ in range(rng.randrange(0, 6))]
+        assert fast(ids) == slow(ids), ids
+
+
+@settings(max_examples=50, deadline=None)
+@given(text=st.text(max_size=60))
+def test_both_decoders_stream_the_same_pieces(tok, text):
+    ids = tok.encode(text, add_special_tokens=False)
+    pieces = {}
+    for fast in (True, False):
+        d = IncrementalDetokenizer(tok, fast=fast)
+        pieces[fast] = [d.push(t) for t in ids] + [d.flush()]
+    assert pieces[True] == pieces[False]

@@ -5,7 +5,7 @@ import pytest
 
 from clawgym.policies import load_tokenizer
 from clawgym.protocols.conversation import Conversation, Message, Tool, ToolCall
-from clawgym.rendering.splice import GeneratedTurn, PromptBuilder, chain_keys, turn_key
+from clawgym.rendering.splice import GeneratedTurn, HeldTurn, PromptBuilder, chain_keys, turn_key
 from clawgym.rendering.template import ChatTemplate
 
 TOOLS = (Tool("bash", "Run a command.", {"type": "object", "properties": {"command": {"type": "string"}}}),)
@@ -93,3 +93,50 @@ def test_an_output_cut_by_the_length_limit_gets_its_turn_closed(builder):
     nxt = builder.build(Conversation((USER, a1, Message("user", "go on"))), turns)
     tail = builder.template.tokenizer.decode(nxt.ids[len(first.ids) + len(out) :])
     assert tail.startswith("<|im_end|>\n<|im_start|>user\ngo on"), repr(tail)
+
+
+# --- a turn held whole (proxy.held) builds the prompt its chain of turns builds ---
+
+
+def held_of(built, out, message) -> HeldTurn:
+    key = turn_key(built.prompt_key, message)
+    return HeldTurn(key, np.asarray(built.ids + out, "<i4"), out[-1] if out else None)
+
+
+@pytest.mark.parametrize("end", [True, False], ids=["stopped", "cut-by-length"])
+def test_a_held_turn_builds_the_prompt_its_chain_builds(builder, end):
+    """Three calls deep, then a branch off the first turn and a compacted history: wherever the
+    held turn is the request's newest assistant turn the prompt is the chain's, id for id."""
+    turns: dict = {}
+    held: dict = {}
+    conv = Conversation((SYSTEM, USER), TOOLS)
+    for i in range(3):
+        a = Message("assistant", f"step {i}")
+        built, out = generate(builder, conv, f"step {i}", turns, end=end, message=a)
+        held[turn_key(built.prompt_key, a)] = held_of(built, out, a)
+        conv = Conversation((*conv.messages, a, Message("user", f"result {i}")), TOOLS)
+        keys = chain_keys(conv)
+        via_chain, via_held = builder.build(conv, turns, keys), builder.build(conv, {}, keys, held[keys[-2]])
+        assert via_held.ids == via_chain.ids, f"call {i + 2}: the held turn gives the chain's prompt"
+        assert (via_held.parent, via_held.segment_start) == (via_chain.parent, via_chain.segment_start)
+    # a branch: the harness retries from the first turn with another result
+    branch = Conversation((*conv.messages[:3], Message("user", "another result")), TOOLS)
+    keys = chain_keys(branch)
+    assert builder.build(branch, {}, keys, held[keys[2]]).ids == builder.build(branch, turns, keys).ids
+    # compaction: the history was rewritten, so no held turn is its newest assistant turn
+    compacted = Conversation(
+        (SYSTEM, Message("user", "summary of steps 0-2"), Message("assistant", "ok")), TOOLS
+    )
+    keys = chain_keys(compacted)
+    assert keys[-1] not in held and not builder.build(compacted, {}, keys, None).extended
+    t = builder.template
+    assert builder.build(compacted, {}, keys, None).ids == t.encode(t.render(compacted.messages, TOOLS, True))
+
+
+def test_a_held_turn_that_is_not_in_the_request_is_not_used(builder):
+    turns: dict = {}
+    a = Message("assistant", "one")
+    built, out = generate(builder, Conversation((USER,)), "one", turns, message=a)
+    other = Conversation((USER, Message("assistant", "two"), Message("user", "next")))
+    plain = builder.build(other, {}, None, held_of(built, out, a))
+    assert not plain.extended, "a turn the request does not hold is never spliced"

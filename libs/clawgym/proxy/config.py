@@ -100,6 +100,13 @@ class ProxyConfig(Section):
         description="the per-call fast paths of issue #18 part 3 (bodies parsed by pydantic-core, a call's "
         "seq in one Redis round trip); false: as before them (kept to measure the two side by side)",
     )
+    held_turns_mb: int = Field(
+        256,
+        ge=0,
+        description="memory for the whole prompt + output ids of turns this replica generated, so a "
+        "rollout's next call here splices without fetching and joining its history from the live "
+        "state (least recently used dropped); 0 = off (as before issue #18 part 3)",
+    )
     retry_after_s: int = Field(
         2, ge=0, description="Retry-After seconds sent with 503 while the engine is down"
     )

@@ -32,6 +32,7 @@ from clawgym.protocols.anthropic_messages import AnthropicMessages
 from clawgym.protocols.wire import WireProtocol, WireRequest
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.generation import DISCONNECT_POLL_S, CallRun, CallSetup, Disconnected
+from clawgym.proxy.held import HeldTurns
 from clawgym.proxy.identity import RolloutResolver, api_key
 from clawgym.proxy.live import LiveState
 from clawgym.proxy.metrics import ProxyMetrics
@@ -151,6 +152,7 @@ class Gateway:
         self.builder = PromptBuilder(self.template)
         self.pools = WorkerPools(cfg.store_threads, cfg.render_threads)
         self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s, self.pools)
+        self.held = HeldTurns(cfg.held_turns_mb * 2**20) if cfg.held_turns_mb else None
         self.background: set[asyncio.Task] = set()  # producers of calls still generating
         self._status: EngineStatus | None = None
         self._status_at = 0.0
@@ -240,10 +242,13 @@ class Gateway:
         t0 = time.perf_counter()
         keys = chain_keys(conv)
         t1 = time.perf_counter()
-        turns = await self.live.get_turns(rollout.id, self.builder.candidate_keys(conv, keys))
+        candidates = self.builder.candidate_keys(conv, keys)
+        # the newest assistant turn held here whole: nothing to fetch (the usual next call)
+        held = self.held.get(rollout.id, candidates[-1]) if self.held is not None and candidates else None
+        turns = {} if held is not None else await self.live.get_turns(rollout.id, candidates)
         t2 = time.perf_counter()
         # in a worker thread: the tokenizer releases the GIL, so other calls keep streaming meanwhile
-        prompt = await self.pools.render(self.builder.build, conv, turns, keys)
+        prompt = await self.pools.render(self.builder.build, conv, turns, keys, held)
         t3 = time.perf_counter()
         status = await self.engine_status()
         room = status.max_context - len(prompt.ids)
@@ -284,7 +289,7 @@ class Gateway:
         run = CallRun(
             setup,
             self.engine,
-            IncrementalDetokenizer(self.tokenizer),
+            IncrementalDetokenizer(self.tokenizer, fast=self.cfg.lean_calls),
             self.store,
             self.live,
             self.metrics,
@@ -293,6 +298,7 @@ class Gateway:
             self.pools,
             self.cfg.record_off_loop,
             self.instance,
+            self.held,
         )
         await run.start(disconnected)
         return run

@@ -36,12 +36,13 @@ from clawgym.protocols.conversation import (
     Usage,
 )
 from clawgym.protocols.wire import Reply
+from clawgym.proxy.held import HeldTurns
 from clawgym.proxy.live import LiveState, turn_of
 from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.proxy.pools import WorkerPools
 from clawgym.records import Call, Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
-from clawgym.rendering.splice import BuiltPrompt, GeneratedTurn, turn_key
+from clawgym.rendering.splice import BuiltPrompt, GeneratedTurn, HeldTurn, turn_key
 from clawgym.rendering.toolcalls import OutputParser
 from clawgym.store.interface import TrajectoryStore
 
@@ -96,8 +97,10 @@ class CallRun:
         pools: WorkerPools,
         record_off_loop: bool = True,
         instance: str = "",
+        held: HeldTurns | None = None,
     ) -> None:
         self.setup = setup
+        self._held = held
         self._record_off_loop = record_off_loop
         self._instance = instance
         self._engine = engine
@@ -336,9 +339,15 @@ class CallRun:
         self, completion: Completion, response: dict[str, Any], latency: float
     ) -> GeneratedTurn | None:
         """In a store thread (the producer is done, nothing mutates the outputs): records the call
-        durably, then builds the turn to keep."""
-        self._store.record_call(self._call_of(completion, response, latency))
-        return self._turn_of(completion)
+        durably, then builds the turn to keep (and holds it whole, from the record's arrays)."""
+        call = self._call_of(completion, response, latency)
+        self._store.record_call(call)
+        turn = self._turn_of(completion)
+        if turn is not None and self._held is not None:
+            last = int(call.output_ids[-1]) if len(call.output_ids) else None
+            whole = np.concatenate([call.prompt_ids, call.output_ids])
+            self._held.put(self.setup.rollout.id, HeldTurn(turn.key, whole, last))
+        return turn
 
     async def _record(self, completion: Completion) -> None:
         """Records the call once (shielded: a cancel while recording waits for the same write)."""

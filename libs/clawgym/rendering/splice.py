@@ -46,6 +46,15 @@ class GeneratedTurn:
 
 
 @dataclass(frozen=True)
+class HeldTurn:
+    """A generated turn whole, as the replica that generated it can keep it (`proxy.held`)."""
+
+    key: bytes  # as GeneratedTurn.key
+    ids: np.ndarray  # int32: the turn's whole prompt + output ids
+    last_output: int | None  # the turn's last generated id (its stop token, if it stopped)
+
+
+@dataclass(frozen=True)
 class BuiltPrompt:
     ids: list[int]
     prompt_key: bytes  # chain hash of (tools, every message of the request)
@@ -110,21 +119,32 @@ class PromptBuilder:
         return [keys[i] for i, m in enumerate(conv.messages) if m.role == "assistant"]
 
     def build(
-        self, conv: Conversation, turns: Mapping[bytes, GeneratedTurn], keys: list[bytes] | None = None
+        self,
+        conv: Conversation,
+        turns: Mapping[bytes, GeneratedTurn],
+        keys: list[bytes] | None = None,
+        held: HeldTurn | None = None,
     ) -> BuiltPrompt:
         """The prompt for `conv`, given the generated turns found under its candidate keys
-        (`keys`: its `chain_keys`, if already computed)."""
+        (`keys`: its `chain_keys`, if already computed) or `held`, one of them whole: the same
+        prompt as from its chain of turns, without rebuilding it."""
         c0 = time.perf_counter()
         keys = chain_keys(conv) if keys is None else keys
         prompt_key = keys[-1] if keys else tools_key(conv.tools)
         for i in range(len(conv.messages) - 1, -1, -1):
-            if conv.messages[i].role != "assistant" or keys[i] not in turns:
+            if conv.messages[i].role != "assistant":
                 continue
-            base = self._rebuild(keys[i], turns)
-            if base is None:
-                continue  # an ancestor expired: try an earlier turn
-            turn = turns[keys[i]]
-            stop_text = self._stop_texts.get(int(turn.output[-1])) if len(turn.output) else None
+            if held is not None and held.key == keys[i]:
+                base, last = held.ids.tolist(), held.last_output
+            elif keys[i] in turns:
+                base = self._rebuild(keys[i], turns)
+                if base is None:
+                    continue  # an ancestor expired: try an earlier turn
+                output = turns[keys[i]].output
+                last = int(output[-1]) if len(output) else None
+            else:
+                continue
+            stop_text = None if last is None else self._stop_texts.get(last)
             c1 = time.perf_counter()
             text = self.continuation(conv.messages[i + 1 :], conv.tools, stop_text)
             c2 = time.perf_counter()

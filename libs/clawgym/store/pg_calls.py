@@ -30,6 +30,7 @@ from sqlalchemy.dialects import postgresql
 
 from clawgym.records import ENDED_ROLLOUT_STATES
 from clawgym.store.models import CallRow
+from clawgym.store.validate import EncodedJSON
 
 JSON_COLUMNS = ("request", "response", "headers")
 
@@ -73,8 +74,10 @@ def statement_params(values: list[dict[str, Any]], created_at: float) -> dict[st
         name = column.name
         if name == "created_at":
             params[name] = [created_at] * len(values)
-        elif name in JSON_COLUMNS:  # what SQLAlchemy's JSON type would send
-            params[name] = [json.dumps(v[name]) for v in values]
+        elif name in JSON_COLUMNS:  # encoded once, when checked; else what SQLAlchemy's JSON type sends
+            params[name] = [
+                v[name].text if isinstance(v[name], EncodedJSON) else json.dumps(v[name]) for v in values
+            ]
         else:
             params[name] = [v[name] for v in values]
     params["rollout_ids"] = sorted({v["rollout_id"] for v in values})

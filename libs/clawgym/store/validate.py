@@ -56,17 +56,34 @@ def number(field: str, value: Any, *, optional: bool = False) -> float | None:
     return float(value)
 
 
+class EncodedJSON(dict):
+    """A checked JSON object with its compact encoding (`text`, ASCII): a call's request is ~100 kB,
+    which the PostgreSQL fast path then sends as is instead of encoding it a second time."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: dict[str, Any], text: str) -> None:
+        super().__init__(value)
+        self.text = text
+
+
 def json_object(field: str, value: Any) -> tuple[dict[str, Any], int]:
     """A JSON-serialisable dict (no NaN: PostgreSQL's JSON has none) and its encoded size in bytes."""
+    checked = encoded_json_object(field, value)
+    return ({} if value is None else value), len(checked.text)
+
+
+def encoded_json_object(field: str, value: Any) -> EncodedJSON:
+    """`json_object`'s check, keeping the encoding."""
     if value is None:
         value = {}
     if not isinstance(value, dict):
         raise InvalidArgument(f"{field} must be a JSON object (dict), got {type(value).__name__}")
     try:
-        encoded = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        encoded = json.dumps(value, allow_nan=False, separators=(",", ":"))  # ASCII: len is the size
     except (TypeError, ValueError) as e:
         raise InvalidArgument(f"{field} is not JSON-serialisable: {e}") from e
-    return value, len(encoded.encode())
+    return EncodedJSON(value, encoded)
 
 
 def timings(value: Any) -> dict[str, float]:
@@ -92,7 +109,9 @@ def judgment_values(j: Judgment) -> dict[str, Any]:
         "prompt": prompt,
         "raw_answer": text("raw_answer", j.raw_answer, required=False),
         "score": score,
-        "rule_scores": {text("rule name", k): number(f"rule_scores[{k!r}]", v) for k, v in rule_scores.items()},
+        "rule_scores": {
+            text("rule name", k): number(f"rule_scores[{k!r}]", v) for k, v in rule_scores.items()
+        },
         "error": text("error", j.error, required=False),
         "latency_s": number("latency_s", j.latency_s),
         "attempts": integer("attempts", j.attempts),
@@ -117,9 +136,9 @@ def call_values(call: Call, max_bytes: int = DEFAULT_MAX_CALL_BYTES) -> dict[str
     temperature = number("temperature", call.temperature, optional=True)
     if temperature is not None and temperature < 0:
         raise InvalidArgument(f"{where}: temperature must be >= 0, got {temperature}")
-    request, request_bytes = json_object("request", call.request)
-    response, response_bytes = json_object("response", call.response)
-    headers, headers_bytes = json_object("headers", call.headers)
+    request = encoded_json_object("request", call.request)
+    response = encoded_json_object("response", call.response)
+    headers = encoded_json_object("headers", call.headers)
     packed = {}
     for field, pack in (
         ("prompt_ids", arrays.pack_ids),
@@ -137,7 +156,7 @@ def call_values(call: Call, max_bytes: int = DEFAULT_MAX_CALL_BYTES) -> dict[str
             raise InvalidArgument(
                 f"{where}: {field} has {len(packed[field]) // 4} entries for {n_output} output ids"
             )
-    size = sum(map(len, packed.values())) + request_bytes + response_bytes + headers_bytes
+    size = sum(map(len, packed.values())) + len(request.text) + len(response.text) + len(headers.text)
     if size > max_bytes:
         raise InvalidArgument(
             f"{where} is {size} bytes, over the store's limit of {max_bytes} bytes per call"
