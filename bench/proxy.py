@@ -115,10 +115,8 @@ def serve(a) -> None:
         held_turns_mb=0 if (a.old_path or a.before_part3) else 256,
     )
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
-    # served as `clawgym serve proxy` serves it (h11 with the read deadline); keep-alive longer than
-    # uvicorn's 5 s: at 64 rollouts a pooled connection can idle that long, and a server closing it
-    # just as the client reuses it fails the call (httpx.ReadError)
-    config = uvicorn_config(app, cfg, port=a.port, log_level="warning", timeout_keep_alive=120)
+    # served exactly as `clawgym serve proxy` serves it (h11 with the read deadline, keep-alive 75 s)
+    config = uvicorn_config(app, cfg, port=a.port, log_level="warning")
     if not a.profile:
         uvicorn.Server(config).run()
         return

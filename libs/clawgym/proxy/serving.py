@@ -74,6 +74,9 @@ def read_deadline_protocol(read_timeout_s: float) -> type[ReadDeadlineProtocol]:
     return type("ReadDeadlineProtocol", (ReadDeadlineProtocol,), {"read_timeout_s": read_timeout_s})
 
 
+KEEP_ALIVE_S = 75  # idle keep-alive connections are cheap; incomplete requests keep their deadline
+
+
 def uvicorn_config(app: Any, cfg: ProxyConfig, **overrides: Any) -> uvicorn.Config:
     """How the proxy app is served: on `cfg.host:cfg.port` (unless overridden), h11 with the read
     deadline of `cfg.read_timeout_s`, a bounded request head."""
@@ -82,6 +85,9 @@ def uvicorn_config(app: Any, cfg: ProxyConfig, **overrides: Any) -> uvicorn.Conf
         "port": cfg.port,
         "http": read_deadline_protocol(cfg.read_timeout_s),
         "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
+        # Longer than clients keep a pooled connection idle (httpx 5 s, Node 4-5 s): at uvicorn's own
+        # 5 s, a harness reusing a connection just as the server closed it got a ReadError (64 rollouts).
+        "timeout_keep_alive": KEEP_ALIVE_S,
     }
     return uvicorn.Config(app, **{**options, **overrides})
 
