@@ -2,7 +2,6 @@
 state, and the families read from the bundled suite."""
 
 import dataclasses
-import math
 from collections import Counter
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from clawgym.records import Group, RolloutWithCalls
 from clawgym.trainer.config import SamplingConfig, TrainerConfig
 from clawgym.trainer.curriculum import TaskSampler, expected_signal
-from clawgym.trainer.source import make_sampler, plan_batch
+from clawgym.trainer.source import make_sampler, plan_batch, train_task_ids
 from tests.trainer.conftest import _hand_group
 
 FAMILIES = {"a1": "always", "a2": "always", "m1": "mixed", "m2": "mixed", "n1": "new"}
@@ -90,8 +89,6 @@ def test_infrastructure_failures_are_not_evidence():
 
 def test_the_bundled_suite_gives_signal_sampling_its_families():
     cfg = TrainerConfig(model="tiny-qwen3", group_size=8, groups_per_step=4, sampling={"mode": "signal"})
-    from clawgym.trainer.source import train_task_ids
-
     ids = train_task_ids("mini")
     s = make_sampler(cfg, ids)
     families = {s.family(t) for t in ids}
@@ -101,4 +98,3 @@ def test_the_bundled_suite_gives_signal_sampling_its_families():
     )
     batch = plan_batch(cfg, s, "run", 0, np.random.default_rng(0))
     assert len(batch.rollouts) == 4 and all(r.samples == 8 and r.task_id in ids for r in batch.rollouts)
-    assert math.isclose(sum(s.weights().values()), 1.0)

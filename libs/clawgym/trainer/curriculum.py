@@ -65,10 +65,8 @@ class TaskSampler:
             return [self.task_ids[i] for i in rng.choice(len(self.task_ids), size=n).tolist()]
         weights = np.array([self.weight(f) for f in self._names])
         picked = rng.choice(len(self._names), size=n, p=weights / weights.sum())
-        return [
-            self._members[self._names[f]][rng.integers(len(self._members[self._names[f]]))]
-            for f in picked.tolist()
-        ]
+        members = [self._members[self._names[f]] for f in picked.tolist()]
+        return [tasks[rng.integers(len(tasks))] for tasks in members]
 
     def weight(self, family: str) -> float:
         passes, fails = self.evidence.get(family, (0.0, 0.0))
