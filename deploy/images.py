@@ -138,8 +138,11 @@ class Builder:
         for key, value in args.items():
             if declares_arg(REPO / image.dockerfile, key):
                 argv += ["--build-arg", f"{key}={value}"]
-        if self.torch_find_links:
-            argv += ["--network", "host"]  # the wheel server listens on the host's loopback
+        if self.standins or self.torch_find_links:
+            # A registry-free machine reaches its package registries from the host's own network;
+            # a build on the bridge also needs IPv4 forwarding, which such a machine may not have.
+            # The wheel server of --torch-find-links listens on the host's loopback.
+            argv += ["--network", "host"]
         if self.no_cache:
             argv.append("--no-cache")
         argv.append(str(REPO / image.context))

@@ -45,10 +45,23 @@ locked() {  # runs "$@" holding the lease lock
   "$@"
 }
 
+# k8s-local puts the host's sysctls back to what it recorded before its first `up`, ever; where that
+# record predates dockerd, it turns IPv4 forwarding off under a running Docker engine, and every
+# container on its bridge (image builds included) loses the network. Forwarding stays as it was.
+keeping_forwarding() {
+  local was rc=0
+  was=$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null || echo "")
+  "$@" || rc=$?
+  if [ -n "$was" ] && [ "$(cat /proc/sys/net/ipv4/ip_forward)" != "$was" ]; then
+    echo "$was" >/proc/sys/net/ipv4/ip_forward && echo "k8s_cluster.sh: net.ipv4.ip_forward kept at $was" >&2
+  fi
+  return "$rc"
+}
+
 do_up() {
   local pid=$1 t0=$SECONDS
   if ! "$K" status >/dev/null 2>&1; then
-    "$K" up >/dev/null
+    keeping_forwarding "$K" up >/dev/null
     touch "$leases/.started-by-lease"
     echo "k8s_cluster.sh: up in $((SECONDS - t0)) s" >&2
   fi
@@ -59,7 +72,7 @@ do_up() {
 do_down() {
   rm -f "$leases/$1"
   if [ "$(live_leases)" = 0 ] && [ -e "$leases/.started-by-lease" ]; then
-    "$K" down >&2
+    keeping_forwarding "$K" down >&2
     rm -f "$leases/.started-by-lease"
   else
     echo "k8s_cluster.sh: cluster left up (other leases, or not started by one)" >&2

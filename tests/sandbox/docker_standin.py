@@ -34,7 +34,7 @@ def ensure_standin() -> str:
         if not has_image(LOCAL_BASE):
             pytest.skip(f"no {LOCAL_BASE} (../shared/docker-local/docker-local all builds it)")
         done = subprocess.run(
-            ["docker", "build", "-q", "--label", "clawgym.dev/test=standin", "-t", STANDIN, "-"],
+            ["docker", "build", "-q", "--network", "host", "--label", "clawgym.dev/test=standin", "-t", STANDIN, "-"],
             input=DOCKERFILE, capture_output=True, text=True, timeout=900,
             env={"PATH": "/usr/bin:/bin:/usr/local/bin", "DOCKER_BUILDKIT": "0"},
         )  # fmt: skip
