@@ -20,6 +20,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from clawgym.errors import NotFound
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.failures import classify
 from clawgym.sandbox import KubernetesSandboxConfig, SandboxConfig
@@ -55,6 +56,15 @@ class _ApiServer(BaseHTTPRequestHandler):
             self._answer(404, body)
         else:
             self._answer(200, pod)
+
+    def do_POST(self) -> None:
+        """Creates a pod that is deleted at once: the answer holds it, later reads do not find it."""
+        created = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._answer(201, {**created, "status": {"phase": "Pending"}})
+
+    def do_DELETE(self) -> None:
+        self.pods.pop(self.path.split("?")[0].rstrip("/").split("/")[-1], None)
+        self._answer(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
     def _answer(self, code: int, body: dict) -> None:
         data = json.dumps(body).encode()
@@ -137,3 +147,22 @@ def test_exec_into_a_pod_that_is_gone_fails_the_sandbox_not_the_command(backend)
         backend.execs.run("gone", ["true"], stdin=None, deadline=time.monotonic() + 30, max_output_bytes=1024)
     assert time.monotonic() - started < 20, "an exec into a missing pod must fail at once"
     assert _infra(caught.value).retried, f"must be retried: {caught.value}"
+
+
+def test_a_pod_deleted_while_it_starts_is_a_retried_sandbox_failure_that_names_it(backend):
+    """The pod is created, then deleted before the start loop saw it run (a `kubectl delete` of a
+    just-scheduled pod): the failure names the pod and is retried, like a pod lost mid-exec."""
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "clawgym-sbx-vanishing"},
+                "spec": {"containers": [{"name": "sandbox", "image": "x"}]}}  # fmt: skip
+    with pytest.raises(SandboxFailed) as caught:
+        asyncio.run(backend.start_pod(manifest))
+    assert "clawgym-sbx-vanishing" in str(caught.value), f"the error must name the pod: {caught.value}"
+    failure = classify(caught.value, failures.SANDBOX)
+    assert failure.kind == failures.SANDBOX and failure.retried, f"must be a retried sandbox failure: {failure}"
+    assert "clawgym-sbx-vanishing" not in backend.held, "a pod that failed to start is no longer held"
+
+
+def test_a_404_names_the_object_the_api_server_did_not_find(backend):
+    """Every NotFound from the API carries the server's own message, which names the pod."""
+    with pytest.raises(NotFound, match='pods "nowhere" not found'):
+        asyncio.run(backend.call(backend.core.read_namespaced_pod, "nowhere", NAMESPACE))

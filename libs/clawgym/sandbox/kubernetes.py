@@ -27,6 +27,7 @@ pod goes (there is no per-exec PID namespace), a timeout kills every process in 
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import posixpath
 import secrets
@@ -126,7 +127,7 @@ class KubernetesBackend:
             if e.status in (400, 422):
                 raise InvalidArgument(f"kubernetes refused the request: {e.reason}: {e.body}") from e
             if e.status == 404:
-                raise NotFound(f"kubernetes: {e.reason}") from e
+                raise NotFound(f"kubernetes: {_api_message(e)}") from e
             raise SandboxFailed(f"kubernetes API error {e.status}: {e.reason}") from e
         except urllib3.exceptions.HTTPError as e:
             raise SandboxFailed(f"kubernetes API unreachable: {e}") from e
@@ -151,7 +152,10 @@ class KubernetesBackend:
         deadline = time.monotonic() + self.k.start_timeout_s
         pause = 0.05
         while True:
-            pod = await self.call(self.core.read_namespaced_pod, name, self.k.namespace)
+            try:
+                pod = await self.call(self.core.read_namespaced_pod, name, self.k.namespace)
+            except NotFound as e:  # deleted before this loop saw it run: the sandbox failed, retried
+                raise SandboxFailed(f"pod {name} was deleted while it started: {e}") from e
             status = pod.status
             if status.phase in ("Failed", "Succeeded"):
                 raise SandboxFailed(
@@ -300,6 +304,14 @@ class WarmPool:
     def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _api_message(e: client.ApiException) -> str:
+    """The API server's own message (it names the object, e.g. `pods "x" not found`), else the reason."""
+    try:
+        return json.loads(e.body).get("message") or e.reason
+    except (TypeError, ValueError, AttributeError):
+        return e.reason
 
 
 def pod_gone_reason(pod: client.V1Pod) -> str | None:
