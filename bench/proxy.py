@@ -163,6 +163,12 @@ def stage_means(metrics_text: str) -> dict[str, float]:
     return {k: 1000 * sums[k] / counts[k] for k in sorted(sums) if counts.get(k)}
 
 
+def baseline_commit(tree: str) -> str:
+    """The commit a baseline checkout is at (short hash)."""
+    out = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def percentiles(xs):
     return {"p50": float(np.percentile(xs, 50)) * 1000, "p99": float(np.percentile(xs, 99)) * 1000}
 
@@ -210,8 +216,9 @@ async def rollout_direct(engine, prompt_len, calls, lat):
         lat.append(time.perf_counter() - t0)
 
 
-def latency_run(a, tok, system, tools, concurrency: int, old_path: str = "") -> dict:
-    """One size through the proxy; `old_path`: "" (today's), "--old-path" or "--before-part3"."""
+def latency_run(a, tok, system, tools, concurrency: int, old_path: str = "", tree: str = "") -> dict:
+    """One size through the proxy; `old_path`: "" (today's), "--old-path" or "--before-part3";
+    `tree`: serve with that checkout's own install (`tree/.venv`, `tree/bench/proxy.py --serve`)."""
     from clawgym.records import RolloutSpec
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -231,8 +238,11 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: str = "") -> 
     )
     port = 18000 + (uuid.uuid4().int % 2000)
     serve_args = ["--port", str(port), "--store", store_url, "--redis", redis_url, "--prefix", schema]
+    python, script = (
+        (f"{tree}/.venv/bin/python", f"{tree}/bench/proxy.py") if tree else (sys.executable, __file__)
+    )
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
+        [python, script, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
         + (["--profile"] if a.profile else [])
         + ([old_path] if old_path else [])
     )
@@ -326,7 +336,9 @@ def render_run(tok, system_text, tools_json, turns_n: int) -> dict:
         full = builder.build(conv, {})
         full_s = time.perf_counter() - t0
         # the scripted turns re-render to their own tokens, so splicing must change nothing here
-        assert built.ids == full.ids, f"turn {i}: the spliced prompt differs from the full rendering"
+        assert np.array_equal(built.array, full.array), (
+            f"turn {i}: the spliced prompt differs from the full rendering"
+        )
         out = [*tok.encode(call_text(i), add_special_tokens=False), end]
         turn = Message(
             "assistant",
@@ -337,9 +349,9 @@ def render_run(tok, system_text, tools_json, turns_n: int) -> dict:
         )
         key = turn_key(built.prompt_key, turn)
         cache[key] = GeneratedTurn(
-            key, built.parent, np.asarray(built.ids[built.segment_start :], "<i4"), np.asarray(out, "<i4")
+            key, built.parent, built.array[built.segment_start :], np.asarray(out, "<i4")
         )
-        rows.append((len(built.ids), built.rendered_tokens, spliced_s, full_s))
+        rows.append((len(built), built.rendered_tokens, spliced_s, full_s))
         messages += [turn, Message("tool", TOOL_OUTPUT, tool_call_id=f"c{i}")]
     later = rows[1:]
     new_tok = sum(r[1] for r in later)
@@ -378,6 +390,12 @@ def main() -> None:
         action="store_true",
         help="also run each size the way before #18 (no token-run cache, record built on the event loop), old then new",
     )
+    ap.add_argument(
+        "--baseline-tree",
+        default="",
+        help="first run each size served by this checkout of an earlier commit, with its own install "
+        "(e.g. `git worktree add ../base <commit> && ../base/install.sh`): old then new, side by side",
+    )
     ap.add_argument("--calls", type=int, default=6, help="calls per rollout")
     ap.add_argument("--system-tokens", type=int, default=20000, help="system prompt size")
     ap.add_argument("--token-delay", type=float, default=0.002, help="scripted engine seconds per token")
@@ -402,13 +420,15 @@ def main() -> None:
           f"  ({render['full_render_ms_per_prompt_ktok']:.2f} ms per prompt 1k tokens)")  # fmt: skip
     runs, old_runs = {}, {}
     for conc in a.concurrency:
-        if a.compare_old or a.compare_part3:
-            flag = "--old-path" if a.compare_old else "--before-part3"
-            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=flag)
+        if a.compare_old or a.compare_part3 or a.baseline_tree:
+            flag = "--old-path" if a.compare_old else "--before-part3" if a.compare_part3 else ""
+            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=flag, tree=a.baseline_tree)
             what = (
                 "no token-run cache, record built on the event loop"
                 if a.compare_old
                 else "proxy.lean_calls=false"
+                if a.compare_part3
+                else f"the proxy of {a.baseline_tree}"
             )
             print(f"[old path: {what}] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
                   f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
@@ -453,7 +473,11 @@ def main() -> None:
     if old_runs:
         oh, ol = old_runs[max(old_runs)], old_runs[min(old_runs)]
         figures.update(
-            old_path="pre-#18" if a.compare_old else "before part 3 (proxy.lean_calls=false)",
+            old_path="pre-#18"
+            if a.compare_old
+            else "before part 3 (proxy.lean_calls=false)"
+            if a.compare_part3
+            else f"{a.baseline_tree} at {baseline_commit(a.baseline_tree)}",
             old_overhead_p50_ms_1=round(ol["added_p50_ms"], 2),
             old_overhead_p99_ms_1=round(ol["added_p99_ms"], 2),
             old_server_cpu_ms_per_call_1=round(ol["server_cpu_ms_per_call"], 2),

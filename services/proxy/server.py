@@ -44,9 +44,15 @@ def to_response(reply: JsonReply | StreamReply) -> Response:
         return JSONResponse(reply.body, reply.status, headers=reply.headers)
 
     async def body() -> AsyncIterator[bytes]:
+        frames: list[bytes] = []
         try:
             async for chunk in reply.chunks:
-                yield chunk
+                frames.append(chunk)
+                if not reply.more_waiting():  # nothing more ready: send what there is now
+                    yield b"".join(frames)
+                    frames.clear()
+            if frames:
+                yield b"".join(frames)
         finally:  # also when the client disconnected and this stream was cancelled
             reply.on_close()
 

@@ -1,11 +1,13 @@
 """The fast body parser (pydantic-core) answers exactly as the stdlib path did: values and errors."""
 
+import json
 import math
 
 import pytest
 
 from clawgym.errors import InvalidArgument
 from clawgym.proxy.gateway import parse_body
+from clawgym.store.validate import EncodedJSON, encoded_json_object
 
 BODIES = [
     b'{"a": [1, 2.5, "x", null, true], "b": {"c": "\\u00e9\\ud83d\\ude00"}}',
@@ -41,3 +43,22 @@ def test_special_floats_keep_their_values():
     nan, inf, ninf, big, negzero, tiny = parse_body(BODIES[2])
     assert math.isnan(nan) and inf == big == math.inf and ninf == -math.inf
     assert math.copysign(1, negzero) == -1 and tiny == 0.0
+
+
+def test_an_object_keeps_its_own_text_to_be_recorded_unless_the_store_must_refuse_it():
+    body = b'{"messages": [{"role": "user", "content": "caf\xc3\xa9 \\u00e9"}], "n": 1e400, "a": 1, "a": 2}'
+    parsed = parse_body(body)
+    assert isinstance(parsed, EncodedJSON) and parsed.text == body.decode()
+    assert (
+        json.loads(parsed.text)
+        == parsed
+        == {"messages": [{"role": "user", "content": "café é"}], "n": math.inf, "a": 2}
+    )
+    assert encoded_json_object("request", parsed) is parsed, "the store takes it as checked"
+    # NaN / Infinity: a plain value, so the store's own check refuses it as before
+    for special in (b'{"x": NaN}', b'{"x": -Infinity}'):
+        assert type(parse_body(special)) is dict
+        with pytest.raises(InvalidArgument, match="not JSON-serialisable"):
+            encoded_json_object("request", parse_body(special))
+    assert type(parse_body(b'{"u": 1}', fast=False)) is dict, "the stdlib path re-encodes as before"
+    assert type(parse_body(b"[1, 2]")) is list

@@ -42,6 +42,7 @@ from clawgym.rendering.detokenize import IncrementalDetokenizer
 from clawgym.rendering.splice import PromptBuilder, chain_keys
 from clawgym.rendering.template import ChatTemplate
 from clawgym.store.interface import TrajectoryStore
+from clawgym.store.validate import EncodedJSON
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ class JsonReply:
 class StreamReply:
     chunks: AsyncIterator[bytes]
     on_close: Callable[[], None]  # call when the client is gone or the stream ended
+    # True while output the stream has not framed yet is already waiting: the shell then joins
+    # the frames into one socket write (under load, one write a burst instead of one an event)
+    more_waiting: Callable[[], bool] = lambda: False
 
 
 Body = bytes | AsyncIterable[bytes]  # the whole body, or its chunks as they arrive (read only if needed)
@@ -100,12 +104,19 @@ def parse_body(body: bytes | bytearray, fast: bool = True) -> Any:
     `fast`: pydantic-core's parser first (~10x the stdlib's speed on a 100 kB body, and it refuses
     lone surrogates itself, so no scan of the body follows). It gives the stdlib's values wherever
     it accepts (NaN/Infinity and big integers included); anything it refuses (surrogates, a BOM,
-    UTF-16, deep nesting, bad JSON) goes through the stdlib path below for the very same answer."""
+    UTF-16, deep nesting, bad JSON) goes through the stdlib path below for the very same answer.
+    An object it parsed comes back as an `EncodedJSON` holding the body's own text, the request as
+    recorded: a ~100 kB request is never encoded again (one that holds NaN or Infinity, which the
+    store refuses, is left to the store's check)."""
     if fast:
         try:
-            return from_json(body, allow_inf_nan=True)
+            value = from_json(body, allow_inf_nan=True)
         except ValueError:
             pass  # rare: the stdlib path decides, with its own error messages
+        else:
+            if isinstance(value, dict) and b"NaN" not in body and b"Infinity" not in body:
+                return EncodedJSON(value, body.decode())
+            return value
     return _parse_body_stdlib(body)
 
 
@@ -203,7 +214,7 @@ class Gateway:
             return self._error(protocol, ClawgymError(f"internal error: {type(e).__name__}"), harness)
         self.metrics.requests.labels(protocol.name, harness, "200").inc()
         if wire.options.stream:
-            return StreamReply(run.setup.reply.stream(run.events()), run.abort)
+            return StreamReply(run.setup.reply.stream(run.events()), run.abort, run.more_waiting)
         try:
             completion = await self._wait(run, disconnected)
         except ClawgymError as e:
@@ -251,10 +262,10 @@ class Gateway:
         prompt = await self.pools.render(self.builder.build, conv, turns, keys, held)
         t3 = time.perf_counter()
         status = await self.engine_status()
-        room = status.max_context - len(prompt.ids)
+        room = status.max_context - len(prompt)
         if room < 1:
             raise InvalidArgument(
-                f"prompt is too long: {len(prompt.ids)} tokens, the policy's context is {status.max_context}"
+                f"prompt is too long: {len(prompt)} tokens, the policy's context is {status.max_context}"
             )
         # Claude Code always asks for 128000: clamp to what fits, then to the deployment's cap
         max_new = min(opts.max_tokens or room, room)
@@ -269,7 +280,7 @@ class Gateway:
             stop_token_ids=self.template.info.stop_token_ids,
             seed=None if opts.seed is None else opts.seed % MAX_SEED,
         )
-        reply = protocol.reply(wire, len(prompt.ids), prompt.segment_start)
+        reply = protocol.reply(wire, len(prompt), prompt.segment_start)
         recorded = {k: headers[k] for k in self.cfg.recorded_headers if k in headers}
         setup = CallSetup(
             rollout=rollout,

@@ -141,7 +141,9 @@ class CallRun:
         s = self.setup
         t0 = time.perf_counter()
         try:
-            self._it = aiter(self._engine.generate(s.prompt.ids, s.sampling, f"{s.rollout.id}:{id(self):x}"))
+            self._it = aiter(
+                self._engine.generate(s.prompt.array, s.sampling, f"{s.rollout.id}:{id(self):x}")
+            )
             first = await self._first_chunk(disconnected)
             self._engine_wait += time.perf_counter() - t0
             self._ttft = time.perf_counter() - s.started
@@ -196,6 +198,10 @@ class CallRun:
             if isinstance(item, Failed):
                 raise item.error
         raise Unavailable("generation ended without a result")
+
+    def more_waiting(self) -> bool:
+        """Events are queued that `events()` has not handed out yet."""
+        return not self._queue.empty()
 
     def abort(self) -> None:
         """The client is gone: stop generating, record what was generated as aborted. Idempotent."""
@@ -285,7 +291,7 @@ class CallRun:
             thinking=self._parser.thinking,
             tool_calls=tuple(self._parser.tool_calls),
             finish_reason="stop" if self._stop_hit is not None else finish,  # type: ignore[arg-type]
-            usage=Usage(len(s.prompt.ids), len(self._ids), s.prompt.segment_start),
+            usage=Usage(len(s.prompt), len(self._ids), s.prompt.segment_start),
             stop_sequence=self._stop_hit,
         )
 
@@ -316,7 +322,7 @@ class CallRun:
             protocol=s.protocol,
             request=s.request,
             response=response,
-            prompt_ids=np.asarray(s.prompt.ids, dtype=IDS),
+            prompt_ids=s.prompt.array,
             output_ids=np.asarray(self._ids, dtype=IDS),
             output_logprobs=np.asarray(self._logprobs, dtype=LOGPROBS),
             output_versions=np.asarray(self._versions, dtype=IDS),
@@ -333,7 +339,7 @@ class CallRun:
             return None
         s = self.setup
         key = turn_key(s.prompt.prompt_key, completion.as_message())
-        return turn_of(key, s.prompt.parent, s.prompt.ids[s.prompt.segment_start :], self._ids)
+        return turn_of(key, s.prompt.parent, s.prompt.array[s.prompt.segment_start :], self._ids)
 
     def _store_sync(
         self, completion: Completion, response: dict[str, Any], latency: float
@@ -393,7 +399,7 @@ class CallRun:
         m.calls.labels(*labels, completion.finish_reason).inc()
         m.latency.labels(*labels).observe(latency)
         m.overhead.labels(*labels).observe(max(0.0, latency - self._engine_wait))
-        m.tokens_in.labels(*labels).inc(len(s.prompt.ids))
+        m.tokens_in.labels(*labels).inc(len(s.prompt))
         m.tokens_rendered.labels(*labels).inc(s.prompt.rendered_tokens)
         m.tokens_out.labels(*labels).inc(len(self._ids))
         m.temperature.labels(*labels).observe(s.sampling.temperature)

@@ -209,5 +209,5 @@ def make_live_state(
     return MemoryLiveState(max_rollouts, turn_ttl_s)
 
 
-def turn_of(key: bytes, parent: bytes, segment: list[int], output: list[int]) -> GeneratedTurn:
+def turn_of(key: bytes, parent: bytes, segment: np.ndarray | list[int], output: list[int]) -> GeneratedTurn:
     return GeneratedTurn(key, parent, np.asarray(segment, dtype=IDS), np.asarray(output, dtype=IDS))

@@ -56,12 +56,20 @@ class HeldTurn:
 
 @dataclass(frozen=True)
 class BuiltPrompt:
-    ids: list[int]
+    array: np.ndarray  # int32 prompt ids, as the engine and the record take them (never a list here)
     prompt_key: bytes  # chain hash of (tools, every message of the request)
     parent: bytes  # key of the spliced turn, b"" if rendered from scratch
     segment_start: int  # ids[segment_start:] are new after the parent's prompt + output
     rendered_tokens: int  # ids produced by tokenizing text in this call
     step_s: dict[str, float] = field(default_factory=dict)  # wall seconds of each build step, in its thread
+
+    @property
+    def ids(self) -> list[int]:
+        """The prompt ids as a list (a copy: for readers, not the call's path)."""
+        return self.array.tolist()
+
+    def __len__(self) -> int:
+        return len(self.array)
 
     @property
     def extended(self) -> bool:
@@ -135,7 +143,7 @@ class PromptBuilder:
             if conv.messages[i].role != "assistant":
                 continue
             if held is not None and held.key == keys[i]:
-                base, last = held.ids.tolist(), held.last_output
+                base, last = held.ids, held.last_output
             elif keys[i] in turns:
                 base = self._rebuild(keys[i], turns)
                 if base is None:
@@ -148,13 +156,13 @@ class PromptBuilder:
             c1 = time.perf_counter()
             text = self.continuation(conv.messages[i + 1 :], conv.tools, stop_text)
             c2 = time.perf_counter()
-            new = self.template.encode(text)
+            new = np.asarray(self.template.encode(text), dtype=IDS)
             steps = {"splice": c1 - c0, "render": c2 - c1, "tokenize": time.perf_counter() - c2}
-            return BuiltPrompt(base + new, prompt_key, keys[i], len(base), len(new), steps)
+            return BuiltPrompt(np.concatenate([base, new]), prompt_key, keys[i], len(base), len(new), steps)
         c1 = time.perf_counter()
         text = self.template.render(conv.messages, conv.tools, add_generation_prompt=True)
         c2 = time.perf_counter()
-        ids = self.template.encode(text)
+        ids = np.asarray(self.template.encode(text), dtype=IDS)
         steps = {"splice": c1 - c0, "render": c2 - c1, "tokenize": time.perf_counter() - c2}
         return BuiltPrompt(ids, prompt_key, b"", 0, len(ids), steps)
 
@@ -174,7 +182,7 @@ class PromptBuilder:
         return len(self.template.encode(self.template.render(conv.messages, conv.tools, True)))
 
     @staticmethod
-    def _rebuild(key: bytes, turns: Mapping[bytes, GeneratedTurn]) -> list[int] | None:
+    def _rebuild(key: bytes, turns: Mapping[bytes, GeneratedTurn]) -> np.ndarray | None:
         """Prompt + output ids of the turn under `key`, walking its parents; None if one is missing."""
         parts: list[np.ndarray] = []
         seen = set()
@@ -185,4 +193,4 @@ class PromptBuilder:
             seen.add(key)
             parts += [turn.output, turn.segment]
             key = turn.parent
-        return np.concatenate(parts[::-1]).astype(IDS).tolist() if parts else []
+        return np.concatenate(parts[::-1]).astype(IDS, copy=False) if parts else np.zeros(0, IDS)

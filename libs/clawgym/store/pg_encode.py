@@ -19,6 +19,7 @@ from sqlalchemy import JSON, BigInteger, Double, Integer, LargeBinary, String, T
 from sqlalchemy.types import TypeEngine
 
 from clawgym.store.models import CallRow
+from clawgym.store.validate import EncodedJSON
 
 _INT4, _INT8, FLOAT8 = struct.Struct(">i"), struct.Struct(">q"), struct.Struct(">d")
 TEXT_ARRAY_OID = 1009
@@ -29,6 +30,8 @@ def _text(value: str) -> bytes:
 
 
 def _json(value: Any) -> bytes:
+    if isinstance(value, EncodedJSON):  # checked and encoded once already (a call's ~100 kB request)
+        return value.text.encode()
     return json.dumps(value).encode()  # what SQLAlchemy's JSON type sends
 
 

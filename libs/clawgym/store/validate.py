@@ -57,8 +57,10 @@ def number(field: str, value: Any, *, optional: bool = False) -> float | None:
 
 
 class EncodedJSON(dict):
-    """A checked JSON object with its compact encoding (`text`, ASCII): a call's request is ~100 kB,
-    which the PostgreSQL fast path then sends as is instead of encoding it a second time."""
+    """A checked JSON object with its encoding (`text`): a call's request is ~100 kB, which the
+    PostgreSQL fast path then sends as is instead of encoding it a second time. The proxy builds
+    one from the request body it parsed (its own text, no NaN or Infinity), so a request is never
+    encoded at all; `encoded_json_object` takes one as already checked."""
 
     __slots__ = ("text",)
 
@@ -75,6 +77,8 @@ def json_object(field: str, value: Any) -> tuple[dict[str, Any], int]:
 
 def encoded_json_object(field: str, value: Any) -> EncodedJSON:
     """`json_object`'s check, keeping the encoding."""
+    if isinstance(value, EncodedJSON):
+        return value
     if value is None:
         value = {}
     if not isinstance(value, dict):
