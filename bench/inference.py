@@ -16,8 +16,9 @@ template puts the same system prompt first in each) and nothing carries over bet
 Two engines run side by side in the same rounds: batched prefill (`--prefill-batch`, default 32
 prompts per forward) and the one-prompt-per-forward path (`prefill_batch=1`, the path before batched
 prefill); `--prefill-batch 1` runs only that one. The main figures are the first engine's, the
-`*_pb1` ones the old path's; both speedups divide by the best one-by-one figure of either engine
-(one request at a time takes the same path in both).
+`*_pb1` ones the old path's. On CPU a third engine runs plain `F.linear` (`pack_weights=False`, the
+path before packed weights): its figures end in `_unpacked`. The speedups divide by the best
+one-by-one figure of any engine.
 Every request generates exactly --tokens tokens (greedy, no stop token); each figure is the best of
 --repeat interleaved rounds. The last line is JSON.
 
@@ -95,11 +96,17 @@ def agent_prompts(tok, samples: int = 8) -> list[list[int]]:
 
 
 async def fresh_engine_run(
-    model, name: str, batch: list[list[int]], tokens: int, cache_tokens: int, prefill_batch: int
+    model, name: str, batch: list[list[int]], tokens: int, cache_tokens: int, variant: tuple[int, bool]
 ) -> tuple[float, int]:
     """(seconds, prompt tokens computed) for `batch` at once on a fresh engine (an empty prefix cache)."""
+    prefill_batch, pack = variant
     engine = TorchEngine(
-        model, name=name, max_batch=32, prefix_cache_tokens=cache_tokens, prefill_batch=prefill_batch
+        model,
+        name=name,
+        max_batch=32,
+        prefix_cache_tokens=cache_tokens,
+        prefill_batch=prefill_batch,
+        pack_weights=pack,
     )
     try:
         _, seconds = await run_requests(engine, batch, tokens, concurrent=True)
@@ -130,11 +137,18 @@ async def bench(args) -> dict:
     dtype = getattr(torch, args.dtype)
     tok = load_tokenizer(args.model)
     model = load_model(args.model, dtype=dtype, device=args.device)
-    # suffix -> prefill_batch: "" is the path under test, "_pb1" one prompt per forward (the old path)
-    variants = {"": args.prefill_batch} if args.prefill_batch == 1 else {"": args.prefill_batch, "_pb1": 1}
+    # suffix -> (prefill_batch, pack_weights): "" is the path under test, "_pb1" one prompt per
+    # forward, "_unpacked" plain F.linear (MKL packs the weights on every call): the old paths
+    variants = {"": (args.prefill_batch, True)}
+    if args.prefill_batch != 1:
+        variants["_pb1"] = (1, True)
+    if args.device == "cpu":
+        variants["_unpacked"] = (args.prefill_batch, False)
     engines = {
-        suffix: TorchEngine(model, name=args.model, max_batch=32, prefix_cache_tokens=0, prefill_batch=pb)
-        for suffix, pb in variants.items()
+        suffix: TorchEngine(
+            model, name=args.model, max_batch=32, prefix_cache_tokens=0, prefill_batch=pb, pack_weights=pack
+        )
+        for suffix, (pb, pack) in variants.items()
     }
     batch = prompts(tok, 32)
     agent = agent_prompts(tok)
@@ -159,16 +173,16 @@ async def bench(args) -> dict:
                 best[name + suffix] = max(best.get(name + suffix, 0.0), n / seconds)
         n, seconds = hf_generate(model, tok, batch, args.tokens)
         best["hf"] = max(best.get("hf", 0.0), n / seconds)
-        for suffix, pb in variants.items():
+        for suffix, variant in variants.items():
             # the same 32 prompts on the engine as configured by default: prefix cache on, empty at start
-            seconds, prefilled = await fresh_engine_run(model, args.model, batch, args.tokens, 8192, pb)
+            seconds, prefilled = await fresh_engine_run(model, args.model, batch, args.tokens, 8192, variant)
             best["32_cache" + suffix] = max(
                 best.get("32_cache" + suffix, 0.0), len(batch) * args.tokens / seconds
             )
             best["32_cache_prefill"] = prefilled
             for cache_tokens in (0, 8192):
                 seconds, prefilled = await fresh_engine_run(
-                    model, args.model, agent, args.tokens, cache_tokens, pb
+                    model, args.model, agent, args.tokens, cache_tokens, variant
                 )
                 key = f"agent_{cache_tokens}{suffix}"
                 best[key] = min(best.get(key, float("inf")), seconds)
@@ -194,14 +208,18 @@ async def bench(args) -> dict:
         "device": args.device,
         "tokens_per_request": args.tokens,
     }
-    # One request at a time runs the same path whatever prefill_batch is: both engines' speedups
-    # divide by the best one-by-one figure of either, so their ratio is not the baseline's noise.
+    # One request at a time runs the same path whatever prefill_batch is: the engines' speedups
+    # divide by the best one-by-one figure of any, so their ratio is not the baseline's noise.
     tps1 = max(best["1" + suffix] for suffix in variants)
-    for suffix, pb in variants.items():
+    for suffix, (pb, pack) in variants.items():
         tps8, tps32 = best["8" + suffix], best["32" + suffix]
         off, on = best["agent_0" + suffix], best["agent_8192" + suffix]
         tps32c = best["32_cache" + suffix]
-        print(f"-- prefill_batch {pb}{' (the old path: one prompt per forward)' if pb == 1 else ''}")
+        old = {
+            "_pb1": " (the old path: one prompt per forward)",
+            "_unpacked": " (the old path: plain F.linear)",
+        }
+        print(f"-- prefill_batch {pb}, pack_weights {pack}{old.get(suffix, '')}")
         print(
             f"one by one ({args.serial} requests): {best['1' + suffix]:8.1f} tok/s  (baseline: {tps1:.1f}, the best)"
         )
@@ -222,6 +240,7 @@ async def bench(args) -> dict:
         result.update(
             {
                 f"prefill_batch{suffix}": pb,
+                f"pack_weights{suffix}": pack,
                 f"tok_s_1{suffix}": round(best["1" + suffix], 2),
                 f"tok_s_8{suffix}": round(tps8, 2),
                 f"tok_s_32{suffix}": round(tps32, 2),
@@ -240,6 +259,10 @@ async def bench(args) -> dict:
         ratio = best["32"] / best["32_pb1"]
         print(f"32 concurrent, batched prefill vs one prompt per forward: {ratio:.2f}x")
         result["batched_prefill_vs_pb1_32"] = round(ratio, 3)
+    if "_unpacked" in variants:
+        ratio = best["32"] / best["32_unpacked"]
+        print(f"32 concurrent, packed vs plain linear weights: {ratio:.2f}x")
+        result["packed_vs_unpacked_32"] = round(ratio, 3)
     print(f"reload: {reload_s:.3f} s, in-flight request finished with versions {sorted(set(versions))}")
     result.update(
         {

@@ -56,6 +56,7 @@ import torch
 from clawgym.errors import ClawgymError
 from clawgym.inference.interface import FinishReason, SamplingParams
 from clawgym.inference.kv_cache import BatchKVCache
+from clawgym.inference.packed_linear import PackedLinears
 from clawgym.inference.prefix_cache import PrefixCache, common_prefix
 from clawgym.inference.sampler import Sampled, sample_rows
 
@@ -127,6 +128,7 @@ class Swap:
     version: int
     tensors: dict[str, torch.Tensor]
     requested_at: float
+    packed: dict[int, torch.Tensor] | None = None  # PackedLinears.pack of `tensors`, when packing
     done: threading.Event = field(default_factory=threading.Event)
     applied: bool = False
     seconds: float = 0.0
@@ -147,6 +149,7 @@ class BatchLoop:
         policy_version: int,
         prefix_cache_tokens: int = 0,
         prefill_batch: int = 32,
+        pack_weights: bool = True,
     ) -> None:
         self.model = model
         self.prefill_batch = prefill_batch
@@ -166,6 +169,7 @@ class BatchLoop:
         )
         param = next(model.parameters())
         self._dtype, self._device = param.dtype, param.device
+        self.packed = PackedLinears(model, targets, rows_hint=max_batch) if pack_weights else None
         # transformers 5.x renamed `past_key_values` to `cache` (the old name warns until 5.40).
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -198,9 +202,18 @@ class BatchLoop:
         with self._cond:
             self._cond.notify()
 
-    def swap(self, version: int, tensors: dict[str, torch.Tensor], requested_at: float) -> Swap:
-        """Schedules a weight swap for the next step boundary; wait on the returned `done` event."""
-        swap = Swap(version, tensors, requested_at)
+    def swap(
+        self,
+        version: int,
+        tensors: dict[str, torch.Tensor],
+        requested_at: float,
+        packed: dict[int, torch.Tensor] | None = None,
+    ) -> Swap:
+        """Schedules a weight swap for the next step boundary; wait on the returned `done` event.
+        `packed`: `self.packed.pack(tensors)`, required when the loop packs its weights."""
+        if self.packed is not None and packed is None:
+            raise ValueError("this loop packs its linear weights: pass packed=loop.packed.pack(tensors)")
+        swap = Swap(version, tensors, requested_at, packed)
         with self._cond:
             if self._closed:
                 swap.done.set()
@@ -231,6 +244,8 @@ class BatchLoop:
     # --- the loop (its own thread) ----------------------------------------------------------------
 
     def _run(self) -> None:
+        if self.packed is not None:
+            self.packed.own_thread()
         with torch.inference_mode():
             while True:
                 with self._cond:
@@ -274,6 +289,8 @@ class BatchLoop:
         """Points every target tensor at its new data: O(1) per tensor, between two steps."""
         for name, target in self.targets.items():
             target.data = swap.tensors[name]
+        if self.packed is not None and swap.packed is not None:
+            self.packed.install(swap.packed)
         self.version = swap.version
         self.prefix_cache.clear()  # cached KV came from the old weights
         swap.applied = True
@@ -511,7 +528,7 @@ class BatchLoop:
         if self._cache is None:
             self._cache, caches = caches[0], caches[1:]
         if caches:
-            self._cache.merge(caches, self.max_context)
+            self._cache.merge(caches, self.max_context, self.max_batch)
         for request in requests:
             request.cache = None
             self._rows.append(request)
@@ -597,11 +614,11 @@ class BatchLoop:
                     request.aborted = True
 
     def _keep(self, rows: list[int]) -> None:
-        self._rows = [self._rows[i] for i in rows]
-        if not self._rows:
-            self._cache = None
+        """Keeps the running rows `rows` (ascending); the cache decides their new order."""
+        if not rows:
+            self._rows, self._cache = [], None
         else:
-            self._cache.keep(rows)
+            self._rows = [self._rows[i] for i in self._cache.keep(rows)]
 
     def _fail_running(self, error: Exception) -> None:
         """Fails the running rows, whose shared KV cache is lost, and hands out their errors."""
@@ -622,6 +639,8 @@ class BatchLoop:
         for request in waiting + self._rows + self._prefilling:
             request.end("abort")
         self._rows, self._cache, self._prefilling = [], None, []
+        if self.packed is not None:
+            self.packed.release()  # the model may outlive this loop: its packed weights need not
 
 
 def _not_finite(request: Request) -> ClawgymError:

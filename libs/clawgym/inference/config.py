@@ -26,7 +26,8 @@ class InferenceConfig(Section):
         "comma-separated (host1:port,host2:port), each rollout then sticks to one; empty = in-process engine",
     )
     host: str = Field(
-        "127.0.0.1", description="address `clawgym serve inference` and its /metrics listen on; deployments: 0.0.0.0"
+        "127.0.0.1",
+        description="address `clawgym serve inference` and its /metrics listen on; deployments: 0.0.0.0",
     )
     port: int = Field(50052, description="gRPC port `clawgym serve inference` listens on")
     metrics_port: int = Field(
@@ -83,6 +84,11 @@ class InferenceConfig(Section):
         ge=1,
         description="torch engine: prompts prefilled together in one forward at most (left-padded; shares "
         "of similar length go together); 1 = one forward per prompt",
+    )
+    pack_weights: bool = Field(
+        True,
+        description="torch engine on CPU: float32 linear weights packed once for oneDNN (and after each "
+        "reload) instead of by MKL on every call; costs a second copy of those weights in memory",
     )
     prefix_cache_tokens: int = Field(
         8192,

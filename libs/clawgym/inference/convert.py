@@ -7,7 +7,7 @@ InvalidArgument. Used by the inference service and by its typed client, so both 
 from clawgym import arrays
 from clawgym.errors import InvalidArgument
 from clawgym.generated.v1 import common_pb2, inference_pb2
-from clawgym.inference.interface import EngineStatus, FinishReason, SamplingParams, TokenChunk
+from clawgym.inference.interface import EngineStatus, FinishReason, PromptIds, SamplingParams, TokenChunk
 
 FINISH_TO_PROTO: dict[FinishReason | None, int] = {
     None: common_pb2.FINISH_REASON_UNSPECIFIED,
@@ -44,7 +44,7 @@ def params_from_proto(msg: inference_pb2.SamplingParams) -> SamplingParams:
 
 
 def request_to_proto(
-    prompt_ids: list[int], params: SamplingParams, request_id: str
+    prompt_ids: PromptIds, params: SamplingParams, request_id: str
 ) -> inference_pb2.GenerateRequest:
     return inference_pb2.GenerateRequest(
         request_id=request_id, prompt_ids=arrays.pack_ids(prompt_ids), sampling=params_to_proto(params)

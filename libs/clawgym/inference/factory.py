@@ -31,4 +31,5 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         prefill_chunk=cfg.prefill_chunk,
         prefix_cache_tokens=cfg.prefix_cache_tokens,
         prefill_batch=cfg.prefill_batch,
+        pack_weights=cfg.pack_weights,
     )

@@ -17,7 +17,7 @@ from clawgym.errors import Unavailable
 from clawgym.generated.v1 import inference_pb2
 from clawgym.generated.v1.inference_pb2_grpc import InferenceStub
 from clawgym.inference import convert
-from clawgym.inference.interface import EngineStatus, SamplingParams, TokenChunk
+from clawgym.inference.interface import EngineStatus, PromptIds, SamplingParams, TokenChunk
 from clawgym.inference.validation import check_sampling
 from clawgym.rpc import error_from_rpc, grpc_options, open_aio_channel
 
@@ -44,10 +44,10 @@ class GrpcEngine:
         return InferenceStub(self._channel)
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+        self, prompt_ids: PromptIds, params: SamplingParams, request_id: str = ""
     ) -> AsyncIterator[TokenChunk]:
         check_sampling(params)
-        call = self._stub().Generate(convert.request_to_proto(list(prompt_ids), params, request_id))
+        call = self._stub().Generate(convert.request_to_proto(prompt_ids, params, request_id))
         finished = False
         try:
             async for msg in call:

@@ -10,11 +10,21 @@ only restricts the support). Greedy (temperature 0) reports the temperature-1 lo
 what the trainer's importance ratios compare against: the trainer computes log softmax(z / T).
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import numpy as np
+
 FinishReason = Literal["stop", "length", "abort"]
+# A prompt's token ids: the proxy hands engines an int32 array (a 30k-token prompt converted to a
+# list and back costs ~2 ms a call), tests and the trainer's checks often a list.
+PromptIds = Sequence[int] | np.ndarray
+
+
+def id_list(ids: PromptIds) -> list[int]:
+    """`ids` as a list of Python ints (an array's `tolist`, not a loop over numpy scalars)."""
+    return ids.tolist() if isinstance(ids, np.ndarray) else [int(t) for t in ids]
 
 
 @dataclass(frozen=True)
@@ -51,7 +61,7 @@ class EngineStatus:
 
 class Engine(Protocol):
     def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+        self, prompt_ids: PromptIds, params: SamplingParams, request_id: str = ""
     ) -> AsyncIterator[TokenChunk]:
         """Streams chunks as tokens are produced; closing the iterator aborts the request.
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from clawgym.errors import ClawgymError, Unavailable
 from clawgym.inference.grpc_client import GrpcEngine
-from clawgym.inference.interface import Engine, EngineStatus, SamplingParams, TokenChunk
+from clawgym.inference.interface import Engine, EngineStatus, PromptIds, SamplingParams, TokenChunk
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class ReplicatedEngine:
     # --- Engine interface ---
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+        self, prompt_ids: PromptIds, params: SamplingParams, request_id: str = ""
     ) -> AsyncIterator[TokenChunk]:
         await self._started()
         key = request_id.partition(":")[0]

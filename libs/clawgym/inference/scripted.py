@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import numpy as np
 
 from clawgym.errors import InvalidArgument, Unavailable
-from clawgym.inference.interface import EngineStatus, SamplingParams, TokenChunk
+from clawgym.inference.interface import EngineStatus, PromptIds, SamplingParams, TokenChunk
 from clawgym.inference.validation import check_sampling
 
 Script = Callable[[list[int], int], Sequence[int]]  # (prompt ids, call index) → output ids
@@ -49,7 +49,7 @@ class ScriptedEngine:
         self.chunk_tokens = max(1, chunk_tokens)
         self.token_delay_s = token_delay_s
         self.available = True
-        self.prompts: list[list[int]] = []
+        self.prompts: list[np.ndarray] = []  # each accepted call's prompt ids
         self.params: list[SamplingParams] = []  # the sampling parameters of each accepted call
         self.aborted = 0  # streams closed before their last chunk
         self.running = 0
@@ -64,21 +64,21 @@ class ScriptedEngine:
         kwargs.setdefault("vocab_size", len(tokenizer))
         return cls(outputs, **kwargs)
 
-    def _output(self, prompt_ids: list[int], index: int) -> list[int]:
+    def _output(self, prompt: np.ndarray, index: int) -> list[int]:
         if callable(self._script):
-            return list(self._script(prompt_ids, index))
+            return list(self._script(prompt.tolist(), index))
         if not self._script:
             return []
         return list(self._script[min(index, len(self._script) - 1)])
 
     def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+        self, prompt_ids: PromptIds, params: SamplingParams, request_id: str = ""
     ) -> AsyncIterator[TokenChunk]:
         if not self.available:
             raise Unavailable("scripted engine is marked unavailable")
-        if not prompt_ids:
+        ids = np.asarray(prompt_ids)  # no copy of the proxy's int32 array
+        if not len(ids):
             raise InvalidArgument("empty prompt")
-        ids = np.asarray(prompt_ids)
         if ids.min() < 0 or ids.max() >= self.vocab_size:
             raise InvalidArgument(f"prompt has token ids outside [0, {self.vocab_size})")
         if len(prompt_ids) + params.max_new_tokens > self.max_context:
@@ -88,9 +88,9 @@ class ScriptedEngine:
             )
         check_sampling(params)  # the shared rule, so proxy tests see the refusals real engines give
         index = len(self.prompts)
-        self.prompts.append(list(prompt_ids))
+        self.prompts.append(ids)
         self.params.append(params)
-        output = self._output(list(prompt_ids), index)
+        output = self._output(ids, index)
         return self._stream(output, params, len(prompt_ids))
 
     async def _stream(

@@ -17,7 +17,7 @@ import torch
 from clawgym.errors import ClawgymError, Unavailable
 from clawgym.inference.batch_loop import BatchLoop, Request, StepCounters
 from clawgym.inference.checkpoint import fit_checkpoint, read_safetensors, weight_targets
-from clawgym.inference.interface import EngineStatus, SamplingParams, TokenChunk
+from clawgym.inference.interface import EngineStatus, PromptIds, SamplingParams, TokenChunk, id_list
 from clawgym.inference.sampler import make_generator
 from clawgym.inference.validation import validate_request
 
@@ -37,12 +37,14 @@ class TorchEngine:
         max_context: int | None = None,
         prefix_cache_tokens: int = 8192,
         prefill_batch: int = 32,
+        pack_weights: bool = True,
     ) -> None:
         """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
         prompt tokens computed per loop step in all, shared fairly between prompts (long prompts
         interleave with decode steps and newcomers; the bound is in `batch_loop`'s docstring);
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off);
-        `prefill_batch`: prompts prefilled together in one forward at most (1 = one forward each)."""
+        `prefill_batch`: prompts prefilled together in one forward at most (1 = one forward each);
+        `pack_weights`: float32 CPU linear weights packed once for oneDNN (`packed_linear`)."""
         config = model.config.get_text_config()
         self.name = name
         self.model = model.eval()
@@ -60,6 +62,7 @@ class TorchEngine:
             policy_version=policy_version,
             prefix_cache_tokens=prefix_cache_tokens,
             prefill_batch=prefill_batch,
+            pack_weights=pack_weights,
         )
 
     @classmethod
@@ -83,10 +86,10 @@ class TorchEngine:
     # --- Engine interface -----------------------------------------------------------------------
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+        self, prompt_ids: PromptIds, params: SamplingParams, request_id: str = ""
     ) -> AsyncIterator[TokenChunk]:
         """Streams the request's tokens; closing the iterator (or cancelling its task) aborts it."""
-        prompt = [int(t) for t in prompt_ids]
+        prompt = id_list(prompt_ids)
         limit = validate_request(prompt, params, self.vocab_size, self.max_context)
         request = Request(
             id=request_id,
@@ -119,8 +122,8 @@ class TorchEngine:
         started = time.perf_counter()
         self._reloading += 1
         try:
-            tensors = await asyncio.to_thread(self._read_fitting, str(uri))
-            swap = self._loop.swap(version, tensors, started)
+            tensors, packed = await asyncio.to_thread(self._read_fitting, str(uri))
+            swap = self._loop.swap(version, tensors, started, packed)
             await asyncio.to_thread(swap.done.wait)
         finally:
             self._reloading -= 1
@@ -166,8 +169,11 @@ class TorchEngine:
         request in flight; requests still running end with finish reason `abort`."""
         await asyncio.to_thread(self._loop.close)
 
-    def _read_fitting(self, uri: str) -> dict[str, torch.Tensor]:
-        return fit_checkpoint(read_safetensors(uri), self._targets, self._aliases, uri)
+    def _read_fitting(self, uri: str) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor] | None]:
+        """The checkpoint's tensors, fitted to the model, and their packed linear weights."""
+        tensors = fit_checkpoint(read_safetensors(uri), self._targets, self._aliases, uri)
+        packer = self._loop.packed
+        return tensors, packer.pack(tensors) if packer is not None else None
 
 
 def _chunk(items: list[tuple]) -> tuple[TokenChunk | None, bool, ClawgymError | None]:

@@ -30,7 +30,14 @@ from pathlib import Path
 
 from clawgym.errors import FailedPrecondition, Unavailable
 from clawgym.inference.config import InferenceConfig
-from clawgym.inference.interface import EngineStatus, FinishReason, SamplingParams, TokenChunk
+from clawgym.inference.interface import (
+    EngineStatus,
+    FinishReason,
+    PromptIds,
+    SamplingParams,
+    TokenChunk,
+    id_list,
+)
 from clawgym.inference.validation import validate_request
 
 FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
@@ -130,13 +137,13 @@ class VllmEngine:
         )
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str = ""
+        self, prompt_ids: PromptIds, params: SamplingParams, request_id: str = ""
     ) -> AsyncIterator[TokenChunk]:
         from vllm import SamplingParams as VllmSamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        prompt = [int(t) for t in prompt_ids]
+        prompt = id_list(prompt_ids)
         limit = validate_request(prompt, params, self.vocab_size, self.max_context)
         sampling = VllmSamplingParams(
             max_tokens=limit,

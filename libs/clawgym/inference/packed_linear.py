@@ -1,0 +1,117 @@
+"""The CPU engine's linear layers with their weights packed once for oneDNN, not on every call.
+
+At decode's few rows (one token per running request) a linear layer is a thin matrix times the
+whole weight matrix, and MKL's sgemm re-packs that weight into its blocked layout on every call:
+for SmolLM2's 49,152 × 576 LM head that is most of the call. oneDNN takes the weight pre-packed
+(`mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing does), so the engine packs each
+weight when it is loaded, and a hot reload's weights as they are read, off the loop thread.
+`bench/packed_linear.py` measures both paths side by side.
+
+Only an engine's own thread takes the packed path: a caller that shares the model object (a test's
+teacher-forced forward, an embedded trainer, a second engine) runs its own path on it.
+"""
+
+import logging
+import threading
+import types
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+def packing_available() -> bool:
+    """Whether this torch build can pack a linear weight for oneDNN (x86 CPU builds can)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        weight, x = torch.ones(8, 4), torch.ones(2, 4)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 2)
+        out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    except (AttributeError, RuntimeError):
+        return False
+    return bool(torch.equal(out, F.linear(x, weight)))
+
+
+class PackedLinears:
+    """Packs every float32 CPU `nn.Linear` of `model` for the thread that calls `own_thread`.
+
+    Each layer's forward is patched once: it takes the packed weight registered for the calling
+    thread, and plain `F.linear` on the live weight where none is (other threads, or a forward that
+    needs gradients). Several engines may share one model object, each with its own thread.
+    `targets` names the model's tensors as checkpoints do (`checkpoint.weight_targets`), so that a
+    new checkpoint's weights are packed (`pack`, any thread) before the loop installs them."""
+
+    def __init__(self, model: nn.Module, targets: dict[str, torch.Tensor], rows_hint: int) -> None:
+        self.rows_hint = rows_hint  # oneDNN picks its blocking for this many rows
+        self.layers = [
+            m
+            for m in model.modules()
+            if isinstance(m, nn.Linear) and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
+        ]
+        if self.layers and not packing_available():
+            log.info("this torch build cannot pack linear weights for oneDNN: plain F.linear")
+            self.layers = []
+        name_of = {id(tensor): name for name, tensor in targets.items()}
+        self._names = {id(layer): name_of[id(layer.weight)] for layer in self.layers}  # tied: one name
+        self._packed = self.pack()
+        self._owner: int | None = None
+        for layer in self.layers:
+            _patch(layer)
+
+    def own_thread(self) -> None:
+        """Makes the calling thread (the engine's loop) the one that uses these packed weights."""
+        self.release()
+        self._owner = threading.get_ident()
+        self._publish()
+
+    def release(self) -> None:
+        """Stops the owner thread's use of the packed weights and lets them be freed (engine close)."""
+        if self._owner is not None:
+            for layer in self.layers:
+                _PACKS[layer].pop(self._owner, None)
+        self._owner = None
+
+    def pack(self, tensors: dict[str, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
+        """Every layer's weight packed: from `tensors` (a checkpoint by target name) or, by default,
+        the weights the model holds now. Any thread; `install` puts the result in use."""
+        with torch.no_grad():
+            return {
+                id(layer): torch.ops.mkldnn._reorder_linear_weight(
+                    (tensors[self._names[id(layer)]] if tensors is not None else layer.weight).detach(),
+                    self.rows_hint,
+                )
+                for layer in self.layers
+            }
+
+    def install(self, packed: dict[int, torch.Tensor]) -> None:
+        """Uses `packed` from the next forward on; call on the loop thread, with the new weights."""
+        self._packed = packed
+        self._publish()
+
+    def _publish(self) -> None:
+        if self._owner is not None:
+            for layer in self.layers:
+                _PACKS[layer][self._owner] = self._packed[id(layer)]
+
+
+# {thread ident: packed weight} of each patched layer; weak, so a model's packs go with it, and a
+# deep copy of a layer (a new key) computes plainly with its own weight.
+_PACKS: "weakref.WeakKeyDictionary[nn.Linear, dict[int, torch.Tensor]]" = weakref.WeakKeyDictionary()
+
+
+def _patch(layer: nn.Linear) -> None:
+    if layer not in _PACKS:
+        _PACKS[layer] = {}
+        layer.forward = types.MethodType(_packed_forward, layer)  # a copy binds to itself
+
+
+def _packed_forward(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    packs = _PACKS.get(layer)
+    packed = packs.get(threading.get_ident()) if packs else None
+    if packed is None or torch.is_grad_enabled() or x.dtype != torch.float32:
+        return F.linear(x, layer.weight, layer.bias)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, layer.bias, "none", [], "")

@@ -1,0 +1,109 @@
+"""The engine's packed linear weights: the owner thread computes with the packed copy, which equals
+F.linear and follows new weights only once their pack is installed; every other thread, and any
+forward that needs gradients, runs plain F.linear on the live weights."""
+
+import copy as copy_module
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from clawgym.inference.checkpoint import weight_targets
+from clawgym.inference.packed_linear import PackedLinears, packing_available
+
+pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build cannot pack for oneDNN")
+
+
+def _in_thread(fn):
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("y", fn()))
+    thread.start()
+    thread.join()
+    return out["y"]
+
+
+def _packed(model: nn.Module, rows_hint: int) -> PackedLinears:
+    return PackedLinears(model, weight_targets(model)[0], rows_hint=rows_hint)
+
+
+def test_the_owner_uses_the_packed_copy_until_a_new_pack_is_installed_and_others_use_the_live_weight():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 96), nn.Linear(96, 32, bias=False))
+    x = torch.randn(5, 7, 64)
+    packed = _packed(model, rows_hint=8)
+    packed.own_thread()
+    assert len(packed.layers) == 2
+    with torch.inference_mode():
+        before = model(x)
+        assert (
+            before - nn.functional.linear(nn.functional.linear(x, *model[0].parameters()), model[1].weight)
+        ).abs().max() < 1e-5
+        doubled = {"1.weight": 2 * model[1].weight}
+        new_pack = _in_thread(
+            lambda: packed.pack({**weight_targets(model)[0], **doubled})
+        )  # as a reload reads it
+        model[1].weight.copy_(doubled["1.weight"])  # the loop swaps the weights in...
+        stale = model(x)
+        other = _in_thread(lambda: model(x))
+        packed.install(new_pack)  # ...and their pack
+        fresh = model(x)
+    assert torch.allclose(stale, before, atol=1e-6), "the owner thread reads the packed copy"
+    assert torch.allclose(other, 2 * before, atol=1e-4), "another thread reads the live weight"
+    assert torch.allclose(fresh, 2 * before, atol=1e-4), (
+        "with the new pack installed the owner follows the new weight"
+    )
+
+
+def test_a_forward_that_needs_gradients_or_another_dtype_takes_the_plain_path():
+    torch.manual_seed(1)
+    layer = nn.Linear(16, 8)
+    packed = _packed(layer, rows_hint=4)
+    packed.own_thread()
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # the pack is stale: only the plain path sees this
+    x = torch.randn(3, 16)
+    y = layer(x)  # grad enabled: a training forward
+    assert y.requires_grad and torch.allclose(y, nn.functional.linear(x, layer.weight, layer.bias))
+    with torch.inference_mode():
+        assert not torch.allclose(layer(x), y, atol=1e-3), "inference on the owner thread reads the pack"
+        y64 = layer.double()(x.double())
+    assert torch.allclose(y64, nn.functional.linear(x.double(), layer.weight, layer.bias))
+
+
+def test_two_owners_share_a_model_each_with_its_pack_and_a_released_or_copied_layer_computes_plainly():
+    torch.manual_seed(2)
+    layer = nn.Linear(32, 16)
+    x = torch.randn(4, 32)
+    first, second = _packed(layer, rows_hint=4), _packed(layer, rows_hint=4)
+    first.own_thread()
+    with torch.no_grad():
+        plain = nn.functional.linear(x, layer.weight, layer.bias)
+        second_pack = second.pack({"weight": 3 * layer.weight, "bias": layer.bias})
+    second.install(second_pack)  # not yet owned: nothing uses it
+
+    def as_second():
+        second.own_thread()
+        with torch.inference_mode():
+            return layer(x)
+
+    with torch.inference_mode():
+        y_second = _in_thread(as_second)
+        y_first = layer(x)
+        copy = copy_module.deepcopy(layer)
+        with torch.no_grad():
+            copy.weight.mul_(-1.0)
+        y_copy = copy(x)
+        first.release()
+        layer.weight.mul_(2.0)
+        y_released = layer(x)
+    assert torch.allclose(y_first, plain, atol=1e-5), "the first owner reads its own pack"
+    assert torch.allclose(y_second, nn.functional.linear(x, 3 * layer.weight / 2, layer.bias), atol=1e-4), (
+        "the second owner's thread reads the second pack"
+    )
+    assert torch.allclose(y_copy, nn.functional.linear(x, -layer.weight / 2, layer.bias), atol=1e-5), (
+        "a deep copy computes with its own weight, not the original's pack"
+    )
+    assert torch.allclose(y_released, nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5), (
+        "after release the former owner computes with the live weight"
+    )
