@@ -19,10 +19,9 @@ the lower 95% bound of the first.
     .venv/bin/python bench/stability.py            # 200 steps of 4 groups x 4, eval every 25 (48 + 48 tasks)
     .venv/bin/python bench/stability.py --toy      # tiny-qwen3, 4 steps, eval every 2: the plumbing (~3 min)
 
-Full scale, expected wall time on 2 cores: about 45 minutes (from the quickstart's measured cost,
-~0.5 s per single-turn rollout with its share of the update: 200 x 16 training rollouts, 9
-evaluations of 96 tasks, the KL forward ~10% of each update); not measured yet. The LAST line is
-one JSON object of the figures.
+Measured on 2 cores with `--groups-per-step 2 --group-size 4` (200 x 8 training rollouts, 9
+evaluations of 96 tasks): 69 minutes, with other runs beside it; the figures are in the README.
+The LAST line is one JSON object of the figures.
 """
 
 from __future__ import annotations

@@ -125,3 +125,17 @@ def test_combine_diagnostics_adds_sums_and_weights_means():
     assert c["loss"] == 3.0 and c["weight"] == 4.0, "losses of micro-batches add up"
     assert c["clipfrac"] == pytest.approx((0.5 + 0.3) / 4), "means are weighted by row weight"
     assert (c["ratio_min"], c["ratio_max"]) == (0.7, 1.1), "extremes stay extremes"
+
+
+def test_explained_variance_is_left_out_where_every_return_is_equal():
+    """A PPO step whose rewards are all 0 with V = 0 (the value head's start) has equal returns:
+    explained variance is undefined, and a NaN among the metrics would fail the step's record."""
+    r = rows(adv_pos=[0.0, 0.0], adv_neg=[0.0, 0.0], value_token=torch.arange(2), returns=torch.zeros(2),
+             old_value=torch.zeros(2), value_weight=torch.full((2,), 0.5))  # fmt: skip
+    cfg = AlgorithmConfig(value_coef=0.5).loss_config()
+    logprob = torch.full((2,), -1.0)
+    _, d = rows_loss(logprob, torch.ones(2), torch.zeros(2), r, cfg, old_logprob=logprob)
+    assert "explained_variance" not in d and all(math.isfinite(v) for v in d.values())
+    r.returns = torch.tensor([0.0, 1.0])
+    _, d = rows_loss(logprob, torch.ones(2), torch.tensor([0.0, 0.5]), r, cfg, old_logprob=logprob)
+    assert d["explained_variance"] == pytest.approx(1 - 0.0625 / 0.25), "1 - Var(R - V) / Var(R)"

@@ -96,6 +96,23 @@ def test_async_loop_requests_the_next_batch_before_training_the_current_one(stor
     assert len(lags) == 3 and all(0 <= lag <= 1 for lag in lags), f"lags within max_policy_lag: {lags}"
 
 
+def test_an_async_run_stopped_early_cancels_its_prefetch_and_can_go_on(store, trainer_cfg, make_trainer):
+    """A run that stops before its last step (a time budget) may leave the next batch rolling out:
+    `cancel_rollouts` ends it without a failure, and a later `run` requests what it needs again."""
+    trainer = make_trainer(trainer_cfg(mode="async", steps=3, max_policy_lag=1), store)
+    trainer.run(steps=1)
+    requested = len(trainer.source.requested)
+    assert requested == 2, f"step 1 asked for its batch and prefetched step 2's: {requested}"
+    trainer.cancel_rollouts()
+    deadline = time.monotonic() + 30
+    while trainer.source.pending_groups() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert trainer.source.pending_groups() == 0, "the prefetched batch still runs after cancel_rollouts"
+    trainer.source.check()  # a cancelled batch is not a failure: nothing to raise
+    trainer.run()
+    assert trainer.version == 3 and trainer.status.state == "finished", trainer.status
+
+
 def test_groups_older_than_max_policy_lag_are_dropped_counted_and_consumed(
     store, trainer_cfg, make_trainer, tiny_tok, runner
 ):

@@ -180,7 +180,8 @@ def _diagnostics(
         d["value_loss"] = float(v_loss)
         var_ret = torch.var(rows.returns, unbiased=False) if len(values) > 1 else torch.tensor(0.0)
         err = torch.var(rows.returns - values, unbiased=False) if len(values) > 1 else torch.tensor(0.0)
-        d["explained_variance"] = float(1 - err / var_ret) if var_ret > 0 else float("nan")
+        if var_ret > 0:  # undefined when every return is equal (a step of all-0 rewards, V = 0): left out,
+            d["explained_variance"] = float(1 - err / var_ret)  # a NaN would fail the step's record
     if version is not None:
         d["policy_lag"] = wmean(version - rows.version.to(w.dtype))
     return d

@@ -194,8 +194,8 @@ class Trainer:
         if self.world.is_main:
             groups, wait_s = self._collect()
             self.sampler.observe(groups)  # before the next batch is planned (async mode: just below)
-            if self.cfg.mode == "async":
-                self._top_up()  # 2. the next batch rolls out while this one trains
+            if self.cfg.mode == "async" and self.version + 1 < self.cfg.steps:
+                self._top_up()  # 2. the next batch rolls out while this one trains (none after the last)
             batch = build_batch(groups, self.version, self.cfg.max_policy_lag, self.cfg.failed_reward)
             self._count_lag(batch)
             if not batch.trees:
@@ -373,6 +373,12 @@ class Trainer:
     def _set_status(self, state: str) -> None:
         s = self.status
         self.status = TrainerStatus(self.run_id, self.version, self.version, state, s.metrics)
+
+    def cancel_rollouts(self) -> None:
+        """Cancels the batches still rolling out (an async prefetch when the run stops early): they
+        would compete with what comes next, and no step will train them."""
+        if self.source is not None:
+            self.source.cancel()
 
     def close(self) -> None:
         """Releases the rollout source and the loop thread this trainer made (not the store or engines)."""

@@ -48,6 +48,10 @@ class RolloutSource(Protocol):
         """Raises the error of a batch that failed as a whole (e.g. the orchestrator is unreachable)."""
         ...
 
+    def cancel(self) -> None:
+        """Cancels the batches still running (their rollouts end as cancelled; nothing trains them)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -171,11 +175,14 @@ class RolloutServiceSource(BatchLedger):
             self._ended(batch.batch_id)
             self._jobs.pop(batch.batch_id, None)
 
+    def cancel(self) -> None:
+        for job in list(self._jobs.values()):
+            job.cancel()
+
     def close(self) -> None:
         """Cancels the batches still running (their rollouts end as cancelled); closes the service
         (its client, or the in-process orchestrator) when this source opened it."""
-        for job in list(self._jobs.values()):
-            job.cancel()
+        self.cancel()
         if self.close_service:
             self.runner.run(self.service.close(), timeout_s=60)
 

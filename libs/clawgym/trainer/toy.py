@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 import zlib
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -61,6 +62,7 @@ class ToyRolloutSource(BatchLedger):
         self.store = store
         self.engine = engine
         self.runner = runner
+        self._jobs: list[Future] = []
         self.max_new_tokens = max_new_tokens
         self.turns = turns
         self.temperature = temperature
@@ -84,7 +86,11 @@ class ToyRolloutSource(BatchLedger):
     def request(self, batch: Batch) -> None:
         self._started(batch)
         self.requested.append(batch)
-        self.runner.submit(self._run_batch(batch))
+        self._jobs = [job for job in self._jobs if not job.done()] + [self.runner.submit(self._run_batch(batch))]
+
+    def cancel(self) -> None:
+        for job in self._jobs:
+            job.cancel()
 
     def close(self) -> None:
         """Nothing of its own to release; the runner and the engine belong to the caller."""
