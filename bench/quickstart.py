@@ -5,7 +5,7 @@ Runs the real quickstart (the installed `clawgym` CLI, embedded mode, CPU) once 
 options, then reads its run folder: stage times, per-step times (rollouts vs update), rollout and
 token throughput, Pass@1 before/after with 95% intervals and the paired difference.
 
-    .venv/bin/python bench/quickstart.py                       # the defaults (SmolLM2-135M, ~15 min)
+    .venv/bin/python bench/quickstart.py                       # the defaults (SmolLM2-135M, ~9-11 min)
     .venv/bin/python bench/quickstart.py -- --model tiny-qwen3 --steps 2 --eval-tasks 8   # a smoke run
 
 Arguments after `--` go to `clawgym quickstart` unchanged. The LAST line is one JSON object.

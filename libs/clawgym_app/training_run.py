@@ -176,6 +176,7 @@ class TrainingRun:
                     )
                     outcome.notes.append(note)
                     self.console.print(f"[yellow]{note}[/yellow]")
+                    trainer.cancel_rollouts()  # an async prefetch would run into the final evaluation
                     break
             bar = RolloutBar(
                 progress, f"  step {trainer.version + 1} rollouts", t.groups_per_step * t.group_size

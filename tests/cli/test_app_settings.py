@@ -19,7 +19,10 @@ def test_harness_settings_of_the_config_reach_the_adapters_the_catalog_builds():
     o = ClawgymConfig(
         orchestrator={
             "harness_timeout_s": 120,
-            "harness_settings": {"reference": {"max_turns": 1, "max_tokens": 40}, "mini": {"max_turns": 2}},
+            "harness_settings": {
+                "reference": {"max_turns": 1, "max_tokens": 40, "command_timeout_s": 5},
+                "mini": {"max_turns": 2},
+            },
         }
     ).orchestrator
     catalog = Catalog(harness_timeout_s=o.harness_timeout_s, harness_settings=o.harness_settings)
@@ -28,6 +31,7 @@ def test_harness_settings_of_the_config_reach_the_adapters_the_catalog_builds():
     assert (reference.limits.max_turns, reference.max_tokens) == (1, 40), "its turn cap and reply length"
     argv = reference.command("task", _ctx())
     assert argv[argv.index("--max-turns") + 1] == "1" and argv[argv.index("--max-tokens") + 1] == "40", argv
+    assert float(argv[argv.index("--command-timeout") + 1]) == 5, f"its command time cap: {argv}"
     mini = catalog.adapter("mini-swe-agent")
     assert mini.limits.max_turns == 2, "an alias in the settings names the canonical harness"
     assert reference.limits.timeout_s == mini.limits.timeout_s == 120, "harness_timeout_s still applies"
@@ -40,6 +44,7 @@ def test_harness_settings_of_the_config_reach_the_adapters_the_catalog_builds():
     [
         ({"no-such-harness": {"max_turns": 1}}, "unknown harness 'no-such-harness'"),
         ({"claude-code": {"max_tokens": 40}}, "harness claude-code takes no max_tokens"),
+        ({"codex": {"command_timeout_s": 5}}, "harness codex takes no command_timeout_s"),
         ({"reference": {"max_turn": 1}}, "max_turn"),
     ],
 )
@@ -55,6 +60,7 @@ def test_the_quickstart_config_holds_its_harness_settings_and_absolute_paths(tmp
     cfg = QuickstartOptions(max_turns=2, max_new_tokens=24, steps=24).config(Path("runs/x"))
     s = cfg.orchestrator.harness_settings["reference"]
     assert (s.max_turns, s.max_tokens) == (2, 24), "the reference harness's turn cap and reply length"
+    assert s.command_timeout_s == 5, "a command that blocks holds its step 5 s, not the agent's default 30"
     assert cfg.store.url == f"sqlite:///{tmp_path}/runs/x/clawgym.db", cfg.store.url
     assert cfg.trainer.checkpoint_uri == f"{tmp_path}/runs/x/checkpoints", cfg.trainer.checkpoint_uri
     assert (cfg.trainer.keep_checkpoints, cfg.trainer.keep_every) == (1, 8), "v8, v16 and v24 are kept"

@@ -1,4 +1,4 @@
-"""`HarnessSettings`: what a run sets on one harness it drives (turn cap, reply length, time cap, mode).
+"""`HarnessSettings`: what a run sets on one harness it drives (turn cap, reply length, time caps, mode).
 
 A run config holds them per harness name in `orchestrator.harness_settings` (the orchestrator builds
 the adapters, `orchestrator.catalog.Catalog.adapter`), so every command that runs harnesses from
@@ -34,7 +34,11 @@ class HarnessSettings(Section):
         None, ge=1, description="reference harness: the max_tokens it asks for per reply"
     )
     mode: str | None = Field(None, description="reference harness: text (fenced bash) or tools")
+    command_timeout_s: float | None = Field(
+        None, gt=0, description="reference harness: seconds one shell command may run before it is killed"
+    )
 
     def options(self) -> dict[str, Any]:
         """The adapter constructor options these settings set (`HarnessAdapter.options` names them)."""
-        return {k: v for k in ("max_tokens", "mode") if (v := getattr(self, k)) is not None}
+        names = ("max_tokens", "mode", "command_timeout_s")
+        return {k: v for k in names if (v := getattr(self, k)) is not None}

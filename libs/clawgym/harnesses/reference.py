@@ -19,7 +19,7 @@ class Reference(HarnessAdapter):
     name: ClassVar[str] = "reference"
     protocol: ClassVar[ProtocolName] = "openai_chat"
     default_limits: ClassVar[Limits] = Limits(timeout_s=600.0, max_turns=4)
-    options: ClassVar[tuple[str, ...]] = ("mode", "max_tokens")
+    options: ClassVar[tuple[str, ...]] = ("mode", "max_tokens", "command_timeout_s")
 
     def __init__(
         self,
@@ -27,9 +27,10 @@ class Reference(HarnessAdapter):
         limits: Limits | None = None,
         mode: str = "text",
         max_tokens: int = 256,
+        command_timeout_s: float = 30.0,
     ) -> None:
         super().__init__(cache_dir, limits)
-        self.mode, self.max_tokens = mode, max_tokens
+        self.mode, self.max_tokens, self.command_timeout_s = mode, max_tokens, command_timeout_s
 
     def script_path(self, ctx: RunContext) -> str:
         return under(ctx.home, ".clawgym", "reference_agent.py")
@@ -50,6 +51,8 @@ class Reference(HarnessAdapter):
             str(self.limits.max_turns or 8),
             "--max-tokens",
             str(self.max_tokens),
+            "--command-timeout",
+            str(self.command_timeout_s),
             "--total-timeout",
             str(self.limits.timeout_s),
             instruction,

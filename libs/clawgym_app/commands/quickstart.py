@@ -5,8 +5,8 @@ Pass@1, train with GRPO over prefix trees (rollouts through the real proxy, orch
 sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% intervals, and write
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
-Defaults are tuned for about 15 minutes on 2 CPU cores (see bench/quickstart.py for the measured
-figures); `--minutes` is a budget: training stops between steps when another step plus the final
+Defaults take about 9-11 minutes on 2 CPU cores (measured with bench/quickstart.py, see the README);
+`--minutes` (15) is a budget: training stops between steps when another step plus the final
 evaluation would not fit. `QuickstartOptions` holds every knob and is the one source of the
 command line's defaults; it imports nothing heavy, so `clawgym --help` needs no torch.
 """
@@ -27,6 +27,8 @@ from rich.table import Table
 
 from clawgym.errors import ClawgymError
 
+COMMAND_TIMEOUT_S = 5.0  # reference harness: seconds one shell command of the policy may run
+
 if TYPE_CHECKING:
     from clawgym.config import ClawgymConfig
     from clawgym_app.training_run import RunOutcome
@@ -34,14 +36,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QuickstartOptions:
-    """Every knob of the quickstart (the CLI's options); defaults fit ~15 minutes on 2 cores."""
+    """Every knob of the quickstart (the CLI's options); defaults take ~9-11 minutes on 2 cores."""
 
     model: str = "smollm2-135m"
     suite: str = "mini"
     max_level: int = 2
     steps: int = 24
     eval_tasks: int = 96
-    eval_unseen_tasks: int = 96
+    # all 192 the mini suite holds for its 8 held-out families at levels 1-2 (24 each): their gain is
+    # the smaller one (+0.115 in two runs at 96 tasks), and 96 left the before/after intervals
+    # overlapping by a few hundredths; 192 cost 18-57 s more per evaluation (seed 0: 75 -> 93 s
+    # before training, 57 -> 114 s after)
+    eval_unseen_tasks: int = 192
     eval_samples: int = 1
     group_size: int = 8
     groups_per_step: int = 4
@@ -54,6 +60,10 @@ class QuickstartOptions:
     sampling: str = "uniform"
     # a step's 32 rollouts decode as one batch: on 2 cores the engine makes 2.6x the tokens/s of 8 at once
     concurrency: int = 32
+    # async: the next step's rollouts run during the update (one step of policy lag, which the
+    # trainer's importance weights correct); measured beside sync (6 steps, seed 3, 2 cores): 126 s
+    # of training against 161 s; sync: rollouts, then the update
+    mode: str = "async"
     threads: int = 0
     minutes: float = 15.0
     seed: int = 0
@@ -78,7 +88,13 @@ class QuickstartOptions:
                 "max_attempts": 2,
                 "retry_backoff_s": 0.5,
                 "harness_settings": {
-                    "reference": {"max_turns": self.max_turns, "max_tokens": self.max_new_tokens}
+                    "reference": {
+                        "max_turns": self.max_turns,
+                        "max_tokens": self.max_new_tokens,
+                        # the suite's chores run in milliseconds; a command that blocks (`tail -f`,
+                        # `vi`, an `npm install`) held its whole GRPO step for the default 30 s
+                        "command_timeout_s": COMMAND_TIMEOUT_S,
+                    }
                 },
             },
             trainer={
@@ -105,7 +121,7 @@ class QuickstartOptions:
                 "tasks": train_ids,
                 "sampling": {"mode": self.sampling},
                 "seed": self.seed,
-                "mode": "sync",
+                "mode": self.mode,
                 "max_policy_lag": 1,
                 "checkpoint_uri": str(run_dir / CHECKPOINTS_DIR),
                 # the last version and each third of the run (24 steps: v8, v16, v24) for `clawgym
@@ -151,6 +167,9 @@ def command(
         Q.sampling, help="task draw: signal (families by expected reward variance) or uniform"
     ),
     concurrency: int = typer.Option(Q.concurrency, help="rollouts running at once"),
+    mode: str = typer.Option(
+        Q.mode, help="sync: rollouts then update; async: the next rollouts run during the update (lag 1)"
+    ),
     threads: int = typer.Option(
         Q.threads, help="torch threads; 0 = auto (1 when other processes keep the cores busy)"
     ),
@@ -171,7 +190,7 @@ def command(
         eval_unseen_tasks=eval_unseen_tasks, eval_samples=eval_samples,
         group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
         max_new_tokens=max_new_tokens, max_turns=max_turns, sampling=sampling, concurrency=concurrency,
-        threads=threads, minutes=minutes, seed=seed, run_dir=run_dir,
+        mode=mode, threads=threads, minutes=minutes, seed=seed, run_dir=run_dir,
     )  # fmt: skip
     console = Console(stderr=True) if as_json else Console()
     try:
