@@ -13,13 +13,13 @@ import torch
 from safetensors.torch import load_file
 
 from clawgym.policies import load_model
-from clawgym.rl import grpo_terms, merge_terms, pack
+from clawgym.rl import gae_terms, grpo_terms, merge_terms, pack
 from clawgym.trainer import checkpoint as ckpt
 from clawgym.trainer.batch import build_batch
 from clawgym.trainer.distributed import World
 from clawgym.trainer.optim import lr_factor, make_optimizer
 from clawgym.trainer.policy import build_policy
-from clawgym.trainer.update import Normaliser, has_gradient, prepare_packs, update
+from clawgym.trainer.update import Normaliser, has_gradient, prepare_packs, update, whitened
 
 PROMPT = [4096, 11, 12, 13, 14, 15, 16]  # meaningful only as "the task": shared by both samples
 GOOD = [100, 101, 102, 103]  # rewarded sample (advantage > 0)
@@ -259,3 +259,34 @@ def test_a_step_without_any_signal_moves_the_weights_as_the_unskipped_update_wou
         (a, b) for a, b in zip(skipped.parameters(), forwarded.parameters(), strict=True) if a.requires_grad
     ]
     assert all(torch.equal(a, b) for a, b in moved), "the skip must not change where the weights go"
+
+
+def test_ppo_advantages_are_whitened_over_the_whole_batch_and_the_value_targets_are_not(
+    trainer_cfg, hand_group
+):
+    """Two groups' GAE advantages (V = 0: each token's advantage is its rollout's reward) become one
+    batch of weighted mean 0 and std 1 by one affine map; the value targets stay the rewards."""
+    cfg = trainer_cfg(algorithm={"name": "ppo"})
+    groups = [
+        hand_group("a", PROMPT, [GOOD, BAD], [1.0, 0.0]),
+        hand_group("b", [4096, 21, 22, 23], [GOOD, BAD, GOOD[:2]], [0.0, 0.0, 3.0]),
+    ]
+    batch = build_batch(groups, 0, cfg.max_policy_lag)
+    norm = Normaliser.of(batch.trees)
+    placed = [
+        (t, dataclasses.replace(terms, weight=terms.weight * norm.scale(t, "token")))
+        for t in batch.trees
+        for terms in [gae_terms(t.flat, np.zeros(t.flat.n_positions), gamma=1.0, lam=1.0)]
+    ]
+    out = whitened(placed, World())
+    adv = np.concatenate([t.adv for _, t in out])
+    raw = np.concatenate([t.adv for _, t in placed])
+    w = np.concatenate([t.weight for _, t in out])
+    mean = (w * adv).sum() / w.sum()
+    std = np.sqrt((w * (adv - mean) ** 2).sum() / w.sum())
+    assert abs(mean) < 1e-9 and abs(std - 1.0) < 1e-5, f"weighted mean {mean}, std {std}"
+    assert sorted(set(raw.round(9))) == [0.0, 1.0, 3.0], "V = 0, λ = 1: advantages are the rewards"
+    scale, shift = np.polyfit(raw, adv, 1)
+    assert scale > 0 and np.allclose(raw * scale + shift, adv), "one increasing affine map for every tree"
+    for (_, before), (_, after) in zip(placed, out, strict=True):
+        assert np.array_equal(before.returns, after.returns), "value targets are not whitened"

@@ -89,7 +89,18 @@ class AlgorithmConfig(Section):
     scale_by_std: bool = Field(True, description="GRPO: divide by the group's reward std (false: Dr. GRPO)")
     leave_one_out: bool = Field(False, description="GRPO: baseline = mean of the other samples (RLOO)")
     gamma: float = Field(1.0, ge=0, le=1, description="PPO: discount over generated tokens")
-    lam: float = Field(0.95, ge=0, le=1, description="PPO: GAE λ")
+    lam: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="PPO: GAE λ. 1: each token's advantage is the outcome's return minus V, whatever its distance "
+        "from the end (at 0.95 with V still near 0, the first of 64 generated tokens got 0.95^63 ≈ 4% of the reward)",
+    )
+    whiten_advantages: bool = Field(
+        True,
+        description="PPO: shift and scale the batch's advantages (every rank's rows) to weighted mean 0 and std 1, "
+        "as GRPO's group normalisation scales its own; the value targets stay unwhitened",
+    )
 
     @property
     def needs_reference(self) -> bool:

@@ -63,7 +63,7 @@ def prepare_packs(
 ) -> list[PackedSequence]:
     """This rank's micro-batches with their loss rows, advantages placed and globally normalised."""
     values = _old_values(policy, trees, budget, world) if algo.name == "ppo" else [None] * len(trees)
-    packs: list[PackedSequence] = []
+    placed: list[tuple[GroupTree, PathTerms]] = []
     for tree, v in zip(trees, values, strict=True):
         if algo.name == "ppo":
             terms = gae_terms(tree.flat, v, gamma=algo.gamma, lam=algo.lam, aggregation=algo.aggregation)
@@ -76,10 +76,32 @@ def prepare_packs(
             )
             if not has_gradient(terms, algo):
                 continue
-        terms = _rescaled(terms, norm.scale(tree, algo.aggregation))
+        placed.append((tree, _rescaled(terms, norm.scale(tree, algo.aggregation))))
+    if algo.name == "ppo" and algo.whiten_advantages:
+        placed = whitened(placed, world)
+    packs: list[PackedSequence] = []
+    for tree, terms in placed:
         vt = value_terms(terms) if algo.name == "ppo" else None
         packs += pack(tree.flat, budget, merge_terms(terms), vt)
     return packs
+
+
+def whitened(
+    placed: list[tuple[GroupTree, PathTerms]], world: World, eps: float = 1e-6
+) -> list[tuple[GroupTree, PathTerms]]:
+    """The advantages of every tree shifted and scaled to weighted mean 0 and std 1 over the whole
+    batch: the loss weights of all ranks' rows, so each rank whitens as one process would. PPO's
+    advantages (R - V along a path) otherwise carry the rewards' scale, a tenth or less of GRPO's
+    group-normalised ones on sparse rewards; the value targets (`returns`) are left as they were."""
+    moments = np.zeros(3)  # Σw, Σw·a, Σw·a²
+    for _, t in placed:
+        moments += (t.weight.sum(), (t.weight * t.adv).sum(), (t.weight * t.adv**2).sum())
+    total, first, second = np.sum(world.gather(moments), axis=0)
+    if total <= 0:
+        return placed
+    mean = first / total
+    std = float(np.sqrt(max(second / total - mean**2, 0.0)))
+    return [(tree, dataclasses.replace(t, adv=(t.adv - mean) / (std + eps))) for tree, t in placed]
 
 
 def has_gradient(terms: PathTerms, algo: AlgorithmConfig) -> bool:
