@@ -14,8 +14,8 @@ set apart from the policy's so that the baseline is learned within the run's few
     .venv/bin/python bench/algorithms.py            # 24 steps of 4 groups x 8 each (the quickstart's)
     .venv/bin/python bench/algorithms.py --toy      # tiny-qwen3, 2 steps each: the plumbing (~2 min)
 
-Measured on 2 cores with `--steps 12`: GRPO 14.7 minutes, PPO 16.3 (other work beside them); the
-figures are in the README. The LAST line is one JSON object of the figures.
+Measured on 2 cores with `--steps 12` (seeds 0 and 1): GRPO 11-13 minutes, PPO 15; the figures
+are in the README. The LAST line is one JSON object of the figures.
 """
 
 from __future__ import annotations

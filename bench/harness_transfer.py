@@ -21,10 +21,12 @@ question.
     .venv/bin/python bench/harness_transfer.py          # 24 steps of 4 groups x 8 per run, 48 + 48 eval tasks
     .venv/bin/python bench/harness_transfer.py --toy    # tiny-qwen3, 2 steps per run: the plumbing (~5 min)
 
-Full scale, expected wall time on 2 cores: about 60-75 minutes (the reference run ~10 minutes as the
-quickstart; mini-swe-agent rollouts are multi-turn and start a Python process each, so its run and
-the mix take ~1.5-2x longer; four evaluations of 96 tasks through both harnesses); not measured yet.
-The LAST line is one JSON object of the figures.
+Full scale does not fit a 2-core machine in a session: started there (SmolLM2, 2 cores), the base
+policy's 96 reference-harness rollouts took 83 s, its 96 mini-swe-agent rollouts ~55 s each at 4
+at a time (3 calls of ~1,100 prompt and ~55 output tokens; each start imports litellm, ~5 s of
+CPU), so about 20 minutes for one evaluation and some 3 hours for the 768 + 384 training rollouts
+through mini-swe-agent. It is sized for a machine with more cores or a GPU engine. The LAST line
+is one JSON object of the figures.
 """
 
 from __future__ import annotations
