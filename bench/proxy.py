@@ -12,6 +12,11 @@ recorded overhead (call time not waiting for the engine) is shown beside it.
 Part 2 (rendering): the PromptBuilder on a growing conversation, spliced vs rendered from
 scratch, per call: time and tokens newly tokenized. Spliced cost should track new tokens only.
 
+Beside each size, the same client sends the same bodies to a bare ASGI app served with the
+proxy's uvicorn settings, which parses the request, waits a fixed time and streams a tool call:
+the transport floor (client, HTTP, uvicorn; `floor_p50_ms` etc.), the part of the added latency no
+proxy work can remove.
+
 Part 1 also reports the proxy server's CPU per call (its process's user + system time over the
 run, divided by calls), its server-side latency, and the mean of each step of a call from its
 `clawgym_proxy_stage_seconds` metric (identity, read_body, json, validate, chain_keys, turn_fetch,
@@ -133,6 +138,78 @@ def serve(a) -> None:
     uvicorn.Server(config).run()
     prof.disable()
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+FLOOR_ENGINE_S = 0.05  # the floor app's stand-in for generation, subtracted from its latencies
+
+
+async def floor_app(scope, receive, send) -> None:
+    """A bare ASGI app under the proxy's own uvicorn settings: reads and parses the request, waits
+    FLOOR_ENGINE_S, streams a tool call's SSE events in one write. What the client, HTTP and
+    uvicorn cost with no proxy work at all: the floor under the proxy's added latency."""
+    if scope["type"] != "http":
+        return
+    body = bytearray()
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    json.loads(body)
+    await asyncio.sleep(FLOOR_ENGINE_S)
+    block = {"type": "tool_use", "id": uuid.uuid4().hex, "name": "Bash", "input": {}}
+    events = [
+        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": block},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": json.dumps({"command": "ls -la src"})}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    frames = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+    )
+    await send({"type": "http.response.body", "body": frames, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def serve_floor(a) -> None:
+    import uvicorn
+
+    from clawgym.proxy.config import ProxyConfig
+    from clawgym.proxy.serving import uvicorn_config
+
+    uvicorn.Server(uvicorn_config(floor_app, ProxyConfig(), port=a.port, log_level="warning")).run()
+
+
+def floor_run(system, tools, concurrency: int, calls: int) -> dict:
+    """The proxy bench's client and bodies against `floor_app`: added latency with no proxy work."""
+    port = 18000 + (uuid.uuid4().int % 2000)
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-floor", "--port", str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                if httpx.post(f"{url}/v1/messages", content=b"{}", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.25)
+
+        async def client_side() -> list[float]:
+            lat: list[float] = []
+            limits = httpx.Limits(max_connections=concurrency + 4)
+            async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+                rollouts = (rollout_via_proxy(client, url, "floor", system, tools, calls, lat, None)
+                            for _ in range(concurrency))  # fmt: skip
+                await asyncio.gather(*rollouts)
+            return [t - FLOOR_ENGINE_S for t in lat]
+
+        return percentiles(asyncio.run(client_side()))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 # --- part 1: latency ---
@@ -378,6 +455,7 @@ def main() -> None:
     ap.add_argument(
         "--profile", action="store_true", help="print the proxy's event-loop cProfile (top 25 by own time)"
     )
+    ap.add_argument("--serve-floor", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--old-path", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--before-part3", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument(
@@ -410,6 +488,9 @@ def main() -> None:
     if a.serve:
         serve(a)
         return
+    if a.serve_floor:
+        serve_floor(a)
+        return
     tok = load_tokenizer("tiny-qwen3")
     system, tools = claude_code_shape(tok, a.system_tokens)
     render = render_run(tok, system, tools, a.turns)
@@ -436,12 +517,15 @@ def main() -> None:
                   f"p99 {r['server_latency_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call; "
                   f"stage means (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in r["stage_ms_mean"].items()))  # fmt: skip
         r = latency_run(a, tok, system, tools, conc)
+        r["floor"] = floor_run(system, tools, conc, a.calls)
         runs[conc] = r
         print(f"{conc:>2} concurrent rollouts × {a.calls} calls ({r['prompt_tokens_first_call']} prompt tokens at call 1): "
               f"proxy p50 {r['proxy_p50_ms']:.1f} / p99 {r['proxy_p99_ms']:.1f} ms, direct engine p50 {r['direct_p50_ms']:.1f}"
               f" / p99 {r['direct_p99_ms']:.1f} ms → added p50 {r['added_p50_ms']:.1f} / p99 {r['added_p99_ms']:.1f} ms; "
               f"proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / p99 {r['server_overhead_p99_ms']:.1f} ms; "
               f"prefix-extension rate {r['prefix_extension_rate']:.2f}")  # fmt: skip
+        print(f"   transport floor (the same client and bodies against a bare ASGI app under the proxy's uvicorn "
+              f"settings): added p50 {r['floor']['p50']:.1f} / p99 {r['floor']['p99']:.1f} ms")  # fmt: skip
         print(f"   server-side latency (handler start to record, recording excluded) p50 {r['server_latency_p50_ms']:.1f}"
               f" / p99 {r['server_latency_p99_ms']:.1f} ms; proxy server CPU {r['server_cpu_ms_per_call']:.1f} ms per call (whole process); engine wait mean "
               f"{r['engine_wait_ms_mean']:.1f} ms; stage means (ms; build_* = inside the render thread): "
@@ -453,6 +537,10 @@ def main() -> None:
         "overhead_p99_ms": round(hi["added_p99_ms"], 2),
         "overhead_p50_ms_1": round(lo["added_p50_ms"], 2),
         "overhead_p99_ms_1": round(lo["added_p99_ms"], 2),
+        "floor_p50_ms": round(hi["floor"]["p50"], 2),
+        "floor_p99_ms": round(hi["floor"]["p99"], 2),
+        "floor_p50_ms_1": round(lo["floor"]["p50"], 2),
+        "floor_p99_ms_1": round(lo["floor"]["p99"], 2),
         "server_overhead_p50_ms": round(hi["server_overhead_p50_ms"], 2),
         "server_overhead_p99_ms": round(hi["server_overhead_p99_ms"], 2),
         "direct_p50_ms": round(hi["direct_p50_ms"], 2),
