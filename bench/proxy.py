@@ -149,6 +149,10 @@ async def floor_app(scope, receive, send) -> None:
     uvicorn cost with no proxy work at all: the floor under the proxy's added latency."""
     if scope["type"] != "http":
         return
+    if scope["path"] == "/healthz":  # what `wait_ready` polls
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        return
     body = bytearray()
     while True:
         message = await receive()
@@ -190,23 +194,9 @@ def floor_run(system, tools, concurrency: int, calls: int) -> dict:
     proc = subprocess.Popen([sys.executable, __file__, "--serve-floor", "--port", str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(240):
-            try:
-                if httpx.post(f"{url}/v1/messages", content=b"{}", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.25)
-
-        async def client_side() -> list[float]:
-            lat: list[float] = []
-            limits = httpx.Limits(max_connections=concurrency + 4)
-            async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-                rollouts = (rollout_via_proxy(client, url, "floor", system, tools, calls, lat, None)
-                            for _ in range(concurrency))  # fmt: skip
-                await asyncio.gather(*rollouts)
-            return [t - FLOOR_ENGINE_S for t in lat]
-
-        return percentiles(asyncio.run(client_side()))
+        wait_ready(url)
+        lat = client_latencies(url, ["floor"] * concurrency, system, tools, calls)
+        return percentiles([t - FLOOR_ENGINE_S for t in lat])
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -250,7 +240,32 @@ def percentiles(xs):
     return {"p50": float(np.percentile(xs, 50)) * 1000, "p99": float(np.percentile(xs, 99)) * 1000}
 
 
-async def rollout_via_proxy(client, url, token, system, tools, calls, lat, server_overhead):
+def wait_ready(url: str) -> None:
+    """Polls `url`/healthz until the server answers (a minute at most)."""
+    for _ in range(240):
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.25)
+
+
+def client_latencies(url: str, tokens: list[str], system, tools, calls: int) -> list[float]:
+    """One Claude-Code-shaped rollout per token through `url`, all at once: every call's latency."""
+
+    async def run() -> list[float]:
+        lat: list[float] = []
+        limits = httpx.Limits(max_connections=len(tokens) + 4)
+        async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+            await asyncio.gather(
+                *(rollout_via_proxy(client, url, t, system, tools, calls, lat) for t in tokens)
+            )
+        return lat
+
+    return asyncio.run(run())
+
+
+async def rollout_via_proxy(client, url, token, system, tools, calls, lat):
     messages = [{"role": "user", "content": "Explore the repository and fix the failing test."}]
     for _ in range(calls):
         body = {"model": "policy", "max_tokens": 128000, "stream": True, "system": [{"type": "text", "text": system}],
@@ -325,28 +340,9 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: str = "", tre
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(240):
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.25)
-
-        async def proxy_side():
-            lat: list[float] = []
-            async with httpx.AsyncClient(
-                timeout=300, limits=httpx.Limits(max_connections=concurrency + 4)
-            ) as client:
-                await asyncio.gather(
-                    *(
-                        rollout_via_proxy(client, url, r.token, system, tools, a.calls, lat, None)
-                        for r in regs
-                    )
-                )
-            return lat
-
+        wait_ready(url)
         cpu0 = cpu_seconds(proc.pid)
-        proxy_lat = asyncio.run(proxy_side())
+        proxy_lat = client_latencies(url, [r.token for r in regs], system, tools, a.calls)
         cpu_ms_per_call = 1000 * (cpu_seconds(proc.pid) - cpu0) / len(proxy_lat)
         stages = stage_means(httpx.get(f"{url}/metrics", timeout=10).text)
         calls = [c for r in regs for c in store.list_calls(r.rollout_id)]

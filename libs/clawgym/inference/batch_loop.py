@@ -289,7 +289,7 @@ class BatchLoop:
         """Points every target tensor at its new data: O(1) per tensor, between two steps."""
         for name, target in self.targets.items():
             target.data = swap.tensors[name]
-        if self.packed is not None and swap.packed is not None:
+        if self.packed is not None:  # `swap` refused a swap without its packed weights
             self.packed.install(swap.packed)
         self.version = swap.version
         self.prefix_cache.clear()  # cached KV came from the old weights

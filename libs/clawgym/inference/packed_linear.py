@@ -11,6 +11,7 @@ Only an engine's own thread takes the packed path: a caller that shares the mode
 teacher-forced forward, an embedded trainer, a second engine) runs its own path on it.
 """
 
+import functools
 import logging
 import threading
 import types
@@ -23,8 +24,9 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def packing_available() -> bool:
-    """Whether this torch build can pack a linear weight for oneDNN (x86 CPU builds can)."""
+    """Whether this torch build can pack a linear weight for oneDNN (x86 CPU builds can); tried once."""
     if not torch.backends.mkldnn.is_available():
         return False
     try:
