@@ -103,6 +103,8 @@ def main() -> None:
     p.add_argument("--eval-tasks", type=int, default=48, help="held-out instances of trained families")
     p.add_argument("--eval-unseen-tasks", type=int, default=48, help="held-out tasks of unseen families")
     p.add_argument("--model", default="", help="policy (default smollm2-135m; tiny-qwen3 with --toy)")
+    p.add_argument("--kl-coef", type=float, default=0.0, help="β of the k3 KL to the initial policy in the loss")
+    p.add_argument("--entropy-coef", type=float, default=0.0, help="weight of the entropy bonus in the loss")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default="", help="keep the run folder here (default: a temp folder)")
     args = p.parse_args()
@@ -119,7 +121,9 @@ def main() -> None:
         opts = replace(opts, model=args.model)
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="clawgym-stability-")).resolve()
     write_run_config(opts, run_dir, {
-        "trainer": {"run_name": "stability", "algorithm": {"kl_diagnostic": True}},
+        "trainer": {"run_name": "stability", "algorithm": {
+            "kl_diagnostic": True, "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
+        }},
         "evaluation": {"every_steps": every},
     })  # fmt: skip
     started = time.monotonic()
@@ -153,6 +157,8 @@ def main() -> None:
         "steps": len(steps),
         "every": every,
         "batch": f"{opts.groups_per_step}x{opts.group_size}",
+        "kl_coef": args.kl_coef,
+        "entropy_coef": args.entropy_coef,
         **checks,
         "evals": evals,
         # each window of `every` steps: the mean of each curve
