@@ -140,6 +140,9 @@ def engine_factory():
     engines: list[TorchEngine] = []
 
     def make(model, **kwargs) -> TorchEngine:
+        # packed weights wherever torch can pack: the engine tests cover that path on every CPU,
+        # whatever "auto" would measure here
+        kwargs.setdefault("pack_weights", True)
         engine = TorchEngine(model, name="tiny-qwen3", **kwargs)
         engines.append(engine)
         return engine

@@ -9,8 +9,10 @@ import pytest
 import torch
 from torch import nn
 
+from clawgym.inference.batch_loop import BatchLoop
 from clawgym.inference.checkpoint import weight_targets
-from clawgym.inference.packed_linear import PackedLinears, packing_available
+from clawgym.inference.config import InferenceConfig
+from clawgym.inference.packed_linear import PackedLinears, layers_worth_packing, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build cannot pack for oneDNN")
 
@@ -107,3 +109,52 @@ def test_two_owners_share_a_model_each_with_its_pack_and_a_released_or_copied_la
     assert torch.allclose(y_released, nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5), (
         "after release the former owner computes with the live weight"
     )
+
+
+def test_auto_packs_only_the_shapes_it_measured_faster_packed_and_nothing_without_float32_linears(
+    tiny_model, caplog
+):
+    assert layers_worth_packing(nn.Linear(64, 64).to(torch.bfloat16), rows=8) == [], "nothing to pack"
+    with caplog.at_level("INFO", logger="clawgym.inference.packed_linear"):
+        loop = BatchLoop(
+            tiny_model, weight_targets(tiny_model)[0], max_context=64, max_batch=8, max_batch_tokens=4096,
+            prefill_chunk=64, policy_version=0, pack_weights="auto",
+        )  # fmt: skip
+    try:
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("linear ")]
+        linears = [m for m in tiny_model.modules() if isinstance(m, nn.Linear)]
+        shapes = {(tuple(m.weight.shape), m.bias is not None) for m in linears}
+        assert len(lines) == len(shapes), lines  # one measurement per distinct shape
+        packed_shapes = {line.split()[1] for line in lines if ": packed (" in line}
+        chosen = [m for m in linears if "x".join(map(str, m.weight.shape)) in packed_shapes]
+        if chosen:
+            assert loop.packed is not None and set(map(id, loop.packed.layers)) == set(map(id, chosen)), lines
+        else:
+            assert loop.packed is None, lines
+    finally:
+        loop.close()
+    assert InferenceConfig(pack_weights="auto").pack_weights == "auto"
+    assert InferenceConfig(pack_weights=False).pack_weights is False
+    with pytest.raises(ValueError):
+        InferenceConfig(pack_weights="sometimes")
+
+
+def test_a_model_with_some_layers_packed_computes_as_the_plain_model():
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    x = torch.randn(3, 32)
+    with torch.inference_mode():
+        plain = model(x)
+    packed = PackedLinears(model, weight_targets(model)[0], rows_hint=4, layers=[model[0], model[4]])
+    packed.own_thread()
+    try:
+        assert packed.layers == [model[0], model[4]]
+        with torch.inference_mode():
+            assert torch.allclose(model(x), plain, atol=1e-5)
+            with torch.no_grad():
+                model[0].weight.mul_(0.5)  # a stale pack shows that the first layer reads its pack
+            assert torch.allclose(model(x), plain, atol=1e-5)
+            model[2].weight.mul_(0.5)  # the unpacked middle layer reads its live weight
+            assert not torch.allclose(model(x), plain, atol=1e-3)
+    finally:
+        packed.release()

@@ -50,13 +50,14 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Literal
 
 import torch
 
 from clawgym.errors import ClawgymError
 from clawgym.inference.interface import FinishReason, SamplingParams
 from clawgym.inference.kv_cache import BatchKVCache
-from clawgym.inference.packed_linear import PackedLinears
+from clawgym.inference.packed_linear import PackedLinears, layers_worth_packing
 from clawgym.inference.prefix_cache import PrefixCache, common_prefix
 from clawgym.inference.sampler import Sampled, sample_rows
 
@@ -149,7 +150,7 @@ class BatchLoop:
         policy_version: int,
         prefix_cache_tokens: int = 0,
         prefill_batch: int = 32,
-        pack_weights: bool = True,
+        pack_weights: bool | Literal["auto"] = "auto",
     ) -> None:
         self.model = model
         self.prefill_batch = prefill_batch
@@ -169,7 +170,11 @@ class BatchLoop:
         )
         param = next(model.parameters())
         self._dtype, self._device = param.dtype, param.device
-        self.packed = PackedLinears(model, targets, rows_hint=max_batch) if pack_weights else None
+        self.packed = None
+        if pack_weights:
+            chosen = layers_worth_packing(model, max_batch) if pack_weights == "auto" else None
+            if chosen is None or chosen:
+                self.packed = PackedLinears(model, targets, rows_hint=max_batch, layers=chosen)
         # transformers 5.x renamed `past_key_values` to `cache` (the old name warns until 5.40).
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"

@@ -5,7 +5,10 @@ whole weight matrix, and MKL's sgemm re-packs that weight into its blocked layou
 for SmolLM2's 49,152 × 576 LM head that is most of the call. oneDNN takes the weight pre-packed
 (`mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing does), so the engine packs each
 weight when it is loaded, and a hot reload's weights as they are read, off the loop thread.
-`bench/packed_linear.py` measures both paths side by side.
+`bench/packed_linear.py` measures both paths side by side. Which is faster depends on the CPU
+and the layer's shape (oneDNN's kernels against MKL's): an engine in "auto" mode measures both on
+each distinct shape of its model when it starts (`layers_worth_packing`) and packs only those
+layers where packing wins.
 
 Only an engine's own thread takes the packed path: a caller that shares the model object (a test's
 teacher-forced forward, an embedded trainer, a second engine) runs its own path on it.
@@ -13,7 +16,9 @@ teacher-forced forward, an embedded trainer, a second engine) runs its own path 
 
 import functools
 import logging
+import statistics
 import threading
+import time
 import types
 import weakref
 
@@ -38,6 +43,65 @@ def packing_available() -> bool:
     return bool(torch.equal(out, F.linear(x, weight)))
 
 
+def _float32_cpu_linears(model: nn.Module) -> list[nn.Linear]:
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, nn.Linear) and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
+    ]
+
+
+def layers_worth_packing(model: nn.Module, rows: int, rounds: int = 5) -> list[nn.Linear]:
+    """The float32 CPU linear layers of `model` whose shape computes faster packed on this CPU, as
+    measured here: for each distinct shape one layer at 1 and `rows` rows, both paths alternating,
+    the median of `rounds`; packing must win by 5% (it costs a second copy of the weights).
+
+    Why measure: oneDNN against MKL depends on the CPU and the shape. On a 2-core AVX-512 EPYC a
+    whole SmolLM2-135M decode step ran 1.2-1.6x faster packed (bench/packed_linear.py); on an
+    AVX2-only one, one thread, its 49,152 x 576 LM head ran 1.8x faster packed at 32 rows while
+    the 576 x 576 projections ran 0.5x at 1 row and 0.86x at 32."""
+    if not packing_available():
+        return []
+    by_shape: dict[tuple, list[nn.Linear]] = {}
+    for layer in _float32_cpu_linears(model):
+        by_shape.setdefault((tuple(layer.weight.shape), layer.bias is not None), []).append(layer)
+    sizes = sorted({1, max(1, rows)})
+    keep = []
+    for (shape, _), layers in by_shape.items():
+        plain_s, packed_s = _time_both(layers[0], sizes, rounds)
+        if packed_s < 0.95 * plain_s:
+            keep += layers
+        log.info(
+            "linear %s x%d: %s (packed %.3f ms, F.linear %.3f ms at %s rows)",
+            "x".join(map(str, shape)), len(layers), "packed" if packed_s < 0.95 * plain_s else "plain",
+            1e3 * packed_s, 1e3 * plain_s, sizes,
+        )  # fmt: skip
+    return keep
+
+
+def _time_both(layer: nn.Linear, sizes: list[int], rounds: int) -> tuple[float, float]:
+    """(plain, packed) seconds of one pass over `sizes` rows, medians; small layers repeat their
+    calls within a pass so that the clock's resolution does not decide."""
+    reps = max(1, 2_000_000 // layer.weight.numel())
+    with torch.no_grad():
+        pack = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), max(sizes))
+        xs = [torch.randn(n, layer.in_features) for n in sizes]
+        paths = {
+            "plain": lambda x: F.linear(x, layer.weight, layer.bias),
+            "packed": lambda x: torch.ops.mkldnn._linear_pointwise(x, pack, layer.bias, "none", [], ""),
+        }
+        times: dict[str, list[float]] = {"plain": [], "packed": []}
+        for i in range(rounds + 1):  # the first round warms both up, untimed
+            for name in ("plain", "packed") if i % 2 else ("packed", "plain"):
+                t0 = time.perf_counter()
+                for x in xs:
+                    for _ in range(reps):
+                        paths[name](x)
+                if i:
+                    times[name].append((time.perf_counter() - t0) / reps)
+    return statistics.median(times["plain"]), statistics.median(times["packed"])
+
+
 class PackedLinears:
     """Packs every float32 CPU `nn.Linear` of `model` for the thread that calls `own_thread`.
 
@@ -47,13 +111,16 @@ class PackedLinears:
     `targets` names the model's tensors as checkpoints do (`checkpoint.weight_targets`), so that a
     new checkpoint's weights are packed (`pack`, any thread) before the loop installs them."""
 
-    def __init__(self, model: nn.Module, targets: dict[str, torch.Tensor], rows_hint: int) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        targets: dict[str, torch.Tensor],
+        rows_hint: int,
+        layers: list[nn.Linear] | None = None,
+    ) -> None:
+        """`layers`: the ones to pack (default: every float32 CPU linear layer of `model`)."""
         self.rows_hint = rows_hint  # oneDNN picks its blocking for this many rows
-        self.layers = [
-            m
-            for m in model.modules()
-            if isinstance(m, nn.Linear) and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
-        ]
+        self.layers = _float32_cpu_linears(model) if layers is None else layers
         if self.layers and not packing_available():
             log.info("this torch build cannot pack linear weights for oneDNN: plain F.linear")
             self.layers = []

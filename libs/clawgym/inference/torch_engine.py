@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from copy import deepcopy
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -37,14 +38,15 @@ class TorchEngine:
         max_context: int | None = None,
         prefix_cache_tokens: int = 8192,
         prefill_batch: int = 32,
-        pack_weights: bool = True,
+        pack_weights: bool | Literal["auto"] = "auto",
     ) -> None:
         """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
         prompt tokens computed per loop step in all, shared fairly between prompts (long prompts
         interleave with decode steps and newcomers; the bound is in `batch_loop`'s docstring);
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off);
         `prefill_batch`: prompts prefilled together in one forward at most (1 = one forward each);
-        `pack_weights`: float32 CPU linear weights packed once for oneDNN (`packed_linear`)."""
+        `pack_weights`: float32 CPU linear weights packed once for oneDNN (`packed_linear`); "auto":
+        only the layers whose shape `packed_linear.layers_worth_packing` measures faster packed here."""
         config = model.config.get_text_config()
         self.name = name
         self.model = model.eval()
