@@ -16,8 +16,11 @@ template puts the same system prompt first in each) and nothing carries over bet
 Two engines run side by side in the same rounds: batched prefill (`--prefill-batch`, default 32
 prompts per forward) and the one-prompt-per-forward path (`prefill_batch=1`, the path before batched
 prefill); `--prefill-batch 1` runs only that one. The main figures are the first engine's, the
-`*_pb1` ones the old path's. On CPU a third engine runs plain `F.linear` (`pack_weights=False`, the
-path before packed weights): its figures end in `_unpacked`. The speedups divide by the best
+`*_pb1` ones the old path's. Both take the engine's default `pack_weights="auto"` (oneDNN-packed
+weights for the layer shapes that measured faster packed on this CPU). On CPU two more engines
+run plain `F.linear` everywhere (`pack_weights=False`, the path before packed weights; figures
+ending in `_unpacked`) and every layer packed (`pack_weights=True`, the default before "auto";
+`_packed_all`). The speedups divide by the best
 one-by-one figure of any engine.
 Every request generates exactly --tokens tokens (greedy, no stop token); each figure is the best of
 --repeat interleaved rounds. The last line is JSON.
@@ -96,7 +99,7 @@ def agent_prompts(tok, samples: int = 8) -> list[list[int]]:
 
 
 async def fresh_engine_run(
-    model, name: str, batch: list[list[int]], tokens: int, cache_tokens: int, variant: tuple[int, bool]
+    model, name: str, batch: list[list[int]], tokens: int, cache_tokens: int, variant: tuple[int, bool | str]
 ) -> tuple[float, int]:
     """(seconds, prompt tokens computed) for `batch` at once on a fresh engine (an empty prefix cache)."""
     prefill_batch, pack = variant
@@ -139,11 +142,12 @@ async def bench(args) -> dict:
     model = load_model(args.model, dtype=dtype, device=args.device)
     # suffix -> (prefill_batch, pack_weights): "" is the path under test, "_pb1" one prompt per
     # forward, "_unpacked" plain F.linear (MKL packs the weights on every call): the old paths
-    variants = {"": (args.prefill_batch, True)}
+    variants = {"": (args.prefill_batch, "auto")}
     if args.prefill_batch != 1:
-        variants["_pb1"] = (1, True)
+        variants["_pb1"] = (1, "auto")
     if args.device == "cpu":
         variants["_unpacked"] = (args.prefill_batch, False)
+        variants["_packed_all"] = (args.prefill_batch, True)
     engines = {
         suffix: TorchEngine(
             model, name=args.model, max_batch=32, prefix_cache_tokens=0, prefill_batch=pb, pack_weights=pack
@@ -218,6 +222,7 @@ async def bench(args) -> dict:
         old = {
             "_pb1": " (the old path: one prompt per forward)",
             "_unpacked": " (the old path: plain F.linear)",
+            "_packed_all": " (the old default: every linear layer packed)",
         }
         print(f"-- prefill_batch {pb}, pack_weights {pack}{old.get(suffix, '')}")
         print(
@@ -261,8 +266,12 @@ async def bench(args) -> dict:
         result["batched_prefill_vs_pb1_32"] = round(ratio, 3)
     if "_unpacked" in variants:
         ratio = best["32"] / best["32_unpacked"]
-        print(f"32 concurrent, packed vs plain linear weights: {ratio:.2f}x")
+        print(f"32 concurrent, auto-packed vs plain linear weights: {ratio:.2f}x")
         result["packed_vs_unpacked_32"] = round(ratio, 3)
+    if "_packed_all" in variants:
+        ratio = best["32"] / best["32_packed_all"]
+        print(f"32 concurrent, auto-packed vs every layer packed: {ratio:.2f}x")
+        result["auto_vs_packed_all_32"] = round(ratio, 3)
     print(f"reload: {reload_s:.3f} s, in-flight request finished with versions {sorted(set(versions))}")
     result.update(
         {
