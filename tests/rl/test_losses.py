@@ -72,6 +72,20 @@ def test_k3_is_zero_on_equal_policies_and_matches_its_formula():
     assert k3[1].item() == pytest.approx(0.5 + math.log(2) - 1), "exp(Δ) - Δ - 1 with Δ = log(0.25/0.5)"
 
 
+def test_capped_k3_bounds_a_row_far_below_the_reference_and_takes_its_gradient_away():
+    # π_θ far below π_ref on rows 2 and 3 (Δ = 12 and 40): uncapped, k3 ≈ e^Δ; row 4 the other way
+    lp = torch.tensor([-1.0, -1.0, -13.0, -41.0, -1.0], requires_grad=True)
+    ref = torch.tensor([-1.0, -1.5, -1.0, -1.0, -30.0])
+    uncapped = kl_k3(lp, ref)
+    assert uncapped[2].item() == pytest.approx(math.exp(12) - 13, rel=1e-5)
+    capped = kl_k3(lp, ref, cap=10.0)
+    assert capped[:2].tolist() == pytest.approx(uncapped[:2].tolist()), "rows under the cap are unchanged"
+    assert capped[2:].tolist() == [10.0, 10.0, 10.0], "min(k3, K), even at Δ = 40"
+    capped.sum().backward()
+    assert lp.grad[2:].tolist() == [0.0, 0.0, 0.0], "a capped row adds K and no gradient"
+    assert lp.grad[1].item() == pytest.approx(1 - math.exp(-0.5)), "d k3 / d logπ = 1 - exp(Δ) below the cap"
+
+
 def test_value_loss_clips_the_change_around_the_old_value():
     v, old, ret = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 0.0]), torch.tensor([2.0, 0.5])
     assert value_loss(v, old, ret, None).tolist() == pytest.approx([0.5, 0.125]), "½ (V - R)²"

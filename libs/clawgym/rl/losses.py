@@ -10,7 +10,7 @@ Per row c (one trainable position with one engine logprob; see terms.py departur
     clip(r) = clamp(r, 1 - ε_low, 1 + ε_high)               separate low/high clip (DAPO clip-higher)
     ρ_c     = min(exp(logπ_old(c) - logπ_engine(c)), C)     truncated importance sampling (TIS), no grad
     L_pg    = -Σ_c ρ_c [min(r A⁺, clip(r) A⁺) + min(r A⁻, clip(r) A⁻)]
-    L_kl    =  Σ_c w_c k3(c),  k3 = exp(logπ_ref - logπ_θ) - (logπ_ref - logπ_θ) - 1
+    L_kl    =  Σ_c w_c min(k3(c), K),  k3 = exp(logπ_ref - logπ_θ) - (logπ_ref - logπ_θ) - 1
                (with β_kl = 0 and a reference given, measured as `kl_ref` without entering the loss)
     L_v     =  Σ_v w_v ½ max((V - R)², (V_old + clip(V - V_old, ±ε_v) - R)²)   (unclipped without ε_v)
     H       =  Σ_c w_c entropy(π_θ(· | prefix))
@@ -22,6 +22,10 @@ How this departs from the textbook, numbered:
 2. Weights (token- or sequence-level aggregation) are folded into A⁺, A⁻ and w when the terms are
    built, over the whole tree, so the losses of micro-batches simply add up (no per-batch mean).
 3. TIS corrects the engine/trainer mismatch: ρ multiplies each row's clipped objective.
+4. k3 is capped per row at K (`kl_cap`, 10 by default, as verl's low_var_kl bounds it): on a row
+   where π_θ is far below π_ref, exp(logπ_ref - logπ_θ) explodes, and one such row made a whole
+   step's gradient (bench/stability.py, β = 0.1: kl_ref 817 and a gradient norm of 16,590 before
+   clipping at one step). A capped row adds K and no gradient.
 
 References: PPO, Schulman et al. 2017, https://arxiv.org/abs/1707.06347; DAPO clip-higher, Yu et
 al. 2025, https://arxiv.org/abs/2503.14476; TIS, Yao et al. 2025, "Your Efficient RL Framework
@@ -52,6 +56,8 @@ class LossConfig:
     """C: truncated importance sampling cap against the engine's logprobs (None: no correction)"""
     kl_coef: float
     """β_kl: weight of the k3 KL estimate to the reference policy (needs a reference model)"""
+    kl_cap: float | None
+    """K: each row's k3 is capped at K (None: uncapped)"""
     entropy_coef: float
     """c_H: entropy bonus"""
     value_coef: float
@@ -85,10 +91,16 @@ def truncated_is_weight(old_logprob: Tensor, engine_logprob: Tensor, cap: float)
     return torch.exp(old_logprob - engine_logprob).clamp(max=cap).detach()
 
 
-def kl_k3(logprob: Tensor, ref_logprob: Tensor) -> Tensor:
-    """k3 = exp(logπ_ref - logπ) - (logπ_ref - logπ) - 1 >= 0, an unbiased KL(π‖π_ref) estimate on π's samples."""
+def kl_k3(logprob: Tensor, ref_logprob: Tensor, cap: float | None = None) -> Tensor:
+    """k3 = exp(logπ_ref - logπ) - (logπ_ref - logπ) - 1 >= 0, an unbiased KL(π‖π_ref) estimate on π's
+    samples; with `cap`, min(k3, cap) per row (a capped row has no gradient)."""
     log_ratio = ref_logprob - logprob
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    if cap is None:
+        return torch.exp(log_ratio) - log_ratio - 1.0
+    # beyond ±(cap + 1) k3 already exceeds the cap (k3(x) >= |x| - 1), so this clamp changes no capped
+    # value and keeps exp finite
+    log_ratio = log_ratio.clamp(-(cap + 1), cap + 1)
+    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(max=cap)
 
 
 def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, clip_eps: float | None) -> Tensor:
@@ -133,11 +145,11 @@ def rows_loss(
     loss = pg_loss - cfg.entropy_coef * entropy_sum
     kl = None
     if ref_logprob is not None and cfg.kl_coef > 0:
-        kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob))).sum()
+        kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob), cfg.kl_cap)).sum()
         loss = loss + cfg.kl_coef * kl
     elif ref_logprob is not None:  # measured only (a diagnostic): no graph, no gradient
         with torch.no_grad():
-            kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob))).sum()
+            kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob), cfg.kl_cap)).sum()
     v_loss = None
     if values is not None:
         v_loss = (rows.value_weight * value_loss(values, rows.old_value, rows.returns, cfg.value_clip)).sum()

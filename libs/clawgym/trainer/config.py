@@ -74,6 +74,12 @@ class AlgorithmConfig(Section):
     kl_coef: float = Field(
         0.0, ge=0, description="β: weight of the k3 KL to the initial policy (0 = no reference)"
     )
+    kl_cap: float | None = Field(
+        10.0,
+        gt=0,
+        description="each token's k3 KL estimate is capped at this (as verl's low_var_kl): a token the policy "
+        "finds far less likely than the reference would otherwise make a step's whole gradient; null = uncapped",
+    )
     kl_diagnostic: bool = Field(
         False,
         description="measure kl_ref (the k3 KL to the initial policy) even when kl_coef is 0, as a diagnostic "
@@ -111,8 +117,8 @@ class AlgorithmConfig(Section):
         """The loss coefficients for `clawgym.rl.losses` (imported here: it needs torch, this module not)."""
         from clawgym.rl.losses import LossConfig
 
-        fields = ("clip_low", "clip_high", "tis_cap", "kl_coef", "entropy_coef", "value_coef", "value_clip",
-                  "temperature")  # fmt: skip
+        fields = ("clip_low", "clip_high", "tis_cap", "kl_coef", "kl_cap", "entropy_coef", "value_coef",
+                  "value_clip", "temperature")  # fmt: skip
         return LossConfig(**{f: getattr(self, f) for f in fields})
 
 
