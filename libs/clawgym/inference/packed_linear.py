@@ -56,10 +56,10 @@ def layers_worth_packing(model: nn.Module, rows: int, rounds: int = 5) -> list[n
     measured here: for each distinct shape one layer at 1 and `rows` rows, both paths alternating,
     the median of `rounds`; packing must win by 5% (it costs a second copy of the weights).
 
-    Why measure: oneDNN against MKL depends on the CPU and the shape. On a 2-core AVX-512 EPYC a
-    whole SmolLM2-135M decode step ran 1.2-1.6x faster packed (bench/packed_linear.py); on an
-    AVX2-only one, one thread, its 49,152 x 576 LM head ran 1.8x faster packed at 32 rows while
-    the 576 x 576 projections ran 0.5x at 1 row and 0.86x at 32."""
+    Why measure: oneDNN against MKL depends on the CPU, the shape and the load. On a 2-core AVX-512
+    EPYC a whole SmolLM2-135M decode step ran 1.2-1.6x faster packed (bench/packed_linear.py); on
+    an AVX2-only one, one thread beside another job, its 49,152 x 576 LM head ran 1.8x faster
+    packed at 32 rows while the 576 x 576 projections ran 0.5x at 1 row and 0.86x at 32."""
     if not packing_available():
         return []
     by_shape: dict[tuple, list[nn.Linear]] = {}
