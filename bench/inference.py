@@ -141,7 +141,8 @@ async def bench(args) -> dict:
     tok = load_tokenizer(args.model)
     model = load_model(args.model, dtype=dtype, device=args.device)
     # suffix -> (prefill_batch, pack_weights): "" is the path under test, "_pb1" one prompt per
-    # forward, "_unpacked" plain F.linear (MKL packs the weights on every call): the old paths
+    # forward, "_unpacked" plain F.linear (MKL packs the weights on every call), "_packed_all" every
+    # layer packed: the old paths
     variants = {"": (args.prefill_batch, "auto")}
     if args.prefill_batch != 1:
         variants["_pb1"] = (1, "auto")

@@ -170,11 +170,10 @@ class BatchLoop:
         )
         param = next(model.parameters())
         self._dtype, self._device = param.dtype, param.device
-        self.packed = None
-        if pack_weights:
-            chosen = layers_worth_packing(model, max_batch) if pack_weights == "auto" else None
-            if chosen is None or chosen:
-                self.packed = PackedLinears(model, targets, rows_hint=max_batch, layers=chosen)
+        # None: every layer (True), or none (False); "auto": the measured list, which may be empty
+        layers = layers_worth_packing(model, max_batch) if pack_weights == "auto" else None
+        packs = pack_weights and layers != []
+        self.packed = PackedLinears(model, targets, rows_hint=max_batch, layers=layers) if packs else None
         # transformers 5.x renamed `past_key_values` to `cache` (the old name warns until 5.40).
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"

@@ -69,12 +69,13 @@ def layers_worth_packing(model: nn.Module, rows: int, rounds: int = 5) -> list[n
     keep = []
     for (shape, _), layers in by_shape.items():
         plain_s, packed_s = _time_both(layers[0], sizes, rounds)
-        if packed_s < 0.95 * plain_s:
+        pays = packed_s < 0.95 * plain_s
+        if pays:
             keep += layers
         log.info(
             "linear %s x%d: %s (packed %.3f ms, F.linear %.3f ms at %s rows)",
-            "x".join(map(str, shape)), len(layers), "packed" if packed_s < 0.95 * plain_s else "plain",
-            1e3 * packed_s, 1e3 * plain_s, sizes,
+            "x".join(map(str, shape)), len(layers), "packed" if pays else "plain", 1e3 * packed_s,
+            1e3 * plain_s, sizes,
         )  # fmt: skip
     return keep
 

@@ -144,12 +144,11 @@ def rows_loss(
     entropy_sum = (rows.weight * entropy).sum()
     loss = pg_loss - cfg.entropy_coef * entropy_sum
     kl = None
-    if ref_logprob is not None and cfg.kl_coef > 0:
-        kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob), cfg.kl_cap)).sum()
-        loss = loss + cfg.kl_coef * kl
-    elif ref_logprob is not None:  # measured only (a diagnostic): no graph, no gradient
-        with torch.no_grad():
+    if ref_logprob is not None:  # with β_kl = 0 measured only (a diagnostic): no graph, no gradient
+        with torch.set_grad_enabled(cfg.kl_coef > 0 and torch.is_grad_enabled()):
             kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob), cfg.kl_cap)).sum()
+        if cfg.kl_coef > 0:
+            loss = loss + cfg.kl_coef * kl
     v_loss = None
     if values is not None:
         v_loss = (rows.value_weight * value_loss(values, rows.old_value, rows.returns, cfg.value_clip)).sum()
