@@ -13,13 +13,18 @@ policy × evaluation harness, Pass@1 with its 95% interval and the paired differ
 policy, for held-out instances of the trained families and for unseen families; `<out>/transfer.png`
 draws it (bars with 95% intervals, one panel per held-out part).
 
-mini-swe-agent (PyPI, pinned) installs into ~/.cache/clawgym/harnesses on first use. It wants a
-`bash` tool call in every reply, which a 135M policy rarely writes (configs/mix.yaml): expect its
-column near 0 before training; whether training through it or through the mix moves it is the
-question.
+mini-swe-agent (PyPI, pinned) installs into ~/.cache/clawgym/harnesses on first use. It runs in
+its text-based mode by default (`--swe-mode text`: its own `mini_textbased.yaml`, one fenced
+`mswea_bash_command` block per reply), the form it ships for models without tool calling: its
+tool mode wants a `bash` function call that a 135M policy never wrote in 48 replies (measured,
+SmolLM2 base, 16 tasks). Its prompt is its own (~800 tokens of workflow and examples), its
+answer fence differs from the reference harness's ```bash: the question is whether a gain in
+one carries to the other.
 
     .venv/bin/python bench/harness_transfer.py          # 24 steps of 4 groups x 8 per run, 48 + 48 eval tasks
     .venv/bin/python bench/harness_transfer.py --toy    # tiny-qwen3, 2 steps per run: the plumbing (~5 min)
+    .venv/bin/python bench/harness_transfer.py --steps 8 --groups-per-step 2 --eval-tasks 24 \
+        --eval-unseen-tasks 24 --swe-turns 2             # the small scale that fits 2 cores (~80 min)
 
 Full scale does not fit a 2-core machine in a session: started there (SmolLM2, 2 cores), the base
 policy's 96 reference-harness rollouts took 83 s, its 96 mini-swe-agent rollouts ~55 s each at 4
@@ -54,7 +59,7 @@ TRAININGS = {  # policy name → the harness mix it trains through
 PARTS = {"": "trained families", "_unseen_families": "unseen families"}
 
 
-def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe_turns: int) -> dict:
+def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe_turns: int, swe_mode: str) -> dict:
     """What a transfer run changes in the quickstart's config: its harness mix, both harnesses'
     settings (so every `clawgym eval` of every policy uses the same), no self-evaluation."""
     return {
@@ -62,9 +67,10 @@ def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe_turns: 
         "orchestrator": {
             "harness_settings": {
                 "reference": {"max_turns": opts.max_turns, "max_tokens": opts.max_new_tokens},
-                "mini-swe-agent": {"max_turns": swe_turns},
+                "mini-swe-agent": {"max_turns": swe_turns, "mode": swe_mode, "max_tokens": opts.max_new_tokens},
             },
-            "harness_concurrency": {"mini-swe-agent": 4},  # its Python start-up is the heavier one
+            # each start imports litellm (~8 s of CPU); measured: 16 rollouts took 220 s at 4 or 16 at a time
+            "harness_concurrency": {"mini-swe-agent": 8},
         },
         "evaluation": {"at_start": False, "at_end": False},
     }
@@ -130,7 +136,11 @@ def main() -> None:
     p.add_argument("--eval-tasks", type=int, default=48, help="held-out instances of trained families")
     p.add_argument("--eval-unseen-tasks", type=int, default=48, help="held-out tasks of unseen families")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model call (a tool call needs ~30)")
+    p.add_argument("--groups-per-step", type=int, default=QuickstartOptions.groups_per_step)
+    p.add_argument("--group-size", type=int, default=QuickstartOptions.group_size)
     p.add_argument("--swe-turns", type=int, default=4, help="mini-swe-agent: model calls per rollout, at most")
+    p.add_argument("--swe-mode", choices=("text", "tools"), default="text",
+                   help="mini-swe-agent: its text-based config (a fenced command) or its bash function tool")  # fmt: skip
     p.add_argument("--model", default="", help="policy (default smollm2-135m; tiny-qwen3 with --toy)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="keep the run folders here (default: a temp folder)")
@@ -139,7 +149,8 @@ def main() -> None:
         opts, swe_turns = replace(TOY, seed=args.seed), 2
     else:
         opts = QuickstartOptions(steps=args.steps, eval_tasks=args.eval_tasks, eval_unseen_tasks=args.eval_unseen_tasks,
-                                 max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
+                                 max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                 groups_per_step=args.groups_per_step, group_size=args.group_size)  # fmt: skip
         swe_turns = args.swe_turns
     if args.model:
         opts = replace(opts, model=args.model)
@@ -147,7 +158,7 @@ def main() -> None:
     store = out / "evals.db"
     started = time.monotonic()
     for name, mix in TRAININGS.items():
-        write_run_config(opts, out / name, run_changes(opts, name, mix, swe_turns))
+        write_run_config(opts, out / name, run_changes(opts, name, mix, swe_turns, args.swe_mode))
     parts = held_out_parts(out / "reference")  # the same train and held-out tasks in every run
     results = {"base": evaluate(out / "reference", 0, list(HARNESSES), store)}
     trained: dict[str, dict] = {}
@@ -179,7 +190,7 @@ def main() -> None:
     infra = {p: {h: r.harnesses[h].infra_failures for h in HARNESSES} for p, r in results.items()}
     print(f"\ninfrastructure failures per policy and harness: {infra}; plot: {png}")
     print(json.dumps({
-        "model": opts.model, "steps": opts.steps, "batch": f"{opts.groups_per_step}x{opts.group_size}",
+        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_turns": swe_turns, "batch": f"{opts.groups_per_step}x{opts.group_size}",
         "eval_tasks": len(parts.ids("trained")), "eval_tasks_unseen_families": len(parts.ids("unseen")),
         "matrix": cells,
         "runs": trained, "infra_failures": infra, "wall_s": round(time.monotonic() - started, 1),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clawgym.errors import FailedPrecondition, NotFound
+from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
 from clawgym.harnesses.base import SYSTEM_PATH, Limits, RunContext
 from clawgym.harnesses.registry import HARNESSES, get_harness
 from clawgym.tasks.loader import load_task
@@ -193,6 +193,20 @@ def test_mini_swe_agent_runs_from_its_venv_with_litellm_offline():
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "OPENAI_API_KEY": "tok-7",
     }
+
+
+def test_mini_swe_agent_text_mode_uses_its_text_based_config_and_caps_replies():
+    run = launch("mini-swe-agent", mode="text", max_tokens=64)
+    argv = list(run.argv)
+    assert argv[argv.index("-c") + 1] == "mini_textbased.yaml"
+    assert argv[argv.index("--model-class") + 1] == "litellm_textbased"
+    assert "model.model_kwargs.max_tokens=64" in argv
+    assert argv[-2:] == ["-t", "Fix it."]
+
+
+def test_mini_swe_agent_refuses_an_unknown_mode():
+    with pytest.raises(InvalidArgument, match="expected one of tools, text"):
+        get_harness("mini-swe-agent", mode="xml")
 
 
 def test_reference_harness_ships_its_script_into_home():

@@ -127,6 +127,34 @@ def test_mini_swe_agent_solves_a_mini_task_through_the_proxy(tmp_path, backend):
 
 @pytest.mark.harness
 @pytest.mark.slow
+def test_mini_swe_agent_in_text_mode_runs_a_fenced_command_through_the_proxy(tmp_path, backend):
+    """Its text-based config: the command in a `mswea_bash_command` fence, no tool calls; it submits."""
+    adapter = get_harness("mini-swe-agent", mode="text", max_tokens=96)
+    adapter.install()
+    task = mini_task("make_dir", tmp_path, "Make a directory named ")
+    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
+    fence = "THOUGHT: {}\n\n```mswea_bash_command\n{}\n```"
+    texts = [
+        fence.format("Make it.", f"mkdir {name}"),
+        fence.format("Done.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
+    ]
+    with Proxy(texts, tmp_path / "store.db") as proxy:
+        rollout_id, token = proxy.register(adapter.name, task.id)
+        outcome = asyncio.run(
+            run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
+        )
+        calls = proxy.store.list_calls(rollout_id)
+    assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
+    replies = [c.response["choices"][0]["message"]["content"] for c in calls]
+    assert len(calls) == 2, f"one call to act, one to submit: {replies}"
+    request = calls[0].request
+    assert "mswea_bash_command" in request["messages"][0]["content"], "the text-based system prompt"
+    assert not request.get("tools"), "no function tools in text mode"
+    assert request["max_tokens"] == 96, "the reply cap the run set"
+
+
+@pytest.mark.harness
+@pytest.mark.slow
 def test_claude_code_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     """Claude Code's Write tool call (Qwen-style in the policy's text, Anthropic tool_use on the wire).
 

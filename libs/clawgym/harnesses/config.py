@@ -31,9 +31,12 @@ class HarnessSettings(Section):
         None, gt=0, description="wall-clock cap of one harness run (over orchestrator.harness_timeout_s)"
     )
     max_tokens: int | None = Field(
-        None, ge=1, description="reference harness: the max_tokens it asks for per reply"
+        None, ge=1, description="reference and mini-swe-agent: the max_tokens they ask for per reply"
     )
-    mode: str | None = Field(None, description="reference harness: text (fenced bash) or tools")
+    mode: str | None = Field(
+        None,
+        description="reference and mini-swe-agent: text (a fenced command) or tools (a bash function tool)",
+    )
     command_timeout_s: float | None = Field(
         None, gt=0, description="reference harness: seconds one shell command may run before it is killed"
     )

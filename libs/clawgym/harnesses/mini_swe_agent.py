@@ -2,16 +2,29 @@
 
 It runs from its own venv (made from the system Python, so sandboxes can run it). litellm is
 kept offline: the cost map is the bundled one (`LITELLM_LOCAL_MODEL_COST_MAP`) and cost tracking
-never fails a call to an unknown model. `-c mini.yaml` is its bundled default config, and later
-`-c key=value` overrides point it at the proxy and cap its steps. Every reply must contain a
-`bash` tool call; the run ends when the agent runs `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`.
+never fails a call to an unknown model. Two of its own bundled configs, by `mode`:
+
+- `tools` (default): `-c mini.yaml`, a `bash` function tool that every reply must call;
+- `text`: `-c mini_textbased.yaml` with its `litellm_textbased` model, one fenced
+  `mswea_bash_command` block per reply: the form it ships for models without tool calling, and
+  the one a small policy can write.
+
+Later `-c key=value` overrides point it at the proxy and cap its steps and reply length. The run
+ends when the agent runs `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or reaches its step cap.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
+from clawgym.errors import InvalidArgument
 from clawgym.harnesses.base import HarnessAdapter, InstallSpec, Limits, ProtocolName, RunContext
+
+MODES = {  # mode → its bundled config, and the model class that parses replies (its own pick if None)
+    "tools": ("mini.yaml", None),
+    "text": ("mini_textbased.yaml", "litellm_textbased"),
+}
 
 
 class MiniSweAgent(HarnessAdapter):
@@ -19,8 +32,22 @@ class MiniSweAgent(HarnessAdapter):
     protocol: ClassVar[ProtocolName] = "openai_chat"
     install_spec: ClassVar[InstallSpec] = InstallSpec("pip", "mini-swe-agent", "2.4.6", bin="mini")
     default_limits: ClassVar[Limits] = Limits(timeout_s=900.0, max_turns=30)
+    options: ClassVar[tuple[str, ...]] = ("mode", "max_tokens")
+
+    def __init__(
+        self,
+        cache_dir: str | Path | None = None,
+        limits: Limits | None = None,
+        mode: str = "tools",
+        max_tokens: int | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise InvalidArgument(f"mini-swe-agent mode {mode!r}: expected one of {', '.join(MODES)}")
+        super().__init__(cache_dir, limits)
+        self.mode, self.max_tokens = mode, max_tokens
 
     def command(self, instruction: str, ctx: RunContext) -> list[str]:
+        config, model_class = MODES[self.mode]
         argv = [
             self.executable(),
             "-y",
@@ -28,12 +55,16 @@ class MiniSweAgent(HarnessAdapter):
             "-m",
             f"openai/{ctx.model}",
             "-c",
-            "mini.yaml",
+            config,
             "-c",
             f"model.model_kwargs.api_base={ctx.v1}",
         ]
+        if model_class:
+            argv += ["--model-class", model_class]
         if self.limits.max_turns:
             argv += ["-c", f"agent.step_limit={self.limits.max_turns}"]
+        if self.max_tokens:
+            argv += ["-c", f"model.model_kwargs.max_tokens={self.max_tokens}"]
         return [*argv, "-t", instruction]
 
     def env(self, ctx: RunContext) -> dict[str, str]:
