@@ -82,6 +82,16 @@ def mini_task(family: str, tmp_path: Path, phrasing: str):
     )
 
 
+def run_scripted(adapter, task, texts: list[str], tmp_path: Path, backend):
+    """One rollout of `task` through `adapter`, the policy answering `texts` in order: its outcome and calls."""
+    with Proxy(texts, tmp_path / "store.db") as proxy:
+        rollout_id, token = proxy.register(adapter.name, task.id)
+        outcome = asyncio.run(
+            run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
+        )
+        return outcome, proxy.store.list_calls(rollout_id)
+
+
 def test_reference_harness_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     """Fenced bash from the 'policy' runs in the sandbox; the verifier gives 1.0; both calls are recorded."""
     task = mini_task("write_word", tmp_path, "Create a file named ")
@@ -115,12 +125,7 @@ def test_mini_swe_agent_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
     call = '<tool_call>\n{{"name": "bash", "arguments": {{"command": "{}"}}}}\n</tool_call>'
     texts = [call.format(f"mkdir {name}"), call.format("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")]
-    with Proxy(texts, tmp_path / "store.db") as proxy:
-        rollout_id, token = proxy.register(adapter.name, task.id)
-        outcome = asyncio.run(
-            run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
-        )
-        calls = proxy.store.list_calls(rollout_id)
+    outcome, calls = run_scripted(adapter, task, texts, tmp_path, backend)
     assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
     assert len(calls) >= 2, f"both scripted turns went through the proxy: {len(calls)} calls"
 
@@ -138,12 +143,7 @@ def test_mini_swe_agent_in_text_mode_runs_a_fenced_command_through_the_proxy(tmp
         fence.format("Make it.", f"mkdir {name}"),
         fence.format("Done.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
     ]
-    with Proxy(texts, tmp_path / "store.db") as proxy:
-        rollout_id, token = proxy.register(adapter.name, task.id)
-        outcome = asyncio.run(
-            run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
-        )
-        calls = proxy.store.list_calls(rollout_id)
+    outcome, calls = run_scripted(adapter, task, texts, tmp_path, backend)
     assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
     replies = [c.response["choices"][0]["message"]["content"] for c in calls]
     assert len(calls) == 2, f"one call to act, one to submit: {replies}"
