@@ -23,16 +23,15 @@ one carries to the other.
 
     .venv/bin/python bench/harness_transfer.py          # 24 steps of 4 groups x 8 per run, 48 + 48 eval tasks
     .venv/bin/python bench/harness_transfer.py --toy    # tiny-qwen3, 2 steps per run: the plumbing (~5 min)
-    .venv/bin/python bench/harness_transfer.py --steps 8 --groups-per-step 2 --eval-tasks 24 \
-        --eval-unseen-tasks 24 --swe-turns 2             # the small scale that fits 2 cores (~80 min)
+    .venv/bin/python bench/harness_transfer.py --steps 4 --groups-per-step 2 --group-size 4 \
+        --eval-tasks 12 --eval-unseen-tasks 12 --swe-turns 2   # small enough for 2 cores (22.8 min)
 
 Full scale does not fit a 2-core machine in a session: started there (SmolLM2, 2 cores), the base
 policy's 96 reference-harness rollouts took 83 s, its 96 mini-swe-agent rollouts ~55 s each at 4
 at a time (3 calls of ~1,100 prompt and ~55 output tokens; each start imports litellm, ~5 s of
 CPU), so about 20 minutes for one evaluation and some 3 hours for the 768 + 384 training rollouts
 through mini-swe-agent. It is sized for a machine with more cores or a GPU engine.
-Measured at the small scale above with --steps 4 --group-size 4 --eval-tasks 12
---eval-unseen-tasks 12 (22.8 min, 2 AVX2 cores): no cell beyond its interval; every policy 0/24
+Measured at the small scale above (2 AVX2 cores): no cell beyond its interval; every policy 0/24
 through mini-swe-agent, whose groups had reward 0 at every step (its fence written in 1 of 192
 replies), so its format has to be learnable first (SFT, or a larger policy). The LAST line
 is one JSON object of the figures.
