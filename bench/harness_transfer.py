@@ -62,15 +62,18 @@ TRAININGS = {  # policy name → the harness mix it trains through
 PARTS = {"": "trained families", "_unseen_families": "unseen families"}
 
 
-def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe_turns: int, swe_mode: str) -> dict:
+def run_changes(
+    opts: QuickstartOptions, name: str, mix: list[dict], swe_turns: int, swe_mode: str, swe_fences: list[str] | None
+) -> dict:
     """What a transfer run changes in the quickstart's config: its harness mix, both harnesses'
     settings (so every `clawgym eval` of every policy uses the same), no self-evaluation."""
+    swe = {"max_turns": swe_turns, "mode": swe_mode, "max_tokens": opts.max_new_tokens}
     return {
         "trainer": {"run_name": f"transfer-{name}", "harnesses": mix},
         "orchestrator": {
             "harness_settings": {
                 "reference": {"max_turns": opts.max_turns, "max_tokens": opts.max_new_tokens},
-                "mini-swe-agent": {"max_turns": swe_turns, "mode": swe_mode, "max_tokens": opts.max_new_tokens},
+                "mini-swe-agent": swe | ({"fences": swe_fences} if swe_fences else {}),
             },
             # each start imports litellm (~8 s of CPU); measured: 16 rollouts took 220 s at 4 or 16 at a time
             "harness_concurrency": {"mini-swe-agent": 8},
@@ -144,6 +147,8 @@ def main() -> None:
     p.add_argument("--swe-turns", type=int, default=4, help="mini-swe-agent: model calls per rollout, at most")
     p.add_argument("--swe-mode", choices=("text", "tools"), default="text",
                    help="mini-swe-agent: its text-based config (a fenced command) or its bash function tool")  # fmt: skip
+    p.add_argument("--swe-fences", nargs="+", default=None, metavar="LANG",
+                   help="mini-swe-agent text mode: fence languages its parser takes (default: its own)")  # fmt: skip
     p.add_argument("--model", default="", help="policy (default smollm2-135m; tiny-qwen3 with --toy)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="keep the run folders here (default: a temp folder)")
@@ -161,7 +166,7 @@ def main() -> None:
     store = out / "evals.db"
     started = time.monotonic()
     for name, mix in TRAININGS.items():
-        write_run_config(opts, out / name, run_changes(opts, name, mix, swe_turns, args.swe_mode))
+        write_run_config(opts, out / name, run_changes(opts, name, mix, swe_turns, args.swe_mode, args.swe_fences))
     parts = held_out_parts(out / "reference")  # the same train and held-out tasks in every run
     results = {"base": evaluate(out / "reference", 0, list(HARNESSES), store)}
     trained: dict[str, dict] = {}
@@ -193,7 +198,7 @@ def main() -> None:
     infra = {p: {h: r.harnesses[h].infra_failures for h in HARNESSES} for p, r in results.items()}
     print(f"\ninfrastructure failures per policy and harness: {infra}; plot: {png}")
     print(json.dumps({
-        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_turns": swe_turns, "batch": f"{opts.groups_per_step}x{opts.group_size}",
+        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_fences": args.swe_fences, "swe_turns": swe_turns, "batch": f"{opts.groups_per_step}x{opts.group_size}",
         "eval_tasks": len(parts.ids("trained")), "eval_tasks_unseen_families": len(parts.ids("unseen")),
         "matrix": cells,
         "runs": trained, "infra_failures": infra, "wall_s": round(time.monotonic() - started, 1),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -207,6 +208,28 @@ def test_mini_swe_agent_text_mode_uses_its_text_based_config_and_caps_replies():
 def test_mini_swe_agent_refuses_an_unknown_mode():
     with pytest.raises(InvalidArgument, match="expected one of tools, text"):
         get_harness("mini-swe-agent", mode="xml")
+
+
+def test_mini_swe_agent_fences_swap_the_languages_of_its_action_regex():
+    run = launch("mini-swe-agent", mode="text", fences=["mswea_bash_command", "bash"])
+    regex = next(a for a in run.argv if a.startswith("model.action_regex=")).split("=", 1)[1]
+    assert regex == r"```(?:mswea_bash_command|bash)\s*\n(.*?)\n```"
+    assert re.findall(regex, "THOUGHT: x\n\n```bash\nmkdir a\n```", re.DOTALL) == ["mkdir a"]
+    assert re.findall(regex, "```python\nprint(1)\n```", re.DOTALL) == [], "other languages stay refused"
+    assert not any(a.startswith("model.action_regex=") for a in launch("mini-swe-agent", mode="text").argv)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"fences": ["bash"]}, "only its text mode"),
+        ({"mode": "text", "fences": []}, "expected fence languages"),
+        ({"mode": "text", "fences": ["bash)|(.*"]}, "expected fence languages"),
+    ],
+)
+def test_mini_swe_agent_refuses_fences_it_cannot_parse(options, match):
+    with pytest.raises(InvalidArgument, match=match):
+        get_harness("mini-swe-agent", **options)
 
 
 def test_reference_harness_ships_its_script_into_home():

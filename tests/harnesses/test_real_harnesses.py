@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from clawgym.harnesses.base import Limits
 from clawgym.harnesses.registry import get_harness
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.attempt import run_task
@@ -151,6 +152,30 @@ def test_mini_swe_agent_in_text_mode_runs_a_fenced_command_through_the_proxy(tmp
     assert "mswea_bash_command" in request["messages"][0]["content"], "the text-based system prompt"
     assert not request.get("tools"), "no function tools in text mode"
     assert request["max_tokens"] == 96, "the reply cap the run set"
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+def test_mini_swe_agent_with_a_bash_fence_runs_it_only_where_fences_take_it(tmp_path, backend):
+    """`fences: [mswea_bash_command, bash]`: the real CLI runs a ```bash block; as shipped it refuses it."""
+    task = mini_task("make_dir", tmp_path, "Make a directory named ")
+    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
+    texts = [
+        f"THOUGHT: Make it.\n\n```bash\nmkdir {name}\n```",
+        "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```",
+    ]
+    for fences, reward in ((["mswea_bash_command", "bash"], 1.0), (None, 0.0)):
+        adapter = get_harness(
+            "mini-swe-agent", mode="text", max_tokens=96, fences=fences, limits=Limits(max_turns=2)
+        )
+        adapter.install()
+        outcome, calls = run_scripted(adapter, task, texts, tmp_path / str(reward), backend)
+        assert outcome.verdict.reward == reward, (
+            f"{fences}: {outcome.verdict.detail}\n{outcome.harness_output[-2000:]}"
+        )
+        assert len(calls) == 2, f"{fences}: two replies, two calls"
+        if fences is None:  # its format error comes back as the next prompt
+            assert "mswea_bash_command" in calls[1].request["messages"][-1]["content"]
 
 
 @pytest.mark.harness

@@ -40,8 +40,13 @@ class HarnessSettings(Section):
     command_timeout_s: float | None = Field(
         None, gt=0, description="reference harness: seconds one shell command may run before it is killed"
     )
+    fences: list[str] | None = Field(
+        None,
+        description="mini-swe-agent text mode: the code-fence languages an action may use "
+        "(its own: mswea_bash_command; add bash for 1.x's fence)",
+    )
 
     def options(self) -> dict[str, Any]:
         """The adapter constructor options these settings set (`HarnessAdapter.options` names them)."""
-        names = ("max_tokens", "mode", "command_timeout_s")
+        names = ("max_tokens", "mode", "command_timeout_s", "fences")
         return {k: v for k in names if (v := getattr(self, k)) is not None}

@@ -7,7 +7,9 @@ never fails a call to an unknown model. Two of its own bundled configs, by `mode
 - `tools` (default): `-c mini.yaml`, a `bash` function tool that every reply must call;
 - `text`: `-c mini_textbased.yaml` with its `litellm_textbased` model, one fenced
   `mswea_bash_command` block per reply: the form it ships for models without tool calling, and
-  the one a small policy can write.
+  the one a small policy can write. `fences` widens the fence languages its parser takes (its
+  `model.action_regex`): `[mswea_bash_command, bash]` also takes the ```bash block that
+  mini-swe-agent 1.x asked for and that small chat models write by habit; its prompt is unchanged.
 
 Later `-c key=value` overrides point it at the proxy and cap its steps and reply length. The run
 ends when the agent runs `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or reaches its step cap.
@@ -15,6 +17,7 @@ ends when the agent runs `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or reaches
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -32,7 +35,7 @@ class MiniSweAgent(HarnessAdapter):
     protocol: ClassVar[ProtocolName] = "openai_chat"
     install_spec: ClassVar[InstallSpec] = InstallSpec("pip", "mini-swe-agent", "2.4.6", bin="mini")
     default_limits: ClassVar[Limits] = Limits(timeout_s=900.0, max_turns=30)
-    options: ClassVar[tuple[str, ...]] = ("mode", "max_tokens")
+    options: ClassVar[tuple[str, ...]] = ("mode", "max_tokens", "fences")
 
     def __init__(
         self,
@@ -40,11 +43,16 @@ class MiniSweAgent(HarnessAdapter):
         limits: Limits | None = None,
         mode: str = "tools",
         max_tokens: int | None = None,
+        fences: list[str] | None = None,
     ) -> None:
         if mode not in MODES:
             raise InvalidArgument(f"mini-swe-agent mode {mode!r}: expected one of {', '.join(MODES)}")
+        if fences is not None and mode != "text":
+            raise InvalidArgument("mini-swe-agent fences: only its text mode parses fenced commands")
+        if fences is not None and (not fences or not all(re.fullmatch(r"[\w-]+", f) for f in fences)):
+            raise InvalidArgument(f"mini-swe-agent fences {fences!r}: expected fence languages such as bash")
         super().__init__(cache_dir, limits)
-        self.mode, self.max_tokens = mode, max_tokens
+        self.mode, self.max_tokens, self.fences = mode, max_tokens, fences
 
     def command(self, instruction: str, ctx: RunContext) -> list[str]:
         config, model_class = MODES[self.mode]
@@ -65,6 +73,8 @@ class MiniSweAgent(HarnessAdapter):
             argv += ["-c", f"agent.step_limit={self.limits.max_turns}"]
         if self.max_tokens:
             argv += ["-c", f"model.model_kwargs.max_tokens={self.max_tokens}"]
+        if self.fences:  # its own regex with the languages swapped (a raw value: mini parses no JSON here)
+            argv += ["-c", f"model.action_regex=```(?:{'|'.join(self.fences)})\\s*\\n(.*?)\\n```"]
         return [*argv, "-t", instruction]
 
     def env(self, ctx: RunContext) -> dict[str, str]:
