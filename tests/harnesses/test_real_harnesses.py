@@ -169,6 +169,7 @@ def test_mini_swe_agent_with_a_bash_fence_runs_it_only_where_fences_take_it(tmp_
             "mini-swe-agent", mode="text", max_tokens=96, fences=fences, limits=Limits(max_turns=2)
         )
         adapter.install()
+        (tmp_path / str(reward)).mkdir()
         outcome, calls = run_scripted(adapter, task, texts, tmp_path / str(reward), backend)
         assert outcome.verdict.reward == reward, (
             f"{fences}: {outcome.verdict.detail}\n{outcome.harness_output[-2000:]}"
