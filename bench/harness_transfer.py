@@ -63,12 +63,20 @@ PARTS = {"": "trained families", "_unseen_families": "unseen families"}
 
 
 def run_changes(
-    opts: QuickstartOptions, name: str, mix: list[dict], swe_turns: int, swe_mode: str, swe_fences: list[str] | None
+    opts: QuickstartOptions,
+    name: str,
+    mix: list[dict],
+    swe_turns: int,
+    swe_mode: str,
+    swe_fences: list[str] | None,
+    swe_max_tokens: int,
 ) -> dict:
     """What a transfer run changes in the quickstart's config: its harness mix, both harnesses'
     settings (so every `clawgym eval` of every policy uses the same), no self-evaluation."""
-    swe = {"max_turns": swe_turns, "mode": swe_mode, "max_tokens": opts.max_new_tokens}
+    swe = {"max_turns": swe_turns, "mode": swe_mode, "max_tokens": swe_max_tokens}
     return {
+        # the proxy's cap must let mini-swe-agent's longer replies through (the reference harness asks for its own)
+        "proxy": {"max_new_tokens": max(opts.max_new_tokens, swe_max_tokens)},
         "trainer": {"run_name": f"transfer-{name}", "harnesses": mix},
         "orchestrator": {
             "harness_settings": {
@@ -149,6 +157,10 @@ def main() -> None:
                    help="mini-swe-agent: its text-based config (a fenced command) or its bash function tool")  # fmt: skip
     p.add_argument("--swe-fences", nargs="+", default=None, metavar="LANG",
                    help="mini-swe-agent text mode: fence languages its parser takes (default: its own)")  # fmt: skip
+    p.add_argument("--swe-max-tokens", type=int, default=0,
+                   help="mini-swe-agent: tokens per reply (default --max-new-tokens; its prompt asks for a THOUGHT first)")  # fmt: skip
+    p.add_argument("--trainings", nargs="+", choices=list(TRAININGS), default=list(TRAININGS),
+                   help="which policies to train (each is evaluated beside the base policy)")  # fmt: skip
     p.add_argument("--model", default="", help="policy (default smollm2-135m; tiny-qwen3 with --toy)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="keep the run folders here (default: a temp folder)")
@@ -165,12 +177,15 @@ def main() -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="clawgym-transfer-")).resolve()
     store = out / "evals.db"
     started = time.monotonic()
-    for name, mix in TRAININGS.items():
-        write_run_config(opts, out / name, run_changes(opts, name, mix, swe_turns, args.swe_mode, args.swe_fences))
-    parts = held_out_parts(out / "reference")  # the same train and held-out tasks in every run
-    results = {"base": evaluate(out / "reference", 0, list(HARNESSES), store)}
+    swe_max_tokens = args.swe_max_tokens or opts.max_new_tokens
+    for name in args.trainings:
+        changes = run_changes(opts, name, TRAININGS[name], swe_turns, args.swe_mode, args.swe_fences, swe_max_tokens)
+        write_run_config(opts, out / name, changes)
+    first = out / args.trainings[0]
+    parts = held_out_parts(first)  # the same train and held-out tasks in every run
+    results = {"base": evaluate(first, 0, list(HARNESSES), store)}
     trained: dict[str, dict] = {}
-    for name in TRAININGS:
+    for name in args.trainings:
         t0 = time.monotonic()
         summary = train(out / name)
         trained[name] = {"steps": summary["steps"], "train_s": round(time.monotonic() - t0, 1)}
@@ -198,7 +213,7 @@ def main() -> None:
     infra = {p: {h: r.harnesses[h].infra_failures for h in HARNESSES} for p, r in results.items()}
     print(f"\ninfrastructure failures per policy and harness: {infra}; plot: {png}")
     print(json.dumps({
-        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_fences": args.swe_fences, "swe_turns": swe_turns, "batch": f"{opts.groups_per_step}x{opts.group_size}",
+        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_fences": args.swe_fences, "swe_max_tokens": swe_max_tokens, "swe_turns": swe_turns, "batch": f"{opts.groups_per_step}x{opts.group_size}",
         "eval_tasks": len(parts.ids("trained")), "eval_tasks_unseen_families": len(parts.ids("unseen")),
         "matrix": cells,
         "runs": trained, "infra_failures": infra, "wall_s": round(time.monotonic() - started, 1),
