@@ -33,8 +33,13 @@ CPU), so about 20 minutes for one evaluation and some 3 hours for the 768 + 384 
 through mini-swe-agent. It is sized for a machine with more cores or a GPU engine.
 Measured at the small scale above (2 AVX2 cores): no cell beyond its interval; every policy 0/24
 through mini-swe-agent, whose groups had reward 0 at every step (its fence written in 1 of 192
-replies), so its format has to be learnable first (SFT, or a larger policy). The LAST line
-is one JSON object of the figures.
+replies), so its format has to be learnable first (SFT, or a larger policy).
+Widening its parser to ```bash (`--swe-fences mswea_bash_command bash`, `--swe-max-tokens 192`)
+did not change that (measured with `clawgym eval` on the same settings, 12 + 12 tasks, 2 calls a
+rollout): the base policy 0/24 and the quickstart's policy after 13 steps through the reference
+harness (0.031 -> 0.208 there) 0/24; a ```bash block in 9 and 7 of 48 replies, none doing the task.
+`--trainings reference` trains only that policy (the command for the reference -> mini-swe-agent
+direction at quickstart scale; not run to its end here). The LAST line is one JSON object of the figures.
 """
 
 from __future__ import annotations
