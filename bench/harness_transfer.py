@@ -67,26 +67,18 @@ TRAININGS = {  # policy name → the harness mix it trains through
 PARTS = {"": "trained families", "_unseen_families": "unseen families"}
 
 
-def run_changes(
-    opts: QuickstartOptions,
-    name: str,
-    mix: list[dict],
-    swe_turns: int,
-    swe_mode: str,
-    swe_fences: list[str] | None,
-    swe_max_tokens: int,
-) -> dict:
+def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe: dict) -> dict:
     """What a transfer run changes in the quickstart's config: its harness mix, both harnesses'
-    settings (so every `clawgym eval` of every policy uses the same), no self-evaluation."""
-    swe = {"max_turns": swe_turns, "mode": swe_mode, "max_tokens": swe_max_tokens}
+    settings (so every `clawgym eval` of every policy uses the same: `swe` is mini-swe-agent's),
+    no self-evaluation."""
     return {
         # the proxy's cap must let mini-swe-agent's longer replies through (the reference harness asks for its own)
-        "proxy": {"max_new_tokens": max(opts.max_new_tokens, swe_max_tokens)},
+        "proxy": {"max_new_tokens": max(opts.max_new_tokens, swe["max_tokens"])},
         "trainer": {"run_name": f"transfer-{name}", "harnesses": mix},
         "orchestrator": {
             "harness_settings": {
                 "reference": {"max_turns": opts.max_turns, "max_tokens": opts.max_new_tokens},
-                "mini-swe-agent": swe | ({"fences": swe_fences} if swe_fences else {}),
+                "mini-swe-agent": swe,
             },
             # each start imports litellm (~8 s of CPU); measured: 16 rollouts took 220 s at 4 or 16 at a time
             "harness_concurrency": {"mini-swe-agent": 8},
@@ -183,9 +175,11 @@ def main() -> None:
     store = out / "evals.db"
     started = time.monotonic()
     swe_max_tokens = args.swe_max_tokens or opts.max_new_tokens
+    swe = {"max_turns": swe_turns, "mode": args.swe_mode, "max_tokens": swe_max_tokens}
+    if args.swe_fences:
+        swe["fences"] = args.swe_fences
     for name in args.trainings:
-        changes = run_changes(opts, name, TRAININGS[name], swe_turns, args.swe_mode, args.swe_fences, swe_max_tokens)
-        write_run_config(opts, out / name, changes)
+        write_run_config(opts, out / name, run_changes(opts, name, TRAININGS[name], swe))
     first = out / args.trainings[0]
     parts = held_out_parts(first)  # the same train and held-out tasks in every run
     results = {"base": evaluate(first, 0, list(HARNESSES), store)}
