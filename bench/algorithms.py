@@ -11,7 +11,7 @@ of the last quarter of the steps, PPO's value loss and explained variance, and w
 PPO's value head starts untrained: its learning rate (`--ppo-value-lr`, `algorithm.value_lr`) is
 set apart from the policy's so that the baseline is learned within the run's few steps.
 
-    .venv/bin/python bench/algorithms.py            # 24 steps of 4 groups x 8 each (the quickstart's)
+    .venv/bin/python bench/algorithms.py            # 24 steps of 4 groups x 8 each (the quickstart's batch)
     .venv/bin/python bench/algorithms.py --toy      # tiny-qwen3, 2 steps each: the plumbing (~2 min)
 
 Measured on 2 cores with `--steps 12` (seeds 0 and 1): GRPO 11-13 minutes, PPO 15; the figures
@@ -39,7 +39,7 @@ KEYS = ("pass1_before", "ci95_before", "pass1_after", "ci95_after", "delta", "ci
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--toy", action="store_true", help="tiny-qwen3, 2 steps per algorithm: checks the plumbing")
-    p.add_argument("--steps", type=int, default=QuickstartOptions.steps, help="steps of each run")
+    p.add_argument("--steps", type=int, default=24, help="steps of each run (half the quickstart's 48)")
     p.add_argument("--eval-tasks", type=int, default=QuickstartOptions.eval_tasks)
     p.add_argument("--eval-unseen-tasks", type=int, default=QuickstartOptions.eval_unseen_tasks)
     p.add_argument("--ppo-value-lr", type=float, default=1e-3, help="PPO: learning rate of the value head")
