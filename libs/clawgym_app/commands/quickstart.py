@@ -5,10 +5,11 @@ Pass@1, train with GRPO over prefix trees (rollouts through the real proxy, orch
 sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% intervals, and write
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
-Defaults take about 9-10 minutes on 2 AVX-512 CPU cores (measured with bench/quickstart.py, see the
+Defaults take about 12 minutes on 2 AVX-512 CPU cores (measured with bench/quickstart.py, see the
 README); `--minutes` (15) is a budget: training stops between steps when another step plus the final
-evaluation would not fit (on 2 AVX2-only cores, after about 14 of the 48 steps). `QuickstartOptions` holds every knob and is the one source of the
-command line's defaults; it imports nothing heavy, so `clawgym --help` needs no torch.
+evaluation would not fit (on 2 AVX2-only cores, after about 14 of the 60 steps). `QuickstartOptions`
+holds every knob and is the one source of the command line's defaults; it imports nothing heavy, so
+`clawgym --help` needs no torch.
 """
 
 from __future__ import annotations
@@ -36,15 +37,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QuickstartOptions:
-    """Every knob of the quickstart (the CLI's options); defaults take ~9-10 minutes on 2 cores."""
+    """Every knob of the quickstart (the CLI's options); defaults take ~12 minutes on 2 AVX-512 cores."""
 
     model: str = "smollm2-135m"
     suite: str = "mini"
     max_level: int = 2
-    # 48, measured beside 24 (seed 1, one clean clone, 2 AVX-512 cores): 24 steps took 6.2 minutes and
-    # moved unseen families +0.026 [-0.010, +0.063]; 48 took 9.3 and moved them +0.162 [+0.104, +0.219]
-    # (intervals apart), trained families +0.146 -> +0.260. The budget stops slower machines early.
-    steps: int = 48
+    # 60, measured beside 24 and 48 (clean clones, 2 AVX-512 cores): unseen families moved +0.062 and
+    # +0.026 at 24 steps (6 minutes), +0.073 and +0.099 at 48 (10 minutes), +0.229 at 60 (seed 0, 12.1
+    # minutes; intervals apart). The --minutes budget stops slower machines early.
+    steps: int = 60
     eval_tasks: int = 96
     # all 192 the mini suite holds for its 8 held-out families at levels 1-2 (24 each): their gain is
     # the smaller one (+0.115 in two runs at 96 tasks), and 96 left the before/after intervals
@@ -127,7 +128,7 @@ class QuickstartOptions:
                 "mode": self.mode,
                 "max_policy_lag": 1,
                 "checkpoint_uri": str(run_dir / CHECKPOINTS_DIR),
-                # the last version and each third of the run (48 steps: v16, v32, v48) for `clawgym
+                # the last version and each third of the run (60 steps: v20, v40, v60) for `clawgym
                 # eval --checkpoint V`: at most 3 folders whatever --steps is, a SmolLM2-135M one ~540 MB
                 "keep_checkpoints": 1,
                 "keep_every": max(1, math.ceil(self.steps / 3)),
