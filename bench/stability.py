@@ -121,6 +121,8 @@ def main() -> None:
         every = args.every
     if args.model:
         opts = replace(opts, model=args.model)
+    # sync, not the quickstart's async: kl_ref is unbiased only on samples of the policy it measures
+    opts = replace(opts, mode="sync")
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="clawgym-stability-")).resolve()
     write_run_config(opts, run_dir, {
         "trainer": {"run_name": "stability", "algorithm": {
