@@ -38,6 +38,12 @@ Widening its parser to ```bash (`--swe-fences mswea_bash_command bash`, `--swe-m
 did not change that (measured with `clawgym eval` on the same settings, 12 + 12 tasks, 2 calls a
 rollout): the base policy 0/24 and the quickstart's policy after 13 steps through the reference
 harness (0.031 -> 0.208 there) 0/24; a ```bash block in 9 and 7 of 48 replies, none doing the task.
+A stronger policy, the quickstart's after 60 steps (seed 1, a3a240d: 0.073 -> 0.458 on trained
+families), on 24 tasks of families it had learnt (12 of 6 trained families, 12 of make_dir and
+move_into_dir), the same settings: through the reference harness 0.167 (base) -> 0.833, through
+mini-swe-agent 0/24 -> 0/24; its replies there talk about mini-swe-agent's prompt (its THOUGHT /
+example wording, python fences) instead of the task, a ```bash block in 4 of 48. At 135M the gain
+does not carry into another harness's prompt.
 `--trainings reference` trains only that policy (the command for the reference -> mini-swe-agent
 direction at quickstart scale; not run to its end here). The LAST line is one JSON object of the figures.
 """
