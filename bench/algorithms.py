@@ -28,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from training_runs import SUFFIXES, TOY, interval, train, write_run_config
+from training_runs import STEPS, SUFFIXES, TOY, interval, train, write_run_config
 
 from clawgym_app.commands.quickstart import QuickstartOptions
 
@@ -39,7 +39,7 @@ KEYS = ("pass1_before", "ci95_before", "pass1_after", "ci95_after", "delta", "ci
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--toy", action="store_true", help="tiny-qwen3, 2 steps per algorithm: checks the plumbing")
-    p.add_argument("--steps", type=int, default=24, help="steps of each run (the quickstart's batch; it takes 60)")
+    p.add_argument("--steps", type=int, default=STEPS, help="steps of each run")
     p.add_argument("--eval-tasks", type=int, default=QuickstartOptions.eval_tasks)
     p.add_argument("--eval-unseen-tasks", type=int, default=QuickstartOptions.eval_unseen_tasks)
     p.add_argument("--ppo-value-lr", type=float, default=1e-3, help="PPO: learning rate of the value head")

@@ -57,7 +57,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from training_runs import TOY, evaluate, held_out_parts, train, write_run_config
+from training_runs import STEPS, TOY, evaluate, held_out_parts, train, write_run_config
 
 from clawgym.evaluation.runner import EvalResult
 from clawgym.report.plots import COLOURS, DPI
@@ -149,7 +149,7 @@ def plot(cells: dict[str, dict[str, dict]], path: Path) -> Path:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--toy", action="store_true", help="tiny-qwen3, 2 steps per run: checks the plumbing")
-    p.add_argument("--steps", type=int, default=24, help="steps of each run (the quickstart's batch; it takes 60)")
+    p.add_argument("--steps", type=int, default=STEPS, help="steps of each run")
     p.add_argument("--eval-tasks", type=int, default=48, help="held-out instances of trained families")
     p.add_argument("--eval-unseen-tasks", type=int, default=48, help="held-out tasks of unseen families")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per model call (a tool call needs ~30)")

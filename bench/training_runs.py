@@ -27,6 +27,10 @@ from clawgym_app.commands.quickstart import QuickstartOptions
 CLAWGYM = Path(sys.executable).with_name("clawgym")
 SUFFIXES = {"trained": "", "unseen": "_unseen_families"}  # the summary's key endings per held-out part
 
+# the comparison benches' steps per run (algorithms, harness_transfer): the quickstart's batch and its
+# old default; several runs of its 60 steps would not fit a 2-core session
+STEPS = 24
+
 # --toy: tiny-qwen3 (random weights: no learning expected), the plumbing end to end in minutes
 TOY = QuickstartOptions(
     model="tiny-qwen3", steps=2, eval_tasks=2, eval_unseen_tasks=1, group_size=2, groups_per_step=2,

@@ -5,7 +5,7 @@ Pass@1, train with GRPO over prefix trees (rollouts through the real proxy, orch
 sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% intervals, and write
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
-Defaults take about 12 minutes on 2 AVX-512 CPU cores (measured with bench/quickstart.py, see the
+Defaults take 10-12 minutes on 2 AVX-512 CPU cores (measured with bench/quickstart.py, see the
 README); `--minutes` (15) is a budget: training stops between steps when another step plus the final
 evaluation would not fit (on 2 AVX2-only cores, after about 14 of the 60 steps). `QuickstartOptions`
 holds every knob and is the one source of the command line's defaults; it imports nothing heavy, so
@@ -37,14 +37,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QuickstartOptions:
-    """Every knob of the quickstart (the CLI's options); defaults take ~12 minutes on 2 AVX-512 cores."""
+    """Every knob of the quickstart (the CLI's options); defaults take 10-12 minutes on 2 AVX-512 cores."""
 
     model: str = "smollm2-135m"
     suite: str = "mini"
     max_level: int = 2
-    # 60, measured beside 24 and 48 (clean clones, 2 AVX-512 cores): unseen families moved +0.062 and
-    # +0.026 at 24 steps (6 minutes), +0.073 and +0.099 at 48 (10 minutes), +0.229 at 60 (seed 0, 12.1
-    # minutes; intervals apart). The --minutes budget stops slower machines early.
+    # 60, measured beside 24 and 48 (clean clones, seeds 0 and 1, 2 AVX-512 cores): unseen families moved
+    # +0.062 / +0.026 at 24 steps (6 minutes), +0.073 / +0.099 at 48 (10 minutes), +0.188 / +0.130 at 60
+    # (10.4 / 11.2 minutes; intervals apart). The --minutes budget stops slower machines early.
     steps: int = 60
     eval_tasks: int = 96
     # all 192 the mini suite holds for its 8 held-out families at levels 1-2 (24 each): their gain is
