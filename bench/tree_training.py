@@ -44,7 +44,12 @@ as 3 sequences 32 s, as 5 sequences 35 s of CPU), which lets the tree beat the t
 Runs rotate the order of the methods; each keeps its fastest run, in process CPU time (headline:
 on a shared machine other processes stretch wall time) and in wall time. The limit of the speedup is the sharing
 ratio (path tokens / unique tokens); with splitting, the tighter limit is path tokens / packed
-tokens (repeated ancestor context is computed again). The last line is one JSON object.
+tokens (repeated ancestor context is computed again). Attention is quadratic and the tokens a tree
+shares are the shallow ones, so it saves fewer attention pairs than tokens (`attention_pairs_ratio`,
+paths' causal pairs / the tree's ancestor pairs): `work_ratio` (FLOPs of the decoder layers' linear
+maps and attention pairs, paths / tree) is the limit of an exact method, and `speedup_over_work` the
+speedup's share of it. On tiny-qwen3, where attention weighs most, it is below the sharing ratio.
+The last line is one JSON object.
 
 `--attn` lists attention implementations; the first is the one under test (the tree, paths
 sequence-packed and calls sequence-packed run with it), each other one adds a tree run
@@ -124,6 +129,21 @@ def insertion(reps: int) -> dict:
         "sharing_ratio_harness_scale": s.sharing_ratio,
         "sharing_ratio_vs_calls_harness_scale": vs_calls,
     }
+
+
+def work(model: torch.nn.Module, tokens: int, pairs: int) -> float:
+    """Forward FLOPs of `tokens` tokens through the decoder layers' linear maps plus `pairs`
+    attended (query, key) pairs (the backward is a multiple of both; the LM head is trimmed to the
+    same trained slots in every method, so left out)."""
+    c = model.config
+    linear = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, torch.nn.Linear))
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return 2 * linear * tokens + 4 * c.num_hidden_layers * c.num_attention_heads * head_dim * pairs
+
+
+def causal_pairs(lengths) -> int:
+    """(query, key) pairs of causal sequences of these lengths."""
+    return sum(n * (n + 1) // 2 for n in lengths)
 
 
 def grads(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -271,6 +291,13 @@ def train_compare(
     best_linear = min(best["paths_packed"], best["paths_one_by_one"])
     speedup = best_linear / best["tree"]
     limit = s.path_tokens / packed_tokens
+    # Attention is quadratic: the tokens the tree shares are the shallow ones, so it saves fewer
+    # attention pairs than tokens. The work ratio (FLOPs of the paths / of the tree) is the limit
+    # of a speedup with exact attention; where attention weighs, it is below the sharing ratio.
+    tree_pairs = sum(int((pk.position_ids + 1).sum()) for pk in packs)
+    _, ends = flat.rollout_paths()
+    path_pairs = causal_pairs(len(flat.path_positions(int(e))) for e in ends)
+    work_ratio = work(model, s.path_tokens, path_pairs) / work(model, packed_tokens, tree_pairs)
     if cuda:
         print(
             f"{name} ({dtype}, {device}, attention {attns[0]}): forward+backward wall time "
@@ -290,6 +317,10 @@ def train_compare(
         f"{name}: speedup ×{speedup:.2f} over the faster per-path method (×{best['paths_packed'] / best['tree']:.2f}"
         f" sequence-packed, ×{best['paths_one_by_one'] / best['tree']:.2f} one by one, {clock} time); limit ×{s.sharing_ratio:.2f} (sharing), ×{limit:.2f} (path/packed tokens)"
         f" → {speedup / s.sharing_ratio:.0%} of the sharing ratio; max relative gradient difference {rel:.1e}"
+    )
+    print(
+        f"{name}: attention pairs: paths {path_pairs:,}, tree {tree_pairs:,} (×{path_pairs / tree_pairs:.2f});"
+        f" work ratio (FLOPs, linear + attention) ×{work_ratio:.2f} → speedup {speedup / work_ratio:.0%} of it"
     )
     speedup_calls = best["calls_packed"] / best["tree"] if calls_baseline else None
     if calls_baseline:
@@ -332,6 +363,9 @@ def train_compare(
         "grad_rel_diff_vs_calls": rel_calls,
         "speedup_wall": min(wall["paths_packed"], wall["paths_one_by_one"]) / wall["tree"],
         "limit_path_over_packed": limit,
+        "attention_pairs_ratio": path_pairs / tree_pairs,
+        "work_ratio": work_ratio,
+        "speedup_over_work": speedup / work_ratio,
         "cpu_s": cpu,
         "wall_s": wall,
         "unique_tokens": s.unique_tokens,
@@ -406,6 +440,7 @@ def main() -> None:
         speedup_over_sharing_min=min(
             (m["speedup"] / m["sharing_ratio"] for m in per_model.values()), default=None
         ),
+        speedup_over_work_min=min((m["speedup_over_work"] for m in per_model.values()), default=None),
         speedup_before=headline.get("speedup_before"),
         speedup_over_sharing_before_min=min(
             (m["speedup_before"] / m["sharing_ratio"] for m in per_model.values() if "speedup_before" in m),
