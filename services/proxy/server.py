@@ -81,6 +81,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.warm_up()
         yield
         await gateway.aclose()
 

@@ -98,6 +98,6 @@ def test_long_runs_are_tokenized_once_and_exactly_as_without_the_cache(template)
         text = template.render(messages, tools)
         ids = template.encode(text)
         assert ids == uncached.encode(text) == template.tokenizer.encode(text, add_special_tokens=False)
-    info = template.control._long_runs.cache_info()
-    assert info.hits >= 2 and info.currsize >= 1, f"the long run is tokenized once, then reused: {info}"
+    runs = template.control._long_runs
+    assert runs.hits >= 2 and len(runs) >= 1, f"the long run is tokenized once, then reused: {runs.hits} hits"
     assert uncached.control._long_runs is None

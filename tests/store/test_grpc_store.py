@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clawgym.config import StoreConfig
-from clawgym.errors import AlreadyExists, ClawgymError, InvalidArgument, NotFound
+from clawgym.errors import AlreadyExists, ClawgymError, InvalidArgument, NotFound, Unavailable
 from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.generated.v1.store_pb2_grpc import StoreStub
 from clawgym.records import Checkpoint, GroupReady, RolloutSpec
@@ -277,3 +278,21 @@ def test_the_store_service_exports_its_rpcs_on_metrics_and_answers_grpc_health(
         assert check_health(target) == "NOT_SERVING", "draining: load balancers must stop sending"
         server.stop(grace=None)
         store.close()
+
+
+def test_warm_up_connects_to_a_store_and_gives_up_quietly_on_one_not_up(
+    client: StoreClient, rpc_secret: str
+) -> None:
+    """`StoreClient.warm_up`: the channel is ready after it; against a port nobody serves it returns
+    after its timeout without raising, and the call made then gets the store's own error."""
+    client.warm_up()
+    assert client.list_runs() == []
+    with socket.socket() as s:  # a port nobody serves once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with StoreClient(f"127.0.0.1:{port}", secret=rpc_secret, timeout_s=0.5) as down:
+        t0 = time.monotonic()
+        down.warm_up()  # waits the client's 0.5 s
+        assert time.monotonic() - t0 < 2
+        with pytest.raises(Unavailable):
+            down.list_runs()

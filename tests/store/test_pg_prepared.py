@@ -199,3 +199,25 @@ def test_the_statement_is_prepared_once_per_connection(pg_url: str, make_call) -
         assert names == [(statement_name(1).decode(),)] and conn.prepared == {1}
     finally:
         store.close()
+
+
+def test_warm_up_opens_the_connections_of_the_batches_in_flight_and_the_first_record_uses_them(
+    pg_url: str, make_call
+) -> None:
+    """A proxy's store opens its writer's connections at startup (`SqlStore.warm_up`), not on its
+    first call: one per batch in flight, alive, and the first record takes one of them."""
+    store = SqlStore(pg_url, MemoryBus(), pg_batches_in_flight=2)
+    try:
+        writer = store._pg_calls
+        assert isinstance(writer, PgPreparedWriter) and writer._idle == []
+        store.warm_up()
+        store.warm_up()  # idempotent: no more connections than batches in flight
+        opened = list(writer._idle)
+        assert len(opened) == 2 and all(c.conn.pgconn.status == psycopg.pq.ConnStatus.OK for c in opened)
+        run = store.create_run("warm")
+        (r,) = store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")])
+        store.record_call(make_call(r.rollout_id, 0))
+        assert {id(c) for c in writer._idle} == {id(c) for c in opened}, "no connection opened by the call"
+        assert [c.seq for c in store.list_calls(r.rollout_id)] == [0]
+    finally:
+        store.close()

@@ -17,7 +17,6 @@ re-tokenize history are unaffected. Tokenizers without a `tokenizers` backend fa
 `split_special_tokens=True`, which protects special tokens only.
 """
 
-import functools
 import json
 import re
 from collections.abc import Callable
@@ -26,10 +25,12 @@ from typing import Any
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
+from clawgym.rendering.run_cache import RunCache
+
 START, END = "\ue000", "\ue001"  # private use: no tokenizer gives them meaning, no template touches them
-# Runs at least this long are kept tokenized (least recently used dropped): every rollout of a
-# harness sends the same ~100 kB system prompt + tools run, which is otherwise tokenized anew
-# by each rollout's first call. Exact: each run is tokenized on its own either way.
+# Runs at least this long are kept tokenized (least recently used dropped; `run_cache`): every
+# rollout of a harness sends the same ~100 kB system prompt + tools run, which is otherwise
+# tokenized anew by each rollout's first call. Exact: each run is tokenized on its own either way.
 LONG_RUN_CHARS = 2048
 RUN_CACHE_SIZE = 64
 
@@ -45,10 +46,8 @@ class ControlTokens:
         structure = "|".join(re.escape(t) for t in self.literals[1:])
         self._pieces = re.compile(f"{START}(\\d+){END}" + (f"|{structure}" if structure else ""))
         self._encode_runs = _plain_encoder(tokenizer)
-        self._long_runs = (  # lru_cache is thread-safe: rendering threads share it
-            functools.lru_cache(maxsize=run_cache)(lambda run: tuple(self._encode_runs([run])[0]))
-            if run_cache > 0
-            else None
+        self._long_runs = (
+            RunCache(lambda run: tuple(self._encode_runs([run])[0]), run_cache) if run_cache > 0 else None
         )
 
     # --- before rendering ---
@@ -101,7 +100,7 @@ class ControlTokens:
             return self._encode_runs(runs)
         encoded = self._encode_runs([r if len(r) < LONG_RUN_CHARS else "" for r in runs])
         return [
-            list(cached(r)) if len(r) >= LONG_RUN_CHARS else e for r, e in zip(runs, encoded, strict=True)
+            list(cached.get(r)) if len(r) >= LONG_RUN_CHARS else e for r, e in zip(runs, encoded, strict=True)
         ]
 
 

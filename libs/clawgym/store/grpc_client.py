@@ -6,6 +6,7 @@ in-process `SqlStore`; not the mapping of fields (`clawgym.store.convert`).
 """
 
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any, TypeVar
 
 import grpc
@@ -30,15 +31,25 @@ from clawgym.rpc import error_from_rpc, grpc_options, open_channel
 from clawgym.store import convert
 
 T = TypeVar("T")
+WARM_UP_S = 2.0  # a proxy's startup waits this long at most for a store that is not up
+
 
 class StoreClient:
     """A `TrajectoryStore` backed by a store service at `target` ("host:port")."""
 
-    def __init__(self, target: str, *, secret: str, timeout_s: float = 60.0, max_message_mb: int = 1024) -> None:
+    def __init__(
+        self, target: str, *, secret: str, timeout_s: float = 60.0, max_message_mb: int = 1024
+    ) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self._channel = open_channel(target, secret, grpc_options(max_message_mb))
         self._stub = StoreStub(self._channel)
+
+    def warm_up(self) -> None:
+        """Connects the channel ahead of the first call, waiting at most WARM_UP_S (or the client's
+        timeout, if shorter): a store not up yet is left to that call."""
+        with suppress(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(self._channel).result(timeout=min(self.timeout_s, WARM_UP_S))
 
     def close(self) -> None:
         self._channel.close()

@@ -25,6 +25,11 @@ from clawgym.records import (
 
 
 class TrajectoryStore(Protocol):
+    def warm_up(self) -> None:
+        """Opens now what the first requests would open on their own time (connections); best
+        effort: a store not reachable yet is left to them, and to their errors."""
+        ...
+
     # --- runs ---
     def create_run(self, name: str, config: dict[str, Any] | None = None) -> Run: ...
     def get_run(self, run_id: str) -> Run: ...

@@ -104,6 +104,13 @@ class PgPreparedWriter:
         self._give_back(c)
         return {result.get_value(row, 0).decode() for row in range(result.ntuples)}  # type: ignore[union-attr]
 
+    def warm_up(self, connections: int) -> None:
+        """Opens the connections `connections` batches in flight use, ahead of the first batch."""
+        with self._lock:
+            missing = connections - len(self._idle)
+        for c in [self._take() for _ in range(max(0, missing))]:
+            self._give_back(c)
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []

@@ -39,7 +39,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple
 
 import psycopg
@@ -149,11 +149,21 @@ class SqlStore:
         # client work, two lost throughput on a loaded machine: bench/store_write.py, 16
         # writers); SQLite has a single writer anyway. `.batches` and `.items` say how much
         # batching happened (the bench, the tests).
-        inflight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
-        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=inflight)
+        self._batches_in_flight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
+        self.call_batcher = GroupCommit(
+            self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=self._batches_in_flight
+        )
         self._reader = read_only(self._engine)
         with self._db_errors():
             migrate(self._engine)
+
+    def warm_up(self) -> None:
+        """A read (a pooled connection, the token lookup's compiled query) and the batch writer's
+        connections, opened before the first call needs them (a proxy's first call: ~5 ms)."""
+        with suppress(NotFound):
+            self.resolve_token("warm-up")
+        if isinstance(self._pg_calls, PgPreparedWriter):
+            self._pg_calls.warm_up(self._batches_in_flight)
 
     def close(self) -> None:
         """Closes the pool's connections and the bus."""

@@ -1,0 +1,66 @@
+"""Long text runs kept tokenized, each tokenized once even when many calls ask for it at once.
+
+Owns the least-recently-used map from a run's text to its ids, and single flight: the first calls
+of a step's rollouts arrive together with the same ~100 kB system prompt + tools run; one render
+thread tokenizes it while the others wait for its ids instead of tokenizing it again each
+(64 rollouts at once: 64 × ~20 ms of CPU in the first wave, bench/proxy.py). Thread-safe: the
+proxy's render threads share one. It does not decide which runs are long (`control_tokens`).
+"""
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+Ids = tuple[int, ...]
+
+
+class _Flight:
+    """One run being tokenized: its waiters block on `done` until `ids` is set (None: it failed)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ids: Ids | None = None
+
+
+class RunCache:
+    def __init__(self, encode: Callable[[str], Ids], size: int) -> None:
+        self._encode = encode
+        self._size = size
+        self._lock = threading.Lock()
+        self._ids: OrderedDict[str, Ids] = OrderedDict()  # least recently used first
+        self._flights: dict[str, _Flight] = {}
+        self.hits = self.misses = self.shared = 0  # shared: waited for another thread's tokenizing
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def get(self, run: str) -> Ids:
+        """`run`'s ids: kept, another thread's in flight, or tokenized here."""
+        with self._lock:
+            ids = self._ids.get(run)
+            if ids is not None:
+                self._ids.move_to_end(run)
+                self.hits += 1
+                return ids
+            flight = self._flights.get(run)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[run] = _Flight()
+                self.misses += 1
+            else:
+                self.shared += 1
+        if not leader:
+            flight.done.wait()
+            # the leader failed: tokenize here, so the error (if any) is this call's own
+            return flight.ids if flight.ids is not None else self._encode(run)
+        try:
+            flight.ids = self._encode(run)
+        finally:
+            with self._lock:
+                del self._flights[run]
+                if flight.ids is not None:
+                    self._ids[run] = flight.ids
+                    while len(self._ids) > self._size:
+                        self._ids.popitem(last=False)
+            flight.done.set()
+        return flight.ids
