@@ -22,6 +22,8 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -136,7 +138,8 @@ class ClusterRelease:
         return json.loads(out)["items"]
 
     def kill_pod(self, name: str, namespace: str = "") -> float:
-        """`kubectl delete pod --grace-period=0 --force`: the pod is gone at once (no SIGTERM grace);
+        """`kubectl delete pod --grace-period=0 --force`: the pod is gone from the API at once (no
+        SIGTERM grace; its processes live on until kubelet kills them, a second or two later);
         returns when (time.time())."""
         at = time.time()
         self.run("kubectl", "delete", "pod", name, "-n", namespace or self.namespace, "--grace-period=0", "--force")
@@ -323,8 +326,9 @@ class ChaosRun:
 
     run_id: str
     finished: bool
-    killed: dict[str, float]  # component -> time.time() of its pod's deletion
+    killed: dict[str, float]  # component -> time.time() of its pod's (latest) deletion
     pods: dict[str, str]  # component -> the pod deleted
+    kills: dict[str, int]  # component -> deletions of its pod (the orchestrator's may repeat)
     watch: ReplicaWatch
     witness: Witness
     witness_rollout: str
@@ -346,6 +350,7 @@ def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = Tr
     witness = Witness(r.proxy_url, key).start()
     killed: dict[str, float] = {}
     pods: dict[str, str] = {}
+    kills: Counter[str] = Counter()
     run_id, finished = "", False
     try:
         while time.monotonic() - started < deadline_s and not finished:
@@ -355,7 +360,7 @@ def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = Tr
                 continue
             v = max(r.versions(run_id), default=0)
             if chaos:
-                _chaos_step(r, run_id, v, killed, pods)
+                _chaos_step(r, run_id, v, killed, pods, kills)
             status = r.query("SELECT status FROM runs WHERE id = :r", r=run_id)[0][0]
             final_eval = r.query(
                 "SELECT count(*) FROM evals WHERE run_id = :r AND version = :v", r=run_id, v=r.steps
@@ -364,16 +369,34 @@ def run_with_chaos(r: ClusterRelease, deadline_s: float = 1800, chaos: bool = Tr
     finally:
         witness.stop()
         watch.stop()
-    return ChaosRun(run_id, finished, killed, pods, watch, witness, witness_rollout, time.monotonic() - started)
+    return ChaosRun(
+        run_id, finished, killed, pods, dict(kills), watch, witness, witness_rollout, time.monotonic() - started
+    )
 
 
-def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, float], pods: dict[str, str]) -> None:
+KILLS_UNTIL_CUT = 4  # deletions of a sandbox pod, or of the orchestrator's, at most until one cuts a rollout
+
+
+def _chaos_step(
+    r: ClusterRelease, run_id: str, version: int, killed: dict[str, float], pods: dict[str, str], kills: Counter[str]
+) -> None:
     """Deletes the next pod whose moment has come (at most one per call): inference replica 1 once
-    v1 is published, a proxy pod at v2, the trainer at v3, a sandbox pod running a rollout from v4,
-    the orchestrator from v5 while rollouts run."""
+    v1 is published, a proxy pod at v2, the trainer at v3, the sandbox pod of the newest running
+    rollout from v4, the orchestrator from v5 while rollouts run (the last two while training runs,
+    so the rollouts they cut are retried in their groups).
+
+    A force-deleted pod's process lives on for a second or two (kubelet kills it after the API
+    has let the pod go): on a fast machine long enough for a ~1 s rollout to finish uncut. So a
+    sandbox or orchestrator deletion that cut nothing (the rollout in that sandbox finished; the
+    orchestrator's successor is up and failed no rollout as cut) is made again while rollouts run,
+    KILLS_UNTIL_CUT times at most; `killed` and `pods` keep the latest."""
 
     def kill(component: str, name: str, namespace: str = "") -> None:
         killed[component], pods[component] = r.kill_pod(name, namespace), name
+        kills[component] += 1
+
+    def again(component: str, missed: Callable[[], bool]) -> bool:  # missed: of the latest deletion
+        return component not in killed or (kills[component] < KILLS_UNTIL_CUT and missed())
 
     if version >= 1 and "inference" not in killed:
         kill("inference", f"{PREFIX}-inference-1")
@@ -381,15 +404,45 @@ def _chaos_step(r: ClusterRelease, run_id: str, version: int, killed: dict[str, 
         kill("proxy", sorted(p["metadata"]["name"] for p in r.pods("proxy"))[0])
     elif version >= 3 and "trainer" not in killed:
         kill("trainer", f"{PREFIX}-trainer-0")
-    elif version >= 4 and "sandbox" not in killed:
+    elif 4 <= version < r.steps and again("sandbox", lambda: _sandbox_kill_missed(r, run_id, pods["sandbox"])):
+        # the pod of the training rollout started last (a warm pool's idle pods run none): it has
+        # the most of its sandbox calls still ahead
+        newest = r.query(
+            "SELECT sandbox FROM rollouts WHERE run_id = :r AND status = 'running' ORDER BY started_at DESC LIMIT 1",
+            r=run_id,
+        )
         sandboxes = f"{r.namespace}-sandboxes"
-        running = [p["metadata"]["name"] for p in r.pods(namespace=sandboxes) if p["status"].get("phase") == "Running"]
-        if running:
-            kill("sandbox", running[0], sandboxes)
-    elif version >= 5 and "orchestrator" not in killed:
+        running = {p["metadata"]["name"] for p in r.pods(namespace=sandboxes) if p["status"].get("phase") == "Running"}
+        if newest and newest[0][0] in running:
+            kill("sandbox", newest[0][0], sandboxes)
+    elif 5 <= version < r.steps and again(
+        "orchestrator", lambda: _orchestrator_kill_missed(r, run_id, killed["orchestrator"])
+    ):
         running = r.query("SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'running'", r=run_id)
         if running[0][0] > 0:
             kill("orchestrator", f"{PREFIX}-orchestrator-0")
+
+
+def _sandbox_kill_missed(r: ClusterRelease, run_id: str, pod: str) -> bool:
+    """The rollouts in `pod` have all ended and none failed: its deletion came too late to cut one."""
+    ((unended, failed),) = r.query(
+        "SELECT count(*) FILTER (WHERE ended_at IS NULL), count(*) FILTER (WHERE status = 'failed')"
+        " FROM rollouts WHERE run_id = :r AND sandbox LIKE :p",
+        r=run_id,
+        p=f"%{pod}%",
+    )
+    return unended == 0 and failed == 0
+
+
+def _orchestrator_kill_missed(r: ClusterRelease, run_id: str, at: float) -> bool:
+    """The orchestrator's successor (registered after `at`) is up and failed none of the run's
+    rollouts as cut by its predecessor's loss."""
+    ((successors,),) = r.query("SELECT count(*) FROM orchestrators WHERE started_at > :k", k=at)
+    ((cut,),) = r.query(
+        "SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'failed' AND error LIKE '%orchestrator%'",
+        r=run_id,
+    )
+    return successors > 0 and cut == 0
 
 
 def kube_env(kubeconfig: str, tools: Path) -> dict[str, str]:

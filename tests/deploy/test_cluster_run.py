@@ -50,7 +50,7 @@ def chaos_run(release: ClusterRelease) -> ChaosRun:
     run = run_with_chaos(release, deadline_s=RUN_DEADLINE_S)
     if not run.finished:
         pytest.fail(f"the run did not finish within {RUN_DEADLINE_S} s (pods deleted: {run.killed})\n{release.report()}")
-    print(f"in-cluster run of {STEPS} steps with chaos: {run.seconds:.0f} s")
+    print(f"in-cluster run of {STEPS} steps with chaos: {run.seconds:.0f} s (pod deletions: {run.kills})")
     return run
 
 
@@ -133,7 +133,9 @@ def test_no_group_is_trained_twice_and_cut_rollouts_are_failed_never_rewarded(re
     )[0][0]
     assert retried >= 1, "the rollout cut by its sandbox pod's deletion was retried by a fresh one in its group"
     cut = [f for f in failed if "orchestrator" in (f[2] or "")]
-    assert cut, f"the orchestrator's deletion cut no rollout (failed ones: {failed})"
+    assert cut, (
+        f"none of the orchestrator's {chaos_run.kills['orchestrator']} deletions cut a rollout (failed ones: {failed})"
+    )
 
 
 def test_rollouts_spread_over_both_inference_replicas(release, chaos_run):
