@@ -121,8 +121,8 @@ def test_held_turns_stay_within_their_bytes():
     assert held.get("r1", b"big") is None and len(held) == 3, "a turn over the whole budget is not held"
 
 
-def test_the_proxy_warms_its_store_live_state_and_tokenizer_before_its_first_call(
-    proxy_factory, pg_url, redis_url, tokenizer
+def test_the_proxy_opens_its_store_connections_before_its_first_call_and_starts_without_a_store(
+    proxy_factory, pg_url, redis_url, tokenizer, free_port
 ):
     """At startup (`Gateway.warm_up`, the app's lifespan) the store's writer connections are open
     before any call; a store that is not up yet does not stop the proxy from starting."""
@@ -133,18 +133,13 @@ def test_the_proxy_warms_its_store_live_state_and_tokenizer_before_its_first_cal
     conversation(p, 1)
     assert len(p.store._pg_calls._idle) == 2, "the call took a warmed connection, opened none"
 
-    import socket
-
     from clawgym.inference.scripted import ScriptedEngine
     from clawgym.proxy.config import ProxyConfig
     from clawgym.proxy.serving import ServerThread
     from clawgym_services.proxy.server import create_app
 
-    with socket.socket() as s:  # a port nobody serves once it is closed
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     engine = ScriptedEngine.from_texts(tokenizer, [CALL], max_context=8192, model="tiny-qwen3")
-    with StoreClient(f"127.0.0.1:{port}", secret="x" * 32, timeout_s=1) as down:
+    with StoreClient(f"127.0.0.1:{free_port}", secret="x" * 32, timeout_s=1) as down:
         app = create_app(ProxyConfig(), engine, down, tokenizer)
         with ServerThread(app) as server:  # started: its warm-up gave up on the store
             assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200

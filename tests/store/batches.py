@@ -11,7 +11,7 @@ def hold_first_batch(store: SqlStore) -> tuple[threading.Event, threading.Event]
     arrive meanwhile queue up and are written together in the batch after it."""
     holding, release = threading.Event(), threading.Event()
     write_batch = store.call_batcher._write_batch
-    store.call_batcher._max_inflight = 1  # so the calls queue behind the held batch, not beside it
+    store.call_batcher.max_inflight = 1  # so the calls queue behind the held batch, not beside it
 
     def held(batch: list[Pending]) -> None:
         if not holding.is_set():

@@ -363,7 +363,7 @@ def test_store_pg_batch_reaches_the_store(pg_url: str) -> None:
         store = open_sql_store(StoreConfig(url=pg_url, pg_batch=path, pg_batches_in_flight=3))
         try:
             assert type(store._pg_calls) is writer
-            assert store.call_batcher._max_inflight == inflight
+            assert store.call_batcher.max_inflight == inflight
         finally:
             store.close()
     assert StoreConfig().pg_batch == "prepared" and StoreConfig().pg_batches_in_flight == 2

@@ -26,6 +26,7 @@ from clawgym.store import convert
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
 from clawgym.store.sql import SqlStore
+from clawgym_app.runtime.services import free_port as unused_port
 from clawgym_services.store.server import create_server
 
 MAX_CALL_MB = 1
@@ -287,10 +288,7 @@ def test_warm_up_connects_to_a_store_and_gives_up_quietly_on_one_not_up(
     after its timeout without raising, and the call made then gets the store's own error."""
     client.warm_up()
     assert client.list_runs() == []
-    with socket.socket() as s:  # a port nobody serves once it is closed
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with StoreClient(f"127.0.0.1:{port}", secret=rpc_secret, timeout_s=0.5) as down:
+    with StoreClient(f"127.0.0.1:{unused_port()}", secret=rpc_secret, timeout_s=0.5) as down:
         t0 = time.monotonic()
         down.warm_up()  # waits the client's 0.5 s
         assert time.monotonic() - t0 < 2

@@ -46,7 +46,7 @@ class GroupCommit:
         max_inflight: int = 1,
     ) -> None:
         self._write_batch = write_batch
-        self._max_inflight = max_inflight
+        self.max_inflight = max_inflight
         self._max_items = max_items
         self._max_bytes = max_bytes
         self._queue: deque[Pending] = deque()
@@ -62,7 +62,7 @@ class GroupCommit:
         with self._cond:
             self._queue.append(item)
             while not item.done:
-                if item.taken or self._inflight >= self._max_inflight:
+                if item.taken or self._inflight >= self.max_inflight:
                     self._cond.wait()
                     continue
                 self._inflight += 1

@@ -149,10 +149,8 @@ class SqlStore:
         # client work, two lost throughput on a loaded machine: bench/store_write.py, 16
         # writers); SQLite has a single writer anyway. `.batches` and `.items` say how much
         # batching happened (the bench, the tests).
-        self._batches_in_flight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
-        self.call_batcher = GroupCommit(
-            self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=self._batches_in_flight
-        )
+        inflight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
+        self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=inflight)
         self._reader = read_only(self._engine)
         with self._db_errors():
             migrate(self._engine)
@@ -163,7 +161,7 @@ class SqlStore:
         with suppress(NotFound):
             self.resolve_token("warm-up")
         if isinstance(self._pg_calls, PgPreparedWriter):
-            self._pg_calls.warm_up(self._batches_in_flight)
+            self._pg_calls.warm_up(self.call_batcher.max_inflight)
 
     def close(self) -> None:
         """Closes the pool's connections and the bus."""
