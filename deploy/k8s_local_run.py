@@ -7,7 +7,7 @@ checks read comes from the release's own services, reached on 127.0.0.1: Postgre
 tables), each inference replica's gRPC `Status`, the proxy's HTTP API.
 
 `ReplicaWatch` polls every inference replica's served version in a thread (the versions each one
-reported); `Witness` is a harness of our own calling the proxy through the run (every answer it got
+reported; `ClusterRelease.loads` reads each replica's whole record of loads from its log); `Witness` is a harness of our own calling the proxy through the run (every answer it got
 must be in PostgreSQL afterwards).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -25,13 +26,24 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Self
+
+from deploy.k8s_local_image import k8s_local_dir
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "helm" / "clawgym"
 RELEASE = "cg"
 PREFIX = f"{RELEASE}-clawgym"
+LOADED = re.compile(r"policy version (\d+) loaded")  # the inference service's log line of a load
+
+
+def _unix_time(stamp: str) -> float:
+    """time.time() of a `kubectl logs --timestamps` stamp (RFC 3339, nanoseconds, UTC)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    at = datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp()
+    return at + float(f"0.{fraction or 0}")
 
 
 def free_port(span: int = 1) -> int:
@@ -137,13 +149,43 @@ class ClusterRelease:
         out = self.run("kubectl", "get", "pods", "-n", namespace or self.namespace, *selector, "-o", "json").stdout
         return json.loads(out)["items"]
 
-    def kill_pod(self, name: str, namespace: str = "") -> float:
+    def kill_pod(self, name: str, namespace: str = "", *, at_once: bool = False) -> float:
         """`kubectl delete pod --grace-period=0 --force`: the pod is gone from the API at once (no
         SIGTERM grace; its processes live on until kubelet kills them, a second or two later);
-        returns when (time.time())."""
+        returns when (time.time()). `at_once`: its containers' processes are SIGKILLed first, on
+        the node (what a node's crash does), so nothing of the pod runs after this returns."""
+        namespace = namespace or self.namespace
         at = time.time()
-        self.run("kubectl", "delete", "pod", name, "-n", namespace or self.namespace, "--grace-period=0", "--force")
+        if at_once:
+            self.kill_containers(name, namespace)
+        self.run("kubectl", "delete", "pod", name, "-n", namespace, "--grace-period=0", "--force")
         return at
+
+    def kill_containers(self, pod: str, namespace: str = "") -> list[str]:
+        """SIGKILLs every process of the pod's running containers through k8s-local's containerd
+        (`ctr tasks kill --all`: a container's PID 1 included, which a signal from inside it cannot
+        kill); returns the containers' ids."""
+        statuses = json.loads(
+            self.run("kubectl", "get", "pod", pod, "-n", namespace or self.namespace, "-o", "json").stdout
+        )["status"].get("containerStatuses", [])
+        ids = [c["containerID"].partition("://")[2] for c in statuses if "running" in c.get("state", {})]
+        ctr = ("ctr", "-a", str(k8s_local_dir() / "run" / "containerd.sock"), "-n", "k8s.io")
+        for cid in ids:
+            self.run(*ctr, "tasks", "kill", "--all", "--signal", "SIGKILL", cid)
+        return ids
+
+    def loads(self, pod: str) -> list[tuple[float, int]]:
+        """(time.time(), version) of each checkpoint inference pod `pod` loaded, from its own log
+        (`policy version N loaded`, stamped by the container runtime): the replica's whole record,
+        which polling its `Status` can miss where versions follow each other fast."""
+        logs = self.run("kubectl", "logs", "-n", self.namespace, pod, "--timestamps").stdout
+        loaded = []
+        for line in logs.splitlines():
+            stamp, _, message = line.partition(" ")
+            found = LOADED.search(message)
+            if found:
+                loaded.append((_unix_time(stamp), int(found.group(1))))
+        return loaded
 
     def report(self) -> str:
         """Pod states and the log tails of every clawgym pod: what a failed check shows."""
@@ -246,18 +288,21 @@ class ReplicaWatch(Background):
         asyncio.run(self._poll_async())
 
     async def _poll_async(self) -> None:
+        # one poller per replica: a dead one's timeouts must not space out the others' polls
+        await asyncio.gather(*(self._poll_one(t) for t in self.targets))
+
+    async def _poll_one(self, target: str) -> None:
         from clawgym.inference.grpc_client import GrpcEngine
 
-        engines = {t: GrpcEngine(t, secret=self.secret, status_timeout_s=2.0) for t in self.targets}
+        engine = GrpcEngine(target, secret=self.secret, status_timeout_s=2.0)
         while not self._stop.is_set():
-            for target, engine in engines.items():
-                try:
-                    version = (await engine.status()).policy_version
-                except Exception:  # a replica down or restarting: nothing reported
-                    continue
-                history = self.seen.setdefault(target, [])
-                if not history or history[-1][1] != version:
-                    history.append((time.time(), version))
+            try:
+                version = (await engine.status()).policy_version
+            except Exception:  # a replica down or restarting: nothing reported
+                version = None
+            history = self.seen.setdefault(target, [])
+            if version is not None and (not history or history[-1][1] != version):
+                history.append((time.time(), version))
             await asyncio.sleep(self.interval_s)
 
     def versions(self, target: str) -> set[int]:
@@ -386,13 +431,15 @@ def _chaos_step(
     so the rollouts they cut are retried in their groups).
 
     A force-deleted pod's process lives on for a second or two (kubelet kills it after the API
-    has let the pod go): on a fast machine long enough for a ~1 s rollout to finish uncut. So a
-    sandbox or orchestrator deletion that cut nothing (the rollout in that sandbox finished; the
-    orchestrator's successor is up and failed no rollout as cut) is made again while rollouts run,
-    KILLS_UNTIL_CUT times at most; `killed` and `pods` keep the latest."""
+    has let the pod go): on a fast machine long enough for a ~1 s rollout to finish uncut, or for
+    a deleted orchestrator to finish every rollout it ran. So the orchestrator's processes are
+    SIGKILLed on the node first (`at_once`), and a sandbox or orchestrator deletion that cut
+    nothing (the rollout in that sandbox finished; the orchestrator's successor is up and failed no
+    rollout as cut) is made again while rollouts run, KILLS_UNTIL_CUT times at most; `killed` and
+    `pods` keep the latest."""
 
-    def kill(component: str, name: str, namespace: str = "") -> None:
-        killed[component], pods[component] = r.kill_pod(name, namespace), name
+    def kill(component: str, name: str, namespace: str = "", at_once: bool = False) -> None:
+        killed[component], pods[component] = r.kill_pod(name, namespace, at_once=at_once), name
         kills[component] += 1
 
     def again(component: str, missed: Callable[[], bool]) -> bool:  # missed: of the latest deletion
@@ -419,8 +466,8 @@ def _chaos_step(
         "orchestrator", lambda: _orchestrator_kill_missed(r, run_id, killed["orchestrator"])
     ):
         running = r.query("SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'running'", r=run_id)
-        if running[0][0] > 0:
-            kill("orchestrator", f"{PREFIX}-orchestrator-0")
+        if running[0][0] > 0:  # its process dies at once: the rollouts it runs now are cut
+            kill("orchestrator", f"{PREFIX}-orchestrator-0", at_once=True)
 
 
 def _sandbox_kill_missed(r: ClusterRelease, run_id: str, pod: str) -> bool:
