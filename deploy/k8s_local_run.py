@@ -7,8 +7,9 @@ checks read comes from the release's own services, reached on 127.0.0.1: Postgre
 tables), each inference replica's gRPC `Status`, the proxy's HTTP API.
 
 `ReplicaWatch` polls every inference replica's served version in a thread (the versions each one
-reported; `ClusterRelease.loads` reads each replica's whole record of loads from its log); `Witness` is a harness of our own calling the proxy through the run (every answer it got
-must be in PostgreSQL afterwards).
+reported; `ClusterRelease.loads` reads a replica's whole record of loads from its log); `Witness`
+is a harness of our own calling the proxy through the run (every answer it got must be in
+PostgreSQL afterwards).
 """
 
 from __future__ import annotations
@@ -299,10 +300,11 @@ class ReplicaWatch(Background):
             try:
                 version = (await engine.status()).policy_version
             except Exception:  # a replica down or restarting: nothing reported
-                version = None
-            history = self.seen.setdefault(target, [])
-            if version is not None and (not history or history[-1][1] != version):
-                history.append((time.time(), version))
+                pass
+            else:
+                history = self.seen.setdefault(target, [])
+                if not history or history[-1][1] != version:
+                    history.append((time.time(), version))
             await asyncio.sleep(self.interval_s)
 
     def versions(self, target: str) -> set[int]:
