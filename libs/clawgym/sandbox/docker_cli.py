@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from clawgym.sandbox.config import DockerSandboxConfig
+from clawgym.sandbox.environment import check_env
 from clawgym.sandbox.interface import ExecResult, SandboxFailed
 from clawgym.sandbox.process import run_tree
 
@@ -46,7 +47,11 @@ class DockerCli:
             self.env["DOCKER_HOST"] = cfg.host
 
     def cli_env(self, passed: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-        """(the CLI's environment, its `-e` flags) that give a container command `passed`."""
+        """(the CLI's environment, its `-e` flags) that give a container command `passed`.
+
+        The CLI runs on this host: `passed` may hold no loader variable (`environment`), which
+        would make the CLI itself load code a task named."""
+        check_env(passed, "exec env")
         env, flags = dict(self.env), []
         for name, value in passed.items():
             if name in _CLI_VARS or name.startswith("DOCKER_"):

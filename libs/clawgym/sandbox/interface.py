@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from clawgym.errors import InvalidArgument, Unavailable
+from clawgym.sandbox.environment import check_env
 
 Network = Literal["proxy", "none"]
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kubernetes label syntax, used for every backend so labels mean the same everywhere.
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -112,9 +112,7 @@ class SandboxSpec:
                 ("/proc/", "/dev/", "/sys/")
             ):
                 raise InvalidArgument(f"{path} cannot be a sandbox directory")
-        for key in self.env:
-            if not ENV_NAME.match(key):
-                raise InvalidArgument(f"env: {key!r} is not a valid variable name")
+        check_env(self.env, "env")
         check_labels(self.labels)
         if self.harness and not LABEL_VALUE.match(self.harness):
             raise InvalidArgument(f"harness: {self.harness!r} is not a valid label value")

@@ -47,6 +47,7 @@ from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
 from clawgym.sandbox import archive
 from clawgym.sandbox.config import KubernetesSandboxConfig, SandboxConfig
 from clawgym.sandbox.container_scripts import RESET as _RESET
+from clawgym.sandbox.environment import check_env
 from clawgym.sandbox.interface import (
     MANAGED_BY,
     OWNER_LABEL,
@@ -388,6 +389,7 @@ class KubernetesSandbox:
         deadline = self.deadline if timeout_s is None else min(now + timeout_s, self.deadline)
         if deadline <= now:
             return ExecResult(137, b"", b"sandbox lifetime exceeded\n", 0.0, timed_out=True)
+        check_env(env or {}, "exec env")
         full_env = {"HOME": self.spec.home, "TMPDIR": "/tmp", **self.spec.env, **(env or {})}
         cwd = sandbox_path(cwd or self.spec.workdir, what="cwd")
         return await self._run(

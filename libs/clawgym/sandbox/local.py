@@ -54,6 +54,7 @@ from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
 from clawgym.sandbox import archive, cgroups, relay, tmpfs
 from clawgym.sandbox.cgroups import SandboxCgroup
 from clawgym.sandbox.config import SandboxConfig
+from clawgym.sandbox.environment import DEFAULT_PATH, LAUNCHER_ENV, check_env
 from clawgym.sandbox.interface import (
     ExecResult,
     SandboxFailed,
@@ -71,6 +72,7 @@ from clawgym.sandbox.local_bwrap import (
     Listen,
     UidPool,
     bwrap_argv,
+    env_args_fd,
     identity_files,
     kill_uid,
     probe_bwrap,
@@ -82,8 +84,6 @@ from clawgym.sandbox.local_bwrap import (
 from clawgym.sandbox.process import run_tree, stopped_by
 
 log = logging.getLogger(__name__)
-
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class LocalBackend:
@@ -462,6 +462,7 @@ class LocalSandbox:
         if self._destroyed:
             raise FailedPrecondition(f"sandbox {self.id} is destroyed")
         argv, cwd = exec_argv(cmd, cwd, self.spec.workdir)
+        check_env(env or {}, "exec env")
         full_env = {**self.backend.base_env(self.spec, self.dirs), **self.spec.env, **(env or {})}
         left = self.deadline - time.monotonic()
         if left <= 0:
@@ -480,7 +481,10 @@ class LocalSandbox:
         )
         if self.cgroup is not None:
             prefix = self.cgroup.enter_argv() + prefix
-        host_cwd, channel, relaying = None, None, None
+        host_cwd, channel, relaying, env_fd = None, None, None, None
+        # The launchers (cgroup join, prlimit, bwrap) run on the host with a fixed environment;
+        # bwrap applies the sandbox's inside. Unisolated, the command itself runs on the host.
+        launcher_env = LAUNCHER_ENV
         if self.backend.isolation == "bwrap":
             listen = None
             if self.spec.network == "proxy" and self.proxy is not None:
@@ -488,22 +492,27 @@ class LocalSandbox:
                 ours, channel = socket.socketpair()
                 listen = Listen(self.backend.python, channel.fileno(), self.proxy[1])
                 relaying = asyncio.ensure_future(relay.ProxyRelay(self.proxy).serve(ours))
-            full = prefix + self._bwrap(argv, cwd, listen)
+            env_fd = env_args_fd(full_env)
+            try:
+                full = prefix + self._bwrap(argv, cwd, listen, env_fd)
+            except BaseException:
+                os.close(env_fd)
+                raise
         else:
             base, parts = self._locate(cwd)
             host_cwd = str(base.joinpath(*parts))
-            full = prefix + argv
+            full, launcher_env = prefix + argv, full_env
         watch = _OomWatch(self.cgroup, r.memory_mb) if self.cgroup is not None else None
         task = asyncio.ensure_future(
             run_tree(
                 full,
-                env=full_env,
+                env=launcher_env,
                 timeout_s=limit,
                 max_output_bytes=self.backend.cfg.max_output_bytes,
                 stdin=stdin,
                 cwd=host_cwd,
                 user=self.uid if self.backend.isolation == "none" else None,
-                pass_fds=[channel.fileno()] if channel is not None else [],
+                pass_fds=[fd for fd in (channel and channel.fileno(), env_fd) if fd is not None],
                 kill_group_after_exit=self.backend.isolation == "none",
                 kill_extra=self._kill_processes,
                 watch=watch.check if watch is not None else None,
@@ -516,6 +525,8 @@ class LocalSandbox:
             self._running.discard(task)
             if channel is not None:
                 channel.close()
+            if env_fd is not None:
+                os.close(env_fd)
             if relaying is not None:
                 relaying.cancel()
                 await asyncio.gather(relaying, return_exceptions=True)
@@ -524,7 +535,7 @@ class LocalSandbox:
             result = stopped_by(result, watch.reason or "")
         return result
 
-    def _bwrap(self, argv: list[str], cwd: str, listen: Listen | None) -> list[str]:
+    def _bwrap(self, argv: list[str], cwd: str, listen: Listen | None, env_fd: int) -> list[str]:
         binds = [Bind(self.dirs[name], dest, name not in self.sealed) for name, dest in self.layout]
         binds += [Bind(p, str(p), False) for p in self.backend.ro_paths if p.exists()]
         self._make_mount_points(binds)
@@ -537,6 +548,7 @@ class LocalSandbox:
             uid=self.uid,
             identity=identity,
             listen=listen,
+            env_fd=env_fd,
         )
 
     def _make_mount_points(self, binds: list[Bind]) -> None:

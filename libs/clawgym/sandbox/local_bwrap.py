@@ -9,6 +9,11 @@ namespace with only loopback in it, whatever `network` says: with `network="prox
 preceded by `relay.LISTEN`, which binds the proxy's in-sandbox address there and hands it to the
 backend's relay (see `relay`), so the proxy is the one address outside it can reach.
 
+Environment. bwrap (and the cgroup join and `prlimit` before it) runs on the host with the fixed
+`environment.LAUNCHER_ENV`; it reads the sandbox's environment from a file descriptor
+(`env_args_fd`: `--clearenv`, then `--setenv` pairs) and applies it only to what it starts inside,
+so nothing a task or harness sets reaches a host process, and no value is on a host command line.
+
 Identity. Run as root, bubblewrap mounts with root's powers (so it can bind paths only root can
 reach), then `setpriv` drops the command to the sandbox's own unprivileged uid with no
 capabilities, no supplementary groups and no_new_privs. That uid is unique per live sandbox
@@ -25,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,11 +141,15 @@ def bwrap_argv(
     uid: int | None,
     identity: tuple[Path, Path] | None,
     listen: Listen | None = None,
+    env_fd: int | None = None,
 ) -> list[str]:
     """The full command line: bwrap, then the proxy's listener (`listen`), then (as root) setpriv
-    down to `uid`, then `argv`."""
-    args = [
-        "bwrap",
+    down to `uid`, then `argv`. `env_fd` (`env_args_fd`) holds the sandbox's environment: bwrap
+    itself runs with the launcher's fixed one and sets the sandbox's only for what it starts."""
+    args = ["bwrap"]
+    if env_fd is not None:
+        args += ["--args", str(env_fd)]
+    args += [
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -172,6 +182,26 @@ def bwrap_argv(
     # NET_BIND_SERVICE: for the listener on a proxy port below 1024; setpriv drops it with the rest
     caps = "CAP_SETUID,CAP_SETGID,CAP_SETPCAP" + (",CAP_NET_BIND_SERVICE" if listen else "")
     return [*args, "--cap-add", caps, "--", *first, *drop, "--", *argv]
+
+
+def env_args_fd(env: Mapping[str, str]) -> int:
+    """A file descriptor holding bwrap `--args` that replace the environment with `env`.
+
+    Read by bwrap, not passed on its command line: values (API keys) stay out of the argv that
+    every local user can read in /proc. The caller passes it to the child and closes it after."""
+    words = ["--clearenv"]
+    for name, value in env.items():
+        words += ["--setenv", name, value]
+    fd = os.memfd_create("clawgym-sandbox-env", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(b"".join(w.encode() + b"\0" for w in words))
+        while data:
+            data = data[os.write(fd, data) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def sandbox_python(system_paths: list[str]) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clawgym.tasks.model import SetupStep, TaskFile
+from clawgym.tasks.provision import packages_problem
 
 # Base images whose userland the host's read-only system stands in for (Debian-like + Python).
 STOCK_IMAGES = re.compile(
@@ -110,7 +111,7 @@ def _run_step(command: str, plan: DockerPlan) -> None:
     if not words or tuple(words[:2]) in _HARMLESS or tuple(words[:1]) in _HARMLESS:
         return
     if words[0] in ("apt-get", "apt") and len(words) > 1 and words[1] == "install":
-        plan.setup.append(SetupStep("apt", tuple(_packages(words[2:], _APT_FLAGS_WITH_VALUE))))
+        _setup("apt", _packages(words[2:], _APT_FLAGS_WITH_VALUE), plan)
     elif words[0] in ("pip", "pip3") and words[1:2] == ["install"]:
         _pip(words[2:], command, plan)
     elif words[:4] in (["python", "-m", "pip", "install"], ["python3", "-m", "pip", "install"]):
@@ -118,7 +119,7 @@ def _run_step(command: str, plan: DockerPlan) -> None:
     elif words[:3] == ["uv", "pip", "install"]:
         _pip([w for w in words[3:] if w != "--system"], command, plan)
     elif words[:3] in (["npm", "install", "-g"], ["npm", "i", "-g"]):
-        plan.setup.append(SetupStep("npm", tuple(_packages(words[3:]))))
+        _setup("npm", _packages(words[3:]), plan)
     elif words[0] == "rm" and all(
         w.startswith(("-", "/var/lib/apt/lists", "/var/cache", "/tmp")) for w in words[1:]
     ):
@@ -134,9 +135,16 @@ def _pip(args: list[str], command: str, plan: DockerPlan) -> None:
     if any(a in ("-r", "--requirement", "-e", "--editable", ".") for a in args):
         plan.refuse(f"Dockerfile pip step installs from local files: {command!r}")
         return
-    plan.setup.append(
-        SetupStep("pip", tuple(_packages(args, {"-i", "--index-url", "--extra-index-url", "-c"})))
-    )
+    _setup("pip", _packages(args, {"-i", "--index-url", "--extra-index-url", "-c"}), plan)
+
+
+def _setup(manager: str, packages: list[str], plan: DockerPlan) -> None:
+    """A setup step of registry packages; a path, URL or archive refuses the task (it would install,
+    and so run, the suite's own code on the host that provisions it)."""
+    if problem := packages_problem(manager, packages):
+        plan.refuse(f"Dockerfile {problem}")
+    else:
+        plan.setup.append(SetupStep(manager, tuple(packages)))
 
 
 def _writable(path: str, plan: DockerPlan, what: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from clawgym.errors import InvalidArgument
+from clawgym.sandbox.environment import loader_variables
 
 if TYPE_CHECKING:
     from clawgym.tasks.rubric import Rubric
@@ -110,6 +111,14 @@ class Task:
     # hybrid tasks: the part of the reward an LLM judge scores (`tasks.rubric`, `clawgym.judge`)
     rubric: Rubric | None = None
     image: TaskImage | None = None
+
+    def __post_init__(self) -> None:
+        # A suite is third-party input: no variable of its may make a process run named code.
+        if found := loader_variables({**self.env, **self.verifier.env}):
+            raise TaskFormatError(
+                f"task {self.id}: its environment sets {', '.join(found)}, which makes processes load "
+                "or run code named by the value; such variables are refused in task environments"
+            )
 
     @property
     def has_solution(self) -> bool:

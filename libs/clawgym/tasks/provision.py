@@ -1,10 +1,16 @@
 """Provisions a task's setup steps on the host, cached, instead of building the task's image.
 
-- pip packages: `pip install --target <cache>/pip-<hash>` once per package set; the sandbox gets
-  the folder on PYTHONPATH. The pytest that Terminal-Bench tests run with comes the same way.
-- npm packages: `npm install --prefix <cache>/npm-<hash>`; its `.bin` goes on PATH.
+- pip packages: `pip install --target <cache>/pip-<hash>` once per package set, wheels only; the
+  sandbox gets the folder on PYTHONPATH. The pytest that Terminal-Bench tests run with comes the
+  same way.
+- npm packages: `npm install --prefix <cache>/npm-<hash>` without lifecycle scripts; its `.bin`
+  goes on PATH.
 - apt packages: must be installed on the host (the sandbox's read-only system is the host's);
   missing ones are installed when we are root with apt-get, else the task is unsupported here.
+
+Installs run on this host, so a suite (third-party input) may only name plain registry packages
+(`package_problem`): never a path, URL, archive or VCS source, whose build or install code would
+run here; and nothing it installs runs code at install time (no sdist builds, no npm scripts).
 
 The cache must be visible inside sandboxes: add `PROVISION_DIR` to the local backend's
 `ro_paths` (`clawgym tasks check` does). Installs happen under a file lock and a marker file,
@@ -16,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from clawgym.errors import FailedPrecondition
+from clawgym.sandbox.environment import DEFAULT_PATH
 from clawgym.tasks.model import SetupStep, Task
 
 PROVISION_DIR = Path.home() / ".cache" / "clawgym" / "provision"
@@ -41,6 +51,34 @@ class Provisioned:
 
     env: dict[str, str] = field(default_factory=dict)
     paths: list[Path] = field(default_factory=list)  # host folders the sandbox must see read-only
+
+
+# A task's packages are installed on this host, so only plain registry packages: a path, URL,
+# archive or VCS source would run the suite's own build or install code here.
+_PIP_ARCHIVE = re.compile(r"\.(whl|zip|tar|tgz|tar\.gz|tar\.bz2|tar\.xz|egg)$", re.IGNORECASE)
+_NPM_PACKAGE = re.compile(r"^(@[a-z0-9~-][a-z0-9._~-]*/)?[a-z0-9~-][a-z0-9._~-]*(@[^\s/:\\]+)?$")
+_APT_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[A-Za-z0-9.+:~-]+)?$")
+
+
+def package_problem(manager: str, spec: str) -> str | None:
+    """Why `spec` is not a plain package of `manager`'s registry; None when it is."""
+    if manager == "pip":
+        try:
+            requirement = Requirement(spec)
+        except InvalidRequirement:
+            requirement = None
+        if requirement is None or requirement.url or _PIP_ARCHIVE.search(spec) or "/" in spec:
+            return f"pip package {spec!r} is not a requirement from the package index"
+    elif manager == "npm" and not _NPM_PACKAGE.match(spec):
+        return f"npm package {spec!r} is not a package name from the registry"
+    elif manager == "apt" and not _APT_PACKAGE.match(spec):
+        return f"apt package {spec!r} is not a Debian package name"
+    return None
+
+
+def packages_problem(manager: str, packages: Sequence[str]) -> str | None:
+    """The first of `packages` that is not a plain registry package, said as `package_problem`."""
+    return next(filter(None, (package_problem(manager, p) for p in packages)), None)
 
 
 def npm_install_argv(folder: Path) -> list[str]:
@@ -75,6 +113,8 @@ class Provisioner:
         for step in steps:
             if not step.packages:
                 continue
+            if problem := packages_problem(step.manager, step.packages):
+                raise Unsupported(problem)
             if step.manager == "apt":
                 self._apt(step.packages)
             elif step.manager == "pip":
@@ -88,9 +128,7 @@ class Provisioner:
         if pythonpath:
             out.env["PYTHONPATH"] = ":".join(pythonpath)
         if path:
-            out.env["PATH"] = ":".join(
-                [*path, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
-            )
+            out.env["PATH"] = ":".join([*path, DEFAULT_PATH])
         return out
 
     # --- installers ---
@@ -119,13 +157,16 @@ class Provisioner:
                 "-q",
                 "--target",
                 str(folder),
+                "--only-binary=:all:",  # wheels only: an sdist's build would run its code here
                 *packages,
             ],
             f"pip install {' '.join(packages)}",
         )
 
     def _npm(self, folder: Path, packages: Sequence[str]) -> None:
-        _run([*npm_install_argv(folder), *packages], f"npm install {' '.join(packages)}")
+        # no lifecycle scripts: a package's install script would run as this host's user
+        argv = [*npm_install_argv(folder), "--ignore-scripts", *packages]
+        _run(argv, f"npm install {' '.join(packages)}")
 
     def _apt(self, packages: Sequence[str]) -> None:
         missing = [p for p in packages if not _dpkg_installed(p)]
