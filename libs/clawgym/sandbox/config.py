@@ -179,6 +179,15 @@ class SandboxConfig(Section):
         16 << 20, ge=1024, description="stdout/stderr kept per exec; the rest is dropped"
     )
     max_get_bytes: int = Field(512 << 20, ge=1024, description="largest tar get_tar returns")
+    relay_max_connections: int = Field(
+        64,
+        ge=1,
+        description="connections one sandbox may hold open to the proxy at once, all its execs "
+        "together (local and docker backends, whose relay runs in this process; kubernetes pods "
+        "dial the proxy themselves). One beyond is reset as soon as it is accepted, and refusals "
+        "are logged with counts at most every 10 s per sandbox. Each relayed connection costs this "
+        "process two file descriptors: keep this x concurrent sandboxes x 2 under its RLIMIT_NOFILE",
+    )
     local: LocalSandboxConfig = Field(default_factory=LocalSandboxConfig, description="local backend")
     kubernetes: KubernetesSandboxConfig = Field(
         default_factory=KubernetesSandboxConfig, description="kubernetes backend"

@@ -306,7 +306,8 @@ class DockerSandbox:
             accept.cancel()
             server.close()
             await asyncio.gather(helper, return_exceptions=True)
-        self._relay = asyncio.ensure_future(relay.ProxyRelay(target).serve_listener(listener))
+        cap = relay.ConnectionCap(self.id, self.backend.cfg.relay_max_connections)
+        self._relay = asyncio.ensure_future(relay.ProxyRelay(target, cap).serve_listener(listener))
 
     # --- running ---
 

@@ -249,6 +249,8 @@ class LocalSandbox:
         self.backend, self.id, self.spec, self.storage = backend, sandbox_id, spec, storage
         self.uid, self._uid_lock, self.cgroup = uid, uid_lock, cgroup
         self.proxy = relay.proxy_address(spec.proxy_url) if spec.proxy_url else None
+        # the connections it holds to the proxy, all its execs' relays together
+        self.relay_cap = relay.ConnectionCap(sandbox_id, backend.cfg.relay_max_connections)
         self.layout = storage_layout(spec)
         self.dirs = {name: storage / "fs" / name for name, _ in self.layout}
         self.deadline = time.monotonic() + spec.timeout_s
@@ -491,7 +493,7 @@ class LocalSandbox:
                 assert self.backend.python is not None  # checked at create
                 ours, channel = socket.socketpair()
                 listen = Listen(self.backend.python, channel.fileno(), self.proxy[1])
-                relaying = asyncio.ensure_future(relay.ProxyRelay(self.proxy).serve(ours))
+                relaying = asyncio.ensure_future(relay.ProxyRelay(self.proxy, self.relay_cap).serve(ours))
             env_fd = env_args_fd(full_env)
             try:
                 full = prefix + self._bwrap(argv, cwd, listen, env_fd)

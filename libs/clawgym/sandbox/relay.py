@@ -12,12 +12,21 @@ the command starts (no race), and it closes with the exec.
 
 The docker backend does the same once per sandbox container (`--network none`: loopback only),
 with `SEND_LISTENER` run by a helper container in the sandbox's network namespace.
+
+Every relayed connection costs this process two descriptors, so a sandbox holds at most
+`sandbox.relay_max_connections` at once, all its relays together (`ConnectionCap`); one beyond is
+reset as soon as it is accepted. Refusals, failed accepts (EMFILE ...) and an unreachable proxy are
+logged at most once per LOG_EVERY_S per sandbox and kind, with counts, and a failed accept is
+retried after ACCEPT_RETRY_S, not at once.
 """
 
 import asyncio
 import contextlib
 import logging
+import math
 import socket
+import struct
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 log = logging.getLogger(__name__)
@@ -59,6 +68,8 @@ c.close()
 """
 
 CHUNK = 1 << 16  # bytes read per hop: a streamed event is far smaller, a request body may be larger
+LOG_EVERY_S = 10.0  # a sandbox can provoke a warning per connection: one line per kind this often at most
+ACCEPT_RETRY_S = 1.0  # after a failed accept (EMFILE...): the listener stays ready, retrying at once spins
 
 
 def proxy_address(url: str) -> tuple[str, int]:
@@ -106,12 +117,94 @@ def _wake(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
-class ProxyRelay:
-    """Relays every connection made to one exec's listener to the proxy at `target`."""
+class _Throttle:
+    """Counts one kind of warning; the first is logged at once, the next at most once per
+    LOG_EVERY_S, each line saying how many occurred since the last and the last one's detail."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self._connections: set[asyncio.Task] = set()
+    def __init__(self) -> None:
+        self.pending, self.last_logged, self.detail = 0, -math.inf, ""
+
+    def due(self, detail: str = "") -> int:
+        """Counts one; how many to log now (0: not yet)."""
+        self.pending, self.detail = self.pending + 1, detail
+        now = time.monotonic()
+        if now - self.last_logged < LOG_EVERY_S:
+            return 0
+        self.last_logged = now
+        return self.take()
+
+    def take(self) -> int:
+        """How many are counted but not logged yet (and forgets them)."""
+        n, self.pending = self.pending, 0
+        return n
+
+
+class ConnectionCap:
+    """The proxy connections one sandbox holds open through this process, all its relays (execs)
+    together. Each costs two descriptors here: uncapped, one sandbox took the orchestrator to
+    EMFILE and failed every other sandbox's exec. Beyond `limit`, a new connection is reset at once."""
+
+    def __init__(self, sandbox_id: str, limit: int) -> None:
+        self.sandbox_id, self.limit = sandbox_id, limit
+        self.active = self.refused = 0
+        self._refused, self._accept_errors, self._unreachable = _Throttle(), _Throttle(), _Throttle()
+
+    def take(self) -> bool:
+        """Whether one more connection may be relayed (then `release` it when it ends)."""
+        if self.active < self.limit:
+            self.active += 1
+            return True
+        self.refused += 1
+        self._log_refused(self._refused.due())
+        return False
+
+    def release(self) -> None:
+        self.active -= 1
+
+    def accept_failed(self, error: OSError) -> None:
+        self._log_accept_errors(self._accept_errors.due(str(error)))
+
+    def unreachable(self, target: tuple[str, int], error: OSError) -> None:
+        self._log_unreachable(self._unreachable.due(str(error)), target)
+
+    def flush(self, target: tuple[str, int]) -> None:
+        """Logs what was counted but not logged yet (a relay ends)."""
+        self._log_refused(self._refused.take())
+        self._log_accept_errors(self._accept_errors.take())
+        self._log_unreachable(self._unreachable.take(), target)
+
+    def _log_refused(self, n: int) -> None:
+        if n:
+            log.warning(
+                "sandbox %s: refused %d connection(s) to the proxy since the last such line: it holds "
+                "sandbox.relay_max_connections=%d already",
+                *(self.sandbox_id, n, self.limit),
+            )
+
+    def _log_accept_errors(self, n: int) -> None:
+        if n:
+            log.warning(
+                "sandbox %s: accepting its connections to the proxy failed %d time(s) (last: %s); "
+                "retried every %.0f s",
+                *(self.sandbox_id, n, self._accept_errors.detail, ACCEPT_RETRY_S),
+            )
+
+    def _log_unreachable(self, n: int, target: tuple[str, int]) -> None:
+        if n:
+            log.warning(
+                "sandbox %s: the proxy at %s:%s was unreachable %d time(s) (last: %s)",
+                *(self.sandbox_id, *target, n, self._unreachable.detail),
+            )
+
+
+class ProxyRelay:
+    """Relays every connection made to one listener of a sandbox to the proxy at `target`, as many
+    at once as `cap` (shared by the sandbox's relays) allows."""
+
+    def __init__(self, target: tuple[str, int], cap: ConnectionCap) -> None:
+        self.target, self.cap = target, cap
+        # a connection's task -> its socket until the task takes it over (None from then on)
+        self._connections: dict[asyncio.Task, socket.socket | None] = {}
 
     async def serve(self, channel: socket.socket) -> None:
         """Serves the listener that arrives on `channel` until cancelled (when the exec ends);
@@ -124,42 +217,70 @@ class ProxyRelay:
 
     async def serve_listener(self, listener: socket.socket) -> None:
         """Relays every connection `listener` accepts until cancelled; closes it."""
+        # Its own accept loop, not asyncio's server: that one logs every accept error with a
+        # traceback, and accepts whatever comes.
+        loop = asyncio.get_running_loop()
         try:
-            server = await asyncio.start_server(self._accepted, sock=listener, limit=CHUNK)
-            try:
-                await server.serve_forever()
-            finally:
-                server.close()
+            listener.setblocking(False)
+            while True:
+                try:
+                    conn, _ = await loop.sock_accept(listener)
+                except OSError as e:  # EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED
+                    self.cap.accept_failed(e)
+                    await asyncio.sleep(ACCEPT_RETRY_S)
+                    continue
+                if not self.cap.take():
+                    _reset(conn)
+                    continue
+                task = asyncio.ensure_future(self._relay(conn))
+                self._connections[task] = conn
+                task.add_done_callback(self._ended)
         finally:
+            listener.close()
             for task in list(self._connections):
                 task.cancel()
             await asyncio.gather(*self._connections, return_exceptions=True)
+            self.cap.flush(self.target)
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _ended(self, task: asyncio.Task) -> None:
+        conn = self._connections.pop(task)
+        self.cap.release()
+        if conn is not None:  # cancelled before it began: nothing else closes it
+            conn.close()
+
+    async def _relay(self, conn: socket.socket) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = None  # the streams own it from here
+        writers: list[asyncio.StreamWriter] = []
         try:
-            await self._relay(reader, writer)
-        finally:
-            self._connections.discard(task)
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        upstream_writer = None
-        try:
+            try:
+                reader, writer = await asyncio.open_connection(sock=conn, limit=CHUNK)
+            except OSError:
+                return  # the sandbox's end broke first: nothing to relay, nothing to say
+            writers.append(writer)
             try:
                 upstream_reader, upstream_writer = await asyncio.open_connection(*self.target, limit=CHUNK)
             except OSError as e:
-                log.warning("sandbox relay: the proxy at %s:%s is unreachable: %s", *self.target, e)
+                self.cap.unreachable(self.target, e)
                 return  # the sandbox sees its connection closed, as if the proxy refused it
+            writers.append(upstream_writer)
             await asyncio.gather(
                 _pipe(reader, upstream_writer, writer),
                 _pipe(upstream_reader, writer, upstream_writer),
             )
         finally:
-            for w in (writer, upstream_writer):
-                if w is not None:
-                    w.close()
+            if not writers:
+                conn.close()
+            for w in writers:
+                w.close()
+
+
+def _reset(conn: socket.socket) -> None:
+    """Closes an accepted connection with a reset: the sandbox's client sees it refused at once."""
+    with contextlib.suppress(OSError):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, back: asyncio.StreamWriter) -> None:
