@@ -8,13 +8,15 @@
     GET /api/rollouts/{id}     the rollout and its prefix-tree view (`clawgym.trajectory.view`)
 
 Read-only and unauthenticated: it shows every captured call, so `clawgym browse` binds to
-loopback and the store service serves it only on `store.browse_port` when that is set. Typed
+loopback and the store service serves it only on `store.browse_port` when that is set. It answers
+only the Host names it is served by (`host_check`: a DNS-rebinding page gets 403). Typed
 errors become their HTTP status with `{"detail": …}`. A Content-Security-Policy allowing only the
 page's own script is a second line behind the page writing agent text as text only.
 """
 
 import threading
 import time
+from collections.abc import Collection
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -23,6 +25,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from clawgym.browse import pages
 from clawgym.errors import ClawgymError, Unavailable
 from clawgym.store.interface import TrajectoryStore
+from clawgym_services.store.host_check import AllowedHosts, HostCheck
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'",
@@ -32,8 +35,16 @@ HEADERS = {
 MEDIA = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
 
 
-def create_browse_app(store: TrajectoryStore, decoder_for: pages.DecoderFor | None = None) -> FastAPI:
+def create_browse_app(
+    store: TrajectoryStore,
+    decoder_for: pages.DecoderFor | None = None,
+    *,
+    host: str = "127.0.0.1",
+    allow_hosts: Collection[str] = (),
+) -> FastAPI:
+    """The app of a server bound to `host`; it answers the Host names of `AllowedHosts(host, allow_hosts)`."""
     app = FastAPI(title="clawgym rollout browser", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(HostCheck, allowed=AllowedHosts(host, allow_hosts), headers=HEADERS)
 
     @app.exception_handler(ClawgymError)
     async def typed_error(_request: Request, e: ClawgymError) -> JSONResponse:

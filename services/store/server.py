@@ -261,6 +261,8 @@ def create_server(
         if count := store.reannounce_ready_groups():
             log.info("announced %d ready, unconsumed groups again (a predecessor may have died before it could)", count)
     if cfg.browse_port:
-        server.browse = BrowseServer(create_browse_app(store), host or cfg.host, cfg.browse_port)
+        bound = host or cfg.host
+        app = create_browse_app(store, host=bound, allow_hosts=cfg.browse_allowed_hosts)
+        server.browse = BrowseServer(app, bound, cfg.browse_port)
     server.add(store_pb2_grpc.add_StoreServicer_to_server, StoreServicer(store, metrics))
     return server

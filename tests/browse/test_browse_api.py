@@ -24,14 +24,14 @@ def browsed(request, store_url: str, rpc_secret: str) -> Iterator[tuple[TestClie
     store.record_checkpoint(Checkpoint(run.run_id, 1, 0, "file:///c/1", {}, group_ids=(run.group_id,)))
     store.record_train_step(run.run_id, 0, {"loss": 0.5})
     if request.param == "sql":
-        yield TestClient(create_browse_app(store)), run
+        yield TestClient(create_browse_app(store), base_url="http://127.0.0.1"), run
     else:
         port = request.getfixturevalue("free_port")
         server = create_server(StoreConfig(url=store_url, port=port, metrics_port=0), host="127.0.0.1",
                                store=store, secret=rpc_secret)  # fmt: skip
         server.start()
         with StoreClient(f"127.0.0.1:{port}", secret=rpc_secret) as client:
-            yield TestClient(create_browse_app(client)), run
+            yield TestClient(create_browse_app(client), base_url="http://127.0.0.1"), run
         server.stop(grace=None)
     store.close()
 

@@ -76,11 +76,11 @@ def served(tmp_path_factory) -> Iterator[tuple[str, CapturedRun, SqlStore]]:
     store.close()
 
 
-def dump_dom(url: str) -> Page:
+def dump_dom(url: str, *flags: str) -> Page:
     """The DOM after the page's script ran (its fetches included), as headless Chromium serialises it."""
     done = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--virtual-time-budget=15000", "--dump-dom", url],
+         "--virtual-time-budget=15000", *flags, "--dump-dom", url],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -123,6 +123,18 @@ def test_the_run_page_lists_groups_and_rollouts_with_rewards(served) -> None:
     links = [a["href"] for a in page.having("a") if a.get("href", "").startswith("#/rollout/")]
     assert links == [f"#/rollout/{r}" for r in run.rollout_ids], "each rollout links to its tree"
     assert "group <code>" in html and "2 rollouts · complete · not trained yet" in html
+
+
+def test_a_dns_rebinding_name_gets_no_page_and_no_calls(served) -> None:
+    """evil.example resolved to 127.0.0.1 (as a rebinding DNS server would make it) loads same-origin
+    with the browser, so whatever its page fetches it could read: the server must answer it nothing."""
+    url, run, _ = served
+    port = url.rsplit(":", 1)[1].strip("/")
+    rebound = f"http://evil.example:{port}/#/run/{run.run_id}"
+    page, html = dump_dom(rebound, "--host-resolver-rules=MAP evil.example 127.0.0.1")
+    assert run.run_id not in html and run.rollout_ids[0] not in html, "the run and its calls reached the page"
+    assert "is not one this rollout browser is served by" in html, html[-3000:]
+    assert page.having("section", id="page") == [], "the rebinding page got the browser's page"
 
 
 @pytest.mark.skipif(DRIVER is None, reason="needs Debian's chromium-driver for hovering")

@@ -34,6 +34,13 @@ class StoreConfig(Section):
         description="the store service also serves the rollout browser (read-only, unauthenticated: "
         "every captured call) on this port of `host`; 0 = off",
     )
+    browse_allowed_hosts: list[str] = Field(
+        [],
+        description="Host names the rollout browser answers besides its address (and localhost when it "
+        "binds loopback or 0.0.0.0) and IP addresses: e.g. the name a proxy or tunnel serves it by; "
+        "`*.example.com` for subdomains, `*` for any. Any other Host gets 403, so a DNS-rebinding page "
+        "cannot read the calls",
+    )
     max_call_mb: int = Field(
         64, ge=1, description="largest call (packed arrays + JSON) the store accepts, in MiB"
     )

@@ -1,9 +1,11 @@
-"""`clawgym browse [--run-dir D | --store URL | --store-service HOST:PORT] [--port P] [--model SPEC]`.
+"""`clawgym browse [--run-dir D | --store URL | --store-service HOST:PORT] [--port P] [--model SPEC]
+[--allow-host H]`.
 
 Serves the rollout browser (`clawgym_services.store.browse`) on loopback: runs → a run's steps,
 groups and rollouts → one rollout's calls as the prefix tree, shared and generated tokens
 coloured, each call's request, response, temperature, version and logprobs on hover. Token text
 comes from `--model`'s tokenizer, else from the model a run's config names, else ids are shown.
+It opens the store read-only, and answers only the Host names it is served by (`--allow-host` adds one).
 """
 
 import logging
@@ -26,6 +28,12 @@ def command(
     host: str = typer.Option("127.0.0.1", help="address to serve on (it shows every call: keep it local)"),
     port: int = typer.Option(8600, help="port to serve on"),
     model: str = typer.Option("", help="policy model spec whose tokenizer decodes tokens (default: the run's)"),
+    allow_host: list[str] = typer.Option(
+        [],
+        "--allow-host",
+        help="a Host name to answer besides the address served on (repeatable; *.example.com, * for any): "
+        "other names get 403, against DNS rebinding",
+    ),
 ) -> None:
     """Browse a store's runs, groups, rollouts and prefix trees in a web page."""
     import uvicorn
@@ -40,7 +48,8 @@ def command(
         raise typer.Exit(2) from e
     try:
         typer.echo(f"clawgym browse: http://{host}:{port}/ (Ctrl-C to stop)")
-        uvicorn.run(create_browse_app(s, decoders(model)), host=host, port=port, log_level="warning")
+        app = create_browse_app(s, decoders(model), host=host, allow_hosts=allow_host)
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         s.close()
 
