@@ -45,17 +45,18 @@ if TYPE_CHECKING:
     from clawgym.trainer.source import RolloutSource
 
 
-def open_store(cfg: ClawgymConfig) -> TrajectoryStore:
-    """The store service's client when `store.grpc_url` is set, else an in-process `SqlStore`."""
+def open_store(cfg: ClawgymConfig, *, writable: bool = True) -> TrajectoryStore:
+    """The store service's client when `store.grpc_url` is set, else an in-process `SqlStore`: read-only
+    and never migrated when not `writable` (the reading commands)."""
     s = cfg.store
     if s.grpc_url:
         from clawgym.store.grpc_client import StoreClient
 
         return StoreClient(s.grpc_url, secret=cfg.rpc.shared_secret(), max_message_mb=s.grpc_max_message_mb)
-    return open_sql_store(s)
+    return open_sql_store(s, writable=writable)
 
 
-def open_sql_store(s: StoreConfig) -> SqlStore:
+def open_sql_store(s: StoreConfig, *, writable: bool = True) -> SqlStore:
     """The in-process store on `store.url` with the bus of `store.bus_url` (what the store service serves)."""
     from clawgym.store.bus import make_bus
     from clawgym.store.sql import SqlStore
@@ -68,6 +69,7 @@ def open_sql_store(s: StoreConfig) -> SqlStore:
         batch_writes=s.batch_writes,
         pg_batch=s.pg_batch,
         pg_batches_in_flight=s.pg_batches_in_flight,
+        writable=writable,
     )
 
 

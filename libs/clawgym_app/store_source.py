@@ -1,7 +1,9 @@
 """Which store a reading command (`clawgym export`, `clawgym browse`) opens: a SQL URL, the store
 service, or a run folder's own SQLite store (`runs/<ts>/clawgym.db`, else its config.yaml's store.url).
 
-Only opens; the commands read through the `TrajectoryStore` interface and close it.
+Only opens, and read-only: a SQL store is never migrated nor created by a reading command, and a
+missing, foreign or older database is refused in one line (`SqlStore(writable=False)`). The
+commands read through the `TrajectoryStore` interface and close it.
 """
 
 from pathlib import Path
@@ -34,4 +36,4 @@ def open_read_store(store: str = "", store_service: str = "", run_dir: Path | No
     if sum(given) != 1:
         raise InvalidArgument("name one store: --store URL, --store-service HOST:PORT or --run-dir DIR")
     flags = {"grpc_url": store_service} if store_service else {"url": store or run_dir_store_url(Path(run_dir))}
-    return open_store(load_config(flags={"store": flags}))
+    return open_store(load_config(flags={"store": flags}), writable=False)

@@ -1,5 +1,9 @@
-"""The schema comes from the shipped Alembic migrations, and they match the SQLAlchemy models."""
+"""The schema comes from the shipped Alembic migrations, and they match the SQLAlchemy models; a
+read-only store never migrates."""
 
+from pathlib import Path
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
@@ -63,3 +67,27 @@ def test_postgresql_keeps_the_packed_arrays_uncompressed(pg_url: str) -> None:
     arrays = ("prompt_ids", "output_ids", "output_logprobs", "output_versions")
     assert {c: storage[c] for c in arrays} == dict.fromkeys(arrays, "e"), storage
     assert storage["request"] == "x" and storage["seq"] == "p", "only the array columns change"
+
+
+def test_a_read_only_store_reads_what_was_written_and_the_database_refuses_its_writes(store_url: str) -> None:
+    """SqlStore(writable=False), the reading commands' store: the same reads, on a connection where a
+    write fails in the database itself; a SQLite store's file stays byte for byte as it was."""
+    writer = SqlStore(store_url)
+    run = writer.create_run("kept", {"kind": "test"})
+    writer.close()
+    sqlite_file = Path(store_url.removeprefix("sqlite:///")) if store_url.startswith("sqlite") else None
+    before = sqlite_file.read_bytes() if sqlite_file else b""
+    reader = SqlStore(store_url, writable=False)
+    try:
+        assert reader.list_runs() == [run] and reader.get_run(run.id) == run, "a read-only store reads as usual"
+        with pytest.raises(Exception, match=r"read-only|readonly"):
+            reader.create_run("written")
+    finally:
+        reader.close()
+    if sqlite_file:
+        assert sqlite_file.read_bytes() == before, "reading changed the store's file"
+    check = SqlStore(store_url)
+    try:
+        assert [r.id for r in check.list_runs()] == [run.id], "the refused write left nothing behind"
+    finally:
+        check.close()

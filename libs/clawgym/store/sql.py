@@ -68,9 +68,9 @@ from clawgym.records import (
 from clawgym.store import rows, validate
 from clawgym.store.bus import CHECKPOINTS, GROUPS_READY, ROLLOUTS_DONE, EventBus
 from clawgym.store.bus_memory import MemoryBus
-from clawgym.store.database import create_store_engine, read_only
+from clawgym.store.database import create_store_engine, read_only, store_label
 from clawgym.store.group_commit import GroupCommit, Pending
-from clawgym.store.migrations import migrate
+from clawgym.store.migrations import migrate, require_current
 from clawgym.store.models import (
     CallRow,
     CheckpointRow,
@@ -122,8 +122,13 @@ class SqlStore:
         batch_writes: bool = True,
         pg_batch: str = "prepared",
         pg_batches_in_flight: int = 2,
+        writable: bool = True,
     ) -> None:
         """Connects, and creates or upgrades the schema through Alembic (`migrations.migrate`).
+
+        `writable=False` (the reading commands): a read-only connection that neither migrates nor
+        creates anything; a missing, foreign, older or newer database is refused in one line
+        (`database.read_only_url`, `migrations.require_current`), and every write fails.
 
         `batch_writes`: concurrent `record_call`s share transactions (rule 7); False writes each
         in its own (the old path, kept for the bench). `pg_batch`, how a batch goes to PostgreSQL:
@@ -138,11 +143,11 @@ class SqlStore:
             raise InvalidArgument(f"pg_batches_in_flight must be at least 1, got {pg_batches_in_flight}")
         self.bus: EventBus = bus if bus is not None else MemoryBus()
         self.max_call_bytes = max_call_bytes
-        self._engine = create_store_engine(url, pool_size=pool_size)
+        self._engine = create_store_engine(url, pool_size=pool_size, writable=writable)
         self.batch_writes = batch_writes
         writers = {"prepared": PgPreparedWriter, "statement": PgCallWriter}
         self._pg_calls: PgPreparedWriter | PgCallWriter | None = None
-        if self._engine.dialect.name == "postgresql" and pg_batch in writers:
+        if writable and self._engine.dialect.name == "postgresql" and pg_batch in writers:
             self._pg_calls = writers[pg_batch](self._engine)
         # The prepared path keeps `pg_batches_in_flight` batches in flight, so one batch's commit
         # (its WAL flush) overlaps the next one's insert; the others keep one (with their per-batch
@@ -152,8 +157,15 @@ class SqlStore:
         inflight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
         self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=inflight)
         self._reader = read_only(self._engine)
-        with self._db_errors():
-            migrate(self._engine)
+        try:
+            with self._db_errors():
+                if writable:
+                    migrate(self._engine)
+                else:
+                    require_current(self._engine, store_label(url))
+        except Exception:  # refused or unreachable: no pooled connection outlives the error
+            self._engine.dispose()
+            raise
 
     def warm_up(self) -> None:
         """A read (a pooled connection, the token lookup's compiled query) and the batch writer's
