@@ -103,3 +103,50 @@ def test_resume_with_nothing_to_resume_is_a_clear_error(clawgym, run_config):
     done = clawgym("train", "-c", str(config), "--resume")
     assert done.returncode == 2, f"--resume of a run that never started is a usage error:\n{done.stdout}"
     assert "nothing to resume" in done.stdout, f"the error says why: {done.stdout}"
+
+
+@pytest.mark.parametrize(
+    ("marker", "problem"),
+    [("{}", "has no run_id string ({})"), ('["x"]', 'holds ["x"], not an object'), ("run 7", "is not JSON")],
+    ids=["empty-object", "array", "not-json"],
+)
+def test_a_damaged_run_json_is_one_clear_line_naming_the_file(clawgym, run_config, tmp_path, marker, problem):
+    """run.json that is not `{"run_id": …}` (a KeyError, TypeError or JSONDecodeError traceback before)
+    is a usage error in one line: the file, what is wrong with it, and what to do."""
+    config = run_config(trainer={"run_name": "damaged"})
+    run_json = tmp_path / "checkpoints" / "damaged" / "run.json"
+    run_json.parent.mkdir(parents=True)
+    run_json.write_text(marker)
+    done = clawgym("train", "-c", str(config), "--resume")
+    assert done.returncode == 2, (
+        f"a damaged run.json is a usage error, not a crash:\n{done.stdout}\n{done.stderr}"
+    )
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"clawgym train: {run_json} {problem}"), done.stdout
+    assert "trainer.run_id" in lines[0], f"the error says how to go on: {lines[0]}"
+    assert run_json.read_text() == marker, "the file is left as it was"
+
+
+def test_resume_refuses_a_run_json_of_another_configs_run_saying_how_they_differ(
+    clawgym, run_config, tmp_path
+):
+    """The run that run.json names was created by a GRPO, full-weights config; resuming it with a PPO,
+    LoRA config would load its state into another algorithm and shape: refused, naming both differences."""
+    from clawgym.config import load_config
+    from clawgym.store.sql import SqlStore
+    from clawgym.trainer.checkpoint import resolve_run
+
+    first = load_config(run_config(trainer={"run_name": "shared"}))
+    run_id = resolve_run(SqlStore(first.store.url), first.trainer)  # what `clawgym train` records
+    other = run_config(
+        trainer={"run_name": "shared", "algorithm": {"name": "ppo"}, "lora": {"enabled": True}}
+    )
+    done = clawgym("train", "-c", str(other), "--resume", "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2, f"another config's run is not resumed:\n{done.stdout}\n{done.stderr}"
+    error = next(
+        (line for line in done.stdout.splitlines() if line.startswith("clawgym train:")), done.stdout
+    )
+    assert f"names run {run_id}, which is not this config's run" in error, error
+    assert "trainer.algorithm.name is 'grpo' there, 'ppo' here" in error, error
+    assert "trainer.lora.enabled is False there, True here" in error, error

@@ -106,7 +106,11 @@ def test_benchmark_rows_import_as_tasks_that_load_and_check_without_a_judge(tmp_
         ({"rules": [{"name": "x"}]}, r"rules\[0\].scores"),
     ],
 )
-def test_a_bad_row_is_refused_naming_its_line_and_nothing_is_imported(tmp_path: Path, change, error) -> None:
+def test_a_bad_row_is_refused_naming_its_line_and_the_import_reports_it_broken(
+    tmp_path: Path, change, error
+) -> None:
+    """convert_jsonl refuses the file at its first bad row; `tasks import` reports that row as one
+    broken task naming its line and imports the others (nothing with --strict)."""
     rows = _rows()
     rows[1] = {**rows[1], **change}
     src = _jsonl(tmp_path / "rows.jsonl", rows)
@@ -118,5 +122,13 @@ def test_a_bad_row_is_refused_naming_its_line_and_nothing_is_imported(tmp_path: 
     with pytest.raises(TaskFormatError, match=error) as info:
         convert_jsonl(src, tmp_path / "out")
     assert f"{src}:2" in str(info.value)
-    result = CliRunner().invoke(app, ["tasks", "import", "clawgym", str(src), "--root", str(tmp_path / "s")])
-    assert result.exit_code != 0 and not (tmp_path / "s" / "rows").exists()
+    common = ["--root", str(tmp_path / "s"), "--git-cache", str(tmp_path / "git"), "--json"]
+    result = CliRunner().invoke(app, ["tasks", "import", "clawgym", str(src), *common])
+    *lines, summary = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert result.exit_code == 0 and summary["imported"] == 1 and summary["broken"] == 1, result.output
+    bad = next(line for line in lines if line["status"] == "broken")
+    assert bad["path"] == "rows.jsonl:2" and f"{src}:2" in bad["reason"], bad
+    strict = CliRunner().invoke(
+        app, ["tasks", "import", "clawgym", str(src), *common, "--name=t", "--strict"]
+    )
+    assert strict.exit_code != 0 and not (tmp_path / "s" / "t").exists(), strict.output

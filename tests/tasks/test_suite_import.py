@@ -180,6 +180,98 @@ def test_a_task_with_a_symlink_out_of_its_folder_is_broken(tmp_path):
     assert lines["sum-scores"]["status"] == "ok" and result.exit_code == 0
 
 
+def test_a_task_with_a_symlink_loop_is_broken_and_the_others_are_imported(tmp_path):
+    """A symlink that resolves to itself is one broken task, named with the link (it was a
+    RuntimeError traceback that stopped the whole import)."""
+    src = tmp_path / "src"
+    shutil.copytree(DATA / "clawgym" / "write-greeting", src / "write-greeting")
+    (src / "write-greeting" / "input_files" / "loop").symlink_to("loop")
+    shutil.copytree(DATA / "clawgym" / "sum-scores", src / "sum-scores")
+    root = tmp_path / "r"
+    result = runner.invoke(app, ["tasks", "import", str(src), "--root", str(root), "--json"])
+    assert result.exit_code == 0, (
+        f"one bad task does not stop the import: {result.output} {result.exception!r}"
+    )
+    *lines, summary = json_lines(result.output)
+    by_path = {line["path"]: line for line in lines}
+    assert by_path["write-greeting"]["status"] == "broken", lines
+    assert "the symlink input_files/loop is a loop" in by_path["write-greeting"]["reason"], lines
+    assert by_path["sum-scores"]["status"] == "ok" and (summary["imported"], summary["broken"]) == (1, 1), (
+        summary
+    )
+    assert sorted(p.name for p in (root / "src").iterdir()) == ["suite.json", "sum-scores"], (
+        "the loop is not copied"
+    )
+
+
+def test_a_task_folder_named_like_the_suite_file_is_broken_not_a_crash(tmp_path):
+    """A task folder `suite.json` would take the place of the suite's own file (an IsADirectoryError
+    that stopped the import): it is reported broken, the other task imported."""
+    src = tmp_path / "src"
+    shutil.copytree(DATA / "clawgym" / "write-greeting", src / "suite.json")
+    shutil.copytree(DATA / "clawgym" / "sum-scores", src / "sum-scores")
+    root = tmp_path / "r"
+    result = runner.invoke(app, ["tasks", "import", str(src), "--root", str(root)])
+    assert result.exit_code == 0, f"{result.output} {result.exception!r}"
+    assert "BROKEN      suite.json" in result.output and "would be the suite's own file" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("imported 1 of 2 tasks"), result.output
+    assert json.loads((root / "src" / "suite.json").read_text())["tasks"] == 1
+
+
+def _row(task_id: str, *files: tuple[str, str], prompt: str = "Write ok.txt.") -> dict:
+    checker = ("reward/test.py", "import json; print(json.dumps({'ok': 1.0}))")
+    return {
+        "task_id": task_id,
+        "prompt": prompt,
+        "input_files": [{"file_path": p, "content": c} for p, c in (*files, checker)],
+    }
+
+
+def test_jsonl_rows_that_are_not_tasks_are_reported_by_line_and_the_others_imported(tmp_path):
+    """A lone surrogate (a JSON \\ud800 escape), a name that is a file and a folder, a line that is
+    not JSON: each is one broken task naming its line (each was a traceback, or refused the whole
+    file); the good rows are imported, a cached conversion reports the same, and --strict imports none."""
+    src = tmp_path / "rows.jsonl"
+    rows = [
+        json.dumps(_row("first")),
+        json.dumps(_row("surrogate", prompt="Say \ud800 twice.")),  # json.dumps escapes it: valid JSON
+        json.dumps(_row("clash", ("data/a", "x"), ("data/a/b", "y"))),
+        "{not json",
+        json.dumps(_row("last", ("data/a", "x"))),
+    ]
+    src.write_text("\n".join(rows) + "\n")
+    root, cache = tmp_path / "suites", tmp_path / "cache" / "git"
+    common = ["--root", str(root), "--git-cache", str(cache)]
+    result = runner.invoke(app, ["tasks", "import", str(src), *common, "--json"])
+    assert result.exit_code == 0, f"bad rows do not stop the import: {result.output} {result.exception!r}"
+    *lines, summary = json_lines(result.output)
+    broken = {line["path"]: line["reason"] for line in lines if line["status"] == "broken"}
+    assert sorted(broken) == ["rows.jsonl:2", "rows.jsonl:3", "rows.jsonl:4"], lines
+    assert f"{src}:2: holds a lone surrogate '\\ud800'" in broken["rows.jsonl:2"], broken
+    assert (
+        "'input_files/data/a' is both a file and the folder of 'input_files/data/a/b'"
+        in broken["rows.jsonl:3"]
+    )
+    assert f"{src}:4: not JSON" in broken["rows.jsonl:4"], broken
+    assert (summary["found"], summary["imported"], summary["broken"]) == (5, 2, 3), summary
+    assert sorted(t.id for t in load_tasks(root / "rows")) == ["first", "last"], "the good rows are the suite"
+
+    again = runner.invoke(app, ["tasks", "import", str(src), *common, "--replace"])
+    assert again.exit_code == 0, again.output
+    assert again.output.count("BROKEN") == 3, (
+        f"the cached conversion still reports the bad rows: {again.output}"
+    )
+    assert again.output.strip().splitlines()[-1].startswith("imported 2 of 5 tasks as suite rows"), (
+        again.output
+    )
+
+    strict = runner.invoke(app, ["tasks", "import", str(src), *common, "--name", "s", "--strict"])
+    assert strict.exit_code == 2 and "3 broken task(s), nothing imported (strict)" in strict.output, (
+        strict.output
+    )
+    assert not (root / "s").exists()
+
+
 def test_nothing_loadable_is_an_error_and_copies_nothing(tmp_path):
     bad = tmp_path / "src" / "bad"
     bad.mkdir(parents=True)

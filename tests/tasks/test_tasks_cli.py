@@ -113,3 +113,25 @@ def test_check_reports_a_broken_task_and_still_checks_the_others_and_prints_the_
         f"the summary ends the output: {text.output}"
     )
     assert text.exit_code == 1
+
+
+def test_task_ids_with_markup_are_printed_as_written_and_the_summary_follows(tmp_path):
+    """Task ids are data: `x[/green]` (a rich MarkupError, no summary) and `[bold]nope` (its brackets
+    eaten) print as written in `tasks check` and `tasks list`."""
+    suite = tmp_path / "suite"
+    for folder, task_id in (("passes", "x[/green]"), ("fails", "[bold]nope")):
+        shutil.copytree(DATA / "clawgym" / "write-greeting", suite / folder)
+        entry = suite / folder / "data_entry.json"
+        entry.write_text(json.dumps({**json.loads(entry.read_text()), "id": task_id}))
+    (suite / "fails" / "solution" / "solve.sh").write_text("echo 'Hello, Bob!' > greeting.txt\n")
+    result = runner.invoke(app, ["tasks", "check", str(suite)])
+    out = result.output.splitlines()
+    assert "ok x[/green]" in out and "FAIL [bold]nope" in out, f"{result.output} {result.exception!r}"
+    assert out[-1] == "summary: tasks 2, ok 1, oracle_passed 1, nop_failed 2, errors 0, broken 0", (
+        result.output
+    )
+    assert result.exit_code == 1, "the failing task fails the check"
+
+    listed = runner.invoke(app, ["tasks", "list", str(suite)])
+    assert listed.exit_code == 0, f"{listed.output} {listed.exception!r}"
+    assert "x[/green]" in listed.output and "[bold]nope" in listed.output, listed.output

@@ -95,9 +95,37 @@ def resolve_run(store: TrajectoryStore, cfg: TrainerConfig) -> str:
 
 def recorded_run_id(cfg: TrainerConfig) -> str:
     """The store run id the checkpoint folder's run.json records; '' when it has none."""
+    marker = read_run_marker(cfg)
+    return marker["run_id"] if marker else ""
+
+
+def read_run_marker(cfg: TrainerConfig) -> dict[str, Any] | None:
+    """The checkpoint folder's run.json (`{"run_id": …, "run_name": …}`, as `resolve_run` writes it), or
+    None when there is none; FailedPrecondition, in one line naming the file, when it is not that."""
     fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
-    marker = f"{folder}/{RUN_MARKER}"
-    return json.loads(fs.cat_file(marker))["run_id"] if fs.exists(marker) else ""
+    if not fs.exists(f"{folder}/{RUN_MARKER}"):
+        return None
+    shown = f"{run_folder(cfg)}/{RUN_MARKER}"
+    try:
+        data = json.loads(fs.cat_file(f"{folder}/{RUN_MARKER}"))
+    except OSError as e:  # a folder of that name, no read permission
+        problem = f"cannot be read ({type(e).__name__}: {e})"
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        problem = f"is not JSON ({type(e).__name__}: {e})"
+    else:
+        if not isinstance(data, dict):
+            problem = f"holds {json.dumps(data)[:80]}, not an object"
+        elif not isinstance(data.get("run_id"), str) or not data["run_id"]:
+            problem = f"has no run_id string ({json.dumps(data)[:80]})"
+        elif not isinstance(data.get("run_name", ""), str):
+            problem = f"has a run_name that is not a string ({json.dumps(data)[:80]})"
+        else:
+            return data
+    expected = {"run_id": "<store run id>", "run_name": cfg.run_name}
+    raise FailedPrecondition(
+        f"{shown} {problem}: clawgym train writes {json.dumps(expected)} there; restore it, set "
+        "trainer.run_id to the run's id, or give this config its own trainer.run_name"
+    )
 
 
 def kept_checkpoints(store: TrajectoryStore, run_id: str) -> dict[int, str]:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from clawgym.errors import ClawgymError, InvalidArgument
 
@@ -56,7 +57,7 @@ def list_cmd(
         return
     table = Table(*header)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # ids and instructions are data, not markup
     console.print(table)
 
 
@@ -117,7 +118,8 @@ def import_cmd(
         print(json.dumps({**where, **summary}))
         return
     console.print(
-        f"imported {summary['imported']} of {summary['found']} tasks as suite [bold]{info.name}[/bold] "
+        f"imported {summary['imported']} of {summary['found']} tasks as suite "
+        f"[bold]{escape(info.name)}[/bold] "
         f"({escape(str(info.path))}): {summary['ok']} ok, {summary['caveats']} with caveats, "
         f"{summary['unsupported']} unsupported, {summary['broken']} broken, {summary['skipped']} skipped"
         + (f"; commit {plan.commit[:12]}" if plan.commit else "")
@@ -188,7 +190,8 @@ def check_cmd(
             console.print(f"[red]BROKEN[/red] {escape(check.task_id)}  {escape(check.error)}")
         else:
             mark = "[green]ok[/green]" if check.ok else "[red]FAIL[/red]"
-            console.print(f"{mark} {check.task_id}" + (f"  {escape(check.error)}" if check.error else ""))
+            error = f"  {escape(check.error)}" if check.error else ""
+            console.print(f"{mark} {escape(check.task_id)}{error}")
             if not check.ok and not check.error:
                 console.print(check.as_json()["detail"], markup=False)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from clawgym.errors import ClawgymError
 
@@ -42,7 +43,7 @@ def command(
     from clawgym_app.resume import check_resume, find_prior_run, named_run
     from clawgym_app.runtime import Runtime, is_embedded
     from clawgym_app.runtime.services import ServiceStack
-    from clawgym_app.training_run import TrainingRun
+    from clawgym_app.training_run import run_with_progress
 
     console = Console(stderr=True) if as_json else Console()
     try:
@@ -72,13 +73,14 @@ def command(
             with runtime:
                 prior = find_prior_run(runtime.cfg.trainer, runtime.store)
                 check_resume(runtime.cfg.trainer, prior, resume)
-                outcome = TrainingRun(runtime, folder, console, title=f"clawgym train: {t.run_name}",
-                                      settings={"config_file": str(config), "mode": mode}, prior=prior).run()  # fmt: skip
+                outcome = run_with_progress(runtime, folder, console, title=f"clawgym train: {t.run_name}",
+                                            settings={"config_file": str(config), "mode": mode})  # fmt: skip
         finally:
             if stack is not None:
                 stack.stop()
     except ClawgymError as e:
-        console.print(f"[red]clawgym train:[/red] {e}")
+        # one line (grep-able, whatever the terminal's width); the message may quote a file's text
+        console.print(f"[red]clawgym train:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from e
     if as_json:
         print(json.dumps({**outcome.summary, "mode": mode, "report": str(outcome.report)}))
