@@ -178,6 +178,25 @@ def test_a_judge_whose_answer_cannot_be_parsed_fails_the_rollout_with_its_answer
     assert len(served.store.get_group(rollout.group_id).rollouts) == 1, "not retried"
 
 
+def test_a_judge_answering_a_score_no_float_holds_fails_the_rollout_with_its_judgment_recorded(
+    make_orchestrator, hybrid_suite, judge_proxy, key_env, monkeypatch
+):
+    """A 400-digit score is an answer like any other that is no verdict: the rollout fails with kind
+    `judge` and its judgment is recorded with the error, instead of an exception losing both."""
+    answer = '{"scores": {"Summary usefulness": 1' + "0" * 400 + "}}"
+    proxy = judge_proxy(ScriptedEngine.from_texts(load_tokenizer("tiny-qwen3"), [answer], max_context=16384))
+    monkeypatch.setenv(key_env, proxy.session.token)
+    served = make_orchestrator(judge=proxy.settings(key_env, retries=0))
+
+    [final] = _run(served, hybrid_suite)
+
+    assert final.state == "failed" and final.failure == "judge", final
+    judgment = served.store.get_judgment(final.rollout_id)
+    assert judgment.score is None and judgment.raw_answer == answer, "the answer is recorded as it came"
+    assert judgment.error.startswith("unparseable answer: ") and "outside [0, 1]" in judgment.error
+    assert judgment.code_score == 1.0, "what the code checks gave is kept"
+
+
 def test_without_a_judge_a_hybrid_task_is_scored_by_its_code_checks_alone(make_orchestrator, hybrid_suite):
     served = make_orchestrator()
     [oracle] = _run(served, hybrid_suite, "oracle")

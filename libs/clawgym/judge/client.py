@@ -1,10 +1,11 @@
 """`Judge`: one rubric scoring through an OpenAI-compatible chat endpoint, failures captured.
 
 `judge()` never raises for the judge's own failures: a transport error, a timeout, an HTTP error or
-an unparseable answer comes back as a `JudgeOutcome` with `score` None and the `error` said, the
-prompt and whatever was answered kept, so the caller records it and decides (the orchestrator: a
-`judge` infrastructure failure). Transport errors, timeouts, 429 and 5xx are retried
-`JudgeConfig.retries` times; an answer, parseable or not, is final (the judge samples at T = 0).
+an answer that is not a verdict (whatever it holds) comes back as a `JudgeOutcome` with `score`
+None and the `error` said, the prompt and whatever was answered kept, so the caller records it and
+decides (the orchestrator: a `judge` infrastructure failure). Transport errors, timeouts, 429 and
+5xx are retried `JudgeConfig.retries` times; an answer, parseable or not, is final (the judge
+samples at T = 0).
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ class Judge:
             latency = time.monotonic() - started
             try:
                 scores = parse_answer(answer, rubric)
-            except UnparseableAnswer as e:
-                return JudgeOutcome(**outcome, raw_answer=answer, error=f"unparseable answer: {e}",
+                score = rubric.score(scores)
+            except Exception as e:  # whatever the answer holds, it ends as a recorded judgment
+                why = str(e) if isinstance(e, UnparseableAnswer) else f"{type(e).__name__}: {e}"
+                return JudgeOutcome(**outcome, raw_answer=answer, error=f"unparseable answer: {why}",
                                     latency_s=latency, attempts=attempts)  # fmt: skip
-            return JudgeOutcome(**outcome, raw_answer=answer, rule_scores=scores, score=rubric.score(scores),
+            return JudgeOutcome(**outcome, raw_answer=answer, rule_scores=scores, score=score,
                                 latency_s=latency, attempts=attempts)  # fmt: skip
         return JudgeOutcome(**outcome, error=error, latency_s=time.monotonic() - started, attempts=attempts)
 
@@ -119,7 +122,7 @@ class Judge:
             raise (_Retry if reply.status_code in _RETRIED_STATUS else _Final)(message)
         try:
             content = reply.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as e:
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError) as e:
             raise _Final(f"the judge's reply is not a chat completion: {reply.text[:500]}") from e
         # NULs replaced: the store's text columns cannot hold them
         return content.replace("\x00", "\ufffd") if isinstance(content, str) else ""

@@ -19,17 +19,30 @@ class JudgeConfig(Section):
     )
     model: str = Field("", description="the judge model's name, sent as `model`")
     api_key_env: str = Field(
-        "CLAWGYM_JUDGE_API_KEY", description="environment variable holding the judge's API key (never the config)"
+        "CLAWGYM_JUDGE_API_KEY",
+        description="environment variable holding the judge's API key (never the config)",
     )
     timeout_s: float = Field(120.0, gt=0, description="per judge request")
     retries: int = Field(
-        2, ge=0, description="extra tries after a transport error, a timeout, 429 or 5xx (not after an answer)"
+        2,
+        ge=0,
+        description="extra tries after a transport error, a timeout, 429 or 5xx (not after an answer)",
     )
     retry_backoff_s: float = Field(1.0, ge=0, description="pause before a retry (doubles per try)")
     temperature: float = Field(0.0, ge=0, description="sampling temperature of the judge")
     max_tokens: int = Field(1024, ge=1, description="the judge answer's token limit")
     max_file_chars: int = Field(
-        20000, ge=100, description="characters of each judged output file shown to the judge (cut in the middle)"
+        20000,
+        ge=100,
+        description="characters of each judged output file, of the agent's last answer and of the harness "
+        "output shown to the judge (cut in the middle, said so)",
+    )
+    max_file_bytes: int = Field(
+        65536,
+        ge=200,
+        le=16 << 20,
+        description="bytes of each judged output file read from the sandbox: its first and last halves, "
+        "never the middle of a larger file (so a huge file costs the orchestrator no more memory than this)",
     )
 
     @property

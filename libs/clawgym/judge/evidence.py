@@ -1,6 +1,10 @@
 """What the judge is shown: the output files the rubric's rules name, read from the sandbox after
 the code checks and before it is destroyed, the agent's last answer (from the rollout's captured
-calls) and the harness's final output."""
+calls) and the harness's final output.
+
+All of it is the agent's text, untrusted: a file is read by its ends only (`JudgeConfig.max_file_bytes`,
+whatever its size), and every part is cut to `max_file_chars`; `prompt` quotes it.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ import posixpath
 from dataclasses import dataclass, field
 
 from clawgym.errors import InvalidArgument, NotFound
+from clawgym.judge.config import JudgeConfig
 from clawgym.records import Call
-from clawgym.sandbox.interface import Sandbox
+from clawgym.sandbox.interface import FileEnds, Sandbox
 from clawgym.tasks.model import Task
 
 MISSING = None  # a named file the agent did not write
@@ -22,6 +27,11 @@ class Evidence:
     final_message: str = ""  # the text of the rollout's last model answer, "" if none
 
 
+def _text(data: bytes) -> str:
+    # NULs replaced: the store's text columns cannot hold them
+    return data.decode("utf-8", "replace").replace("\x00", "\ufffd")
+
+
 def cut(text: str, limit: int) -> str:
     """`text` kept to `limit` characters: its start and end, with what was left out said between
     (NULs replaced: the store's text columns cannot hold them)."""
@@ -32,20 +42,31 @@ def cut(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
 
 
-async def collect(task: Task, sandbox: Sandbox, final_output: str, max_file_chars: int) -> Evidence:
-    """Reads each file a rule of `task.rubric` names (once), relative to the task's workdir."""
+def file_text(ends: FileEnds, limit: int) -> str:
+    """What the judge is shown of a file read by its ends: at most `limit` characters and the cut
+    said (a tail read from mid-character starts with a replacement character)."""
+    if not ends.left_out:
+        return cut(_text(ends.head + ends.tail), limit)
+    half = max(1, limit // 2)
+    head, tail = _text(ends.head)[:half], _text(ends.tail)[-half:]
+    return f"{head}\n[... the middle of this {ends.size}-byte file left out ...]\n{tail}"
+
+
+async def collect(task: Task, sandbox: Sandbox, final_output: str, cfg: JudgeConfig) -> Evidence:
+    """Reads each file a rule of `task.rubric` names (once, by its ends), relative to the task's workdir."""
     files: dict[str, str | None] = {}
+    head = cfg.max_file_bytes // 2
     for rule in task.rubric.rules if task.rubric else ():
         if not rule.file_path or rule.file_path in files:
             continue
         path = posixpath.normpath(posixpath.join(task.workdir, rule.file_path))
         try:
-            data = await sandbox.get_file(path)
-        except (NotFound, InvalidArgument, OSError):  # absent, a directory, outside the sandbox
+            ends = await sandbox.read_ends(path, head, cfg.max_file_bytes - head)
+        except (NotFound, InvalidArgument, OSError):  # absent, a directory, a link, outside the sandbox
             files[rule.file_path] = MISSING
             continue
-        files[rule.file_path] = cut(data.decode("utf-8", "replace"), max_file_chars)
-    return Evidence(files, cut(final_output, max_file_chars))
+        files[rule.file_path] = file_text(ends, cfg.max_file_chars)
+    return Evidence(files, cut(final_output, cfg.max_file_chars))
 
 
 def _texts(value: object, kinds: tuple[str, ...]) -> list[str]:
@@ -53,7 +74,11 @@ def _texts(value: object, kinds: tuple[str, ...]) -> list[str]:
         return [value]
     if not isinstance(value, list):
         return []
-    return [b["text"] for b in value if isinstance(b, dict) and b.get("type") in kinds and isinstance(b.get("text"), str)]
+    return [
+        b["text"]
+        for b in value
+        if isinstance(b, dict) and b.get("type") in kinds and isinstance(b.get("text"), str)
+    ]
 
 
 def final_message(calls: list[Call]) -> str:

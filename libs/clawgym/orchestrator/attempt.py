@@ -260,9 +260,7 @@ class AttemptRunner:
             evidence = None
             if task.rubric is not None and self.judge is not None and not verdict.failed_closed:
                 try:
-                    evidence = await judge_evidence.collect(
-                        task, sandbox, output, self.judge.cfg.max_file_chars
-                    )
+                    evidence = await judge_evidence.collect(task, sandbox, output, self.judge.cfg)
                 except Exception as e:
                     raise classify(e, failures.SANDBOX) from e
                 if plan.final_message is not None:

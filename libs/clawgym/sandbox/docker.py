@@ -60,7 +60,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
-from clawgym.sandbox import relay
+from clawgym.sandbox import file_ends, relay
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.container_scripts import KILL_ALL, RESET
 from clawgym.sandbox.docker_cli import DockerCli, error_text
@@ -72,6 +72,7 @@ from clawgym.sandbox.interface import (
     OWNER_LABEL,
     SANDBOX_LABEL,
     ExecResult,
+    FileEnds,
     SandboxFailed,
     SandboxSpec,
     exec_argv,
@@ -448,6 +449,11 @@ class DockerSandbox:
                 raise InvalidArgument(f"{path} is not a regular file")
             content = tf.extractfile(member)
             return content.read() if content is not None else b""
+
+    async def read_ends(self, path: str, head: int, tail: int) -> FileEnds:
+        locate(self.spec, path)
+        result = await self._root_sh(file_ends.SCRIPT, *file_ends.script_args(path, head, tail))
+        return file_ends.from_output(result, path, head, tail)
 
     async def get_tar(self, path: str) -> bytes:
         return await self._cp_out(path)

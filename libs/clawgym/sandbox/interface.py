@@ -145,6 +145,21 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out
 
 
+@dataclass(frozen=True)
+class FileEnds:
+    """The first and last bytes of one file (`Sandbox.read_ends`); `tail` is empty when `head`
+    holds the whole file."""
+
+    head: bytes
+    tail: bytes
+    size: int  # the file's size in bytes when it was read
+
+    @property
+    def left_out(self) -> int:
+        """Bytes of the middle that were not read."""
+        return max(0, self.size - len(self.head) - len(self.tail))
+
+
 class Sandbox(Protocol):
     """One live sandbox. Every method may raise SandboxFailed; bad paths raise InvalidArgument."""
 
@@ -178,6 +193,12 @@ class Sandbox(Protocol):
 
     async def get_file(self, path: str) -> bytes:
         """The bytes of one regular file; NotFound if it does not exist."""
+        ...
+
+    async def read_ends(self, path: str, head: int, tail: int) -> FileEnds:
+        """At most the first `head` and last `tail` bytes of one regular file (all of it when it is
+        no larger than both), never its middle: memory stays bounded whatever the file's size.
+        NotFound if it does not exist; InvalidArgument for a link (never followed) or a non-file."""
         ...
 
     async def get_tar(self, path: str) -> bytes:

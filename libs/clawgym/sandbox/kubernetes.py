@@ -44,7 +44,7 @@ import urllib3
 from kubernetes import client, config
 
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
-from clawgym.sandbox import archive
+from clawgym.sandbox import archive, file_ends
 from clawgym.sandbox.config import KubernetesSandboxConfig, SandboxConfig
 from clawgym.sandbox.container_scripts import RESET as _RESET
 from clawgym.sandbox.environment import check_env
@@ -52,6 +52,7 @@ from clawgym.sandbox.interface import (
     MANAGED_BY,
     OWNER_LABEL,
     ExecResult,
+    FileEnds,
     SandboxFailed,
     SandboxSpec,
     label_value,
@@ -437,6 +438,12 @@ class KubernetesSandbox:
         limit = self.backend.cfg.max_get_bytes
         result = await self._file_op(_GET_FILE, sandbox_path(path), max_out=limit)
         return self._checked(result, path, limit)
+
+    async def read_ends(self, path: str, head: int, tail: int) -> FileEnds:
+        locate(self.spec, path)
+        args, limit = file_ends.script_args(path, head, tail), file_ends.output_limit(head, tail)
+        result = await self._file_op(file_ends.SCRIPT, *args, max_out=limit)
+        return file_ends.from_output(result, path, head, tail)
 
     async def get_tar(self, path: str) -> bytes:
         locate(self.spec, path)

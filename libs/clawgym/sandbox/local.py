@@ -51,12 +51,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
-from clawgym.sandbox import archive, cgroups, relay, tmpfs
+from clawgym.sandbox import archive, cgroups, file_ends, relay, tmpfs
 from clawgym.sandbox.cgroups import SandboxCgroup
 from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.environment import DEFAULT_PATH, LAUNCHER_ENV, check_env
 from clawgym.sandbox.interface import (
     ExecResult,
+    FileEnds,
     SandboxFailed,
     SandboxSpec,
     exec_argv,
@@ -382,6 +383,21 @@ class LocalSandbox:
         return await asyncio.to_thread(self._get_file, path)
 
     def _get_file(self, path: str) -> bytes:
+        with os.fdopen(self._open_file(path), "rb") as f:
+            return f.read()
+
+    async def read_ends(self, path: str, head: int, tail: int) -> FileEnds:
+        return await asyncio.to_thread(self._read_ends, path, head, tail)
+
+    def _read_ends(self, path: str, head: int, tail: int) -> FileEnds:
+        fd = self._open_file(path)
+        try:
+            return file_ends.read_fd(fd, head, tail)
+        finally:
+            os.close(fd)
+
+    def _open_file(self, path: str) -> int:
+        """A read-only descriptor of the regular file at `path`, no link followed on the way."""
         base, parts = self._locate(path)
         if not parts:
             raise InvalidArgument(f"{path} is a directory")
@@ -394,10 +410,10 @@ class LocalSandbox:
             raise InvalidArgument(f"{path}: cannot read ({e.strerror}; symlinks are not followed)") from e
         finally:
             os.close(dfd)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise InvalidArgument(f"{path} is not a regular file")
-            return f.read()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InvalidArgument(f"{path} is not a regular file")
+        return fd
 
     async def get_tar(self, path: str) -> bytes:
         return await asyncio.to_thread(self._get_tar, path)
