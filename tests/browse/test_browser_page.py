@@ -18,13 +18,11 @@ import pytest
 from clawgym.inference.torch_engine import TorchEngine
 from clawgym.store.sql import SqlStore
 from clawgym.trajectory.view import rollout_view
+from tests.engines import require_engine
 from tests.export.capture import HOSTILE, CapturedRun, capture_run
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium, .ci/run)"),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
 CLAWGYM = str(Path(sys.executable).with_name("clawgym"))
 
 
@@ -44,6 +42,15 @@ class Page(HTMLParser):
 
     def with_class(self, name: str) -> list[dict]:
         return [a for _, a in self.elements if name in (a.get("class") or "").split()]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def chromium() -> str:
+    """Every test here needs Debian's chromium: skipped without it, failed under CI (`tests.engines`).
+    Autouse, so it runs before `served` captures a rollout for nothing."""
+    if CHROMIUM is None:
+        require_engine("needs Debian's chromium (apt-get install chromium, .ci/run)")
+    return CHROMIUM
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +144,9 @@ def test_a_dns_rebinding_name_gets_no_page_and_no_calls(served) -> None:
     assert page.having("section", id="page") == [], "the rebinding page got the browser's page"
 
 
-@pytest.mark.skipif(DRIVER is None, reason="needs Debian's chromium-driver for hovering")
 def test_hovering_a_generated_token_shows_its_calls_request_temperature_version_and_logprobs(served) -> None:
+    if DRIVER is None:
+        require_engine("needs Debian's chromium-driver for hovering (apt-get install chromium-driver)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.action_chains import ActionChains

