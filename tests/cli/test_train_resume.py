@@ -6,6 +6,7 @@ harness), SIGKILLed as soon as the store registered its first checkpoint, then r
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -150,3 +151,20 @@ def test_resume_refuses_a_run_json_of_another_configs_run_saying_how_they_differ
     assert f"names run {run_id}, which is not this config's run" in error, error
     assert "trainer.algorithm.name is 'grpo' there, 'ppo' here" in error, error
     assert "trainer.lora.enabled is False there, True here" in error, error
+
+
+def test_resume_refuses_a_run_json_copied_from_another_runs_folder(clawgym, run_config, tmp_path):
+    """run.json copied into this config's checkpoint folder from another run's names a run of
+    another name: refused, naming both names, instead of continuing that run here."""
+    from clawgym.config import load_config
+    from clawgym.store.sql import SqlStore
+    from clawgym.trainer.checkpoint import resolve_run
+
+    first = load_config(run_config(trainer={"run_name": "first"}))
+    resolve_run(SqlStore(first.store.url), first.trainer)
+    (tmp_path / "checkpoints" / "second").mkdir()
+    shutil.copy(tmp_path / "checkpoints" / "first" / "run.json", tmp_path / "checkpoints" / "second")
+    second = run_config(trainer={"run_name": "second"})
+    done = clawgym("train", "-c", str(second), "--resume", "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2, f"another run's run.json is not resumed:\n{done.stdout}\n{done.stderr}"
+    assert "the run is named 'first', this config's trainer.run_name is 'second'" in done.stdout, done.stdout
