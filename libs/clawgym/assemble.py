@@ -20,8 +20,6 @@ kubernetes) happen inside the function that needs them.
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,24 +122,18 @@ def build_orchestrator(
     store: TrajectoryStore,
     *,
     catalog: Catalog | None = None,
-    own_owner: bool = False,
 ) -> Orchestrator:
-    """The in-process orchestrator on the sandbox backend `cfg` names (not started).
-
-    `own_owner`: sandboxes get an owner of this process's own (embedded runs): a backend's reap at
-    start deletes every sandbox of its owner that it does not hold, so processes sharing the default
-    owner (the host name) would delete each other's live sandboxes."""
+    """The in-process orchestrator on the sandbox backend `cfg` names (not started). Processes that
+    share a sandbox owner (the default: the host name) never reap each other's live sandboxes
+    (`sandbox.owners`), and each reaps what a dead one left."""
     from clawgym.harnesses.base import DEFAULT_CACHE_DIR
     from clawgym.orchestrator.runner import Orchestrator
     from clawgym.sandbox import make_sandbox_backend
     from clawgym.tasks.provision import PROVISION_DIR
 
     o = cfg.orchestrator
-    sandbox = cfg.sandbox
-    if own_owner and not sandbox.owner:
-        sandbox = sandbox.model_copy(update={"owner": f"{socket.gethostname()}-clawgym-{os.getpid()}"})
     cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
-    backend = make_sandbox_backend(o.sandbox_config(sandbox, ro_paths=[cache, str(PROVISION_DIR)]))
+    backend = make_sandbox_backend(o.sandbox_config(cfg.sandbox, ro_paths=[cache, str(PROVISION_DIR)]))
     return Orchestrator(o, store, backend, catalog=catalog)
 
 
@@ -150,7 +142,6 @@ async def open_rollouts(
     store: TrajectoryStore | None = None,
     *,
     catalog: Catalog | None = None,
-    own_owner: bool = False,
 ) -> RolloutService:
     """The orchestrator service's client when `orchestrator.grpc_url` is set, else an in-process
     `Orchestrator` (on `store`, or the one `open_store` gives), started. Call it on the event loop
@@ -159,9 +150,7 @@ async def open_rollouts(
         from clawgym.orchestrator.grpc_client import OrchestratorClient
 
         return OrchestratorClient(cfg.orchestrator.grpc_url, secret=cfg.rpc.shared_secret())
-    orchestrator = build_orchestrator(
-        cfg, store if store is not None else open_store(cfg), catalog=catalog, own_owner=own_owner
-    )
+    orchestrator = build_orchestrator(cfg, store if store is not None else open_store(cfg), catalog=catalog)
     await orchestrator.start()
     return orchestrator
 

@@ -31,8 +31,8 @@ async def _serve(cfg) -> None:
 
     def started(port: int) -> None:
         backend = server.orchestrator.backend
-        log.info("orchestrator on :%d, metrics :%d, %s sandboxes of owner %s", port, server.metrics_port,
-                 backend.name, backend.owner)  # fmt: skip
+        log.info("orchestrator on :%d, metrics :%d, %s sandboxes of owner %s (instance %s, lease %s)", port,
+                 server.metrics_port, backend.name, backend.owner, backend.instance, backend.lease_name)  # fmt: skip
 
     await serve_until_signal(server, started)
 

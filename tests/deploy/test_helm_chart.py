@@ -104,6 +104,9 @@ def test_the_orchestrator_may_run_and_exec_into_pods_and_manage_policies_in_the_
     assert {"create", "delete", "get", "list", "watch"} <= rules[("", "pods")], rules
     assert "create" in rules[("", "pods/exec")], "exec (files in and out) needs pods/exec create"
     assert {"create", "delete"} <= rules[("networking.k8s.io", "networkpolicies")], rules
+    assert {"get", "list", "create", "patch", "delete"} <= rules[("coordination.k8s.io", "leases")], (
+        "each orchestrator process renews a Lease: reap takes only a gone one's pods"
+    )
     assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")], (
         "no cluster-wide rights"
     )

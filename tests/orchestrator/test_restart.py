@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from clawgym.sandbox import LocalSandboxConfig, SandboxConfig, SandboxSpec
 from clawgym.sandbox.local import LocalBackend
 from clawgym.store.sql import SqlStore
 from clawgym.trainer.batch import build_batch
+from tests.orchestrator.conftest import write_clawgym_task
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -155,3 +157,42 @@ def test_a_live_orchestrator_replica_fails_a_dead_peers_rollouts_once_its_lease_
     assert taken_s < 10, f"taken {taken_s:.1f} s after the kill (lease 1.5 s, heartbeat 0.5 s)"
     assert_failed_unrewarded_and_group_complete(store, run.id, running, "sent no heartbeat")
     store.close()
+
+
+def test_a_second_orchestrator_with_the_default_owner_leaves_the_first_ones_rollout_alone(
+    make_orchestrator, sandbox_root, tmp_path
+):
+    """Two orchestrators on one host with the default owner (the host name): the second's start
+    used to reap the first's live sandbox (its harness killed mid-rollout, exit 137) and its lease
+    to fail the first's running rollout as a restart's leftover. Each is now its own instance and
+    lease: the first's rollout runs to its reward, and the second takes nothing."""
+    suite = tmp_path / "suite"
+    write_clawgym_task(
+        suite, "sleep-then-done", "Sleep, then write done.txt.", "sleep 4\necho ok > done.txt\n"
+    )
+    default_owner = {"local": {"root_dir": str(sandbox_root), "isolation": "bwrap"}}
+    first = make_orchestrator(sandbox=default_owner)
+    run = first.store.create_run("two-orchestrators")
+    batch = Batch(run.id, [RolloutRequest("sleep-then-done", "oracle")], suite=str(suite))
+    running = threading.Event()
+
+    async def statuses() -> list:
+        seen = []
+        async for status in first.orchestrator.run_rollouts(batch):
+            seen.append(status)
+            if status.state == "running":
+                running.set()
+        return seen
+
+    pending = asyncio.run_coroutine_threadsafe(statuses(), first.loop)
+    assert running.wait(60), "test setup: the first orchestrator's rollout runs"
+    time.sleep(1)  # the solution is sleeping in its sandbox now
+    second = make_orchestrator(sandbox=default_owner)
+    seen = pending.result(timeout=120)
+    assert first.orchestrator.backend.owner == second.orchestrator.backend.owner, "test setup: one owner"
+    assert (second.orchestrator.reaped, second.orchestrator.orphans_failed) == (0, []), (
+        "the second orchestrator takes nothing of the live first one's"
+    )
+    assert [(s.state, s.attempt) for s in seen][-1] == ("finished", 1), [(s.state, s.error) for s in seen]
+    record = first.store.get_rollout(seen[-1].rollout_id)
+    assert (record.status, record.reward) == ("finished", 1.0), f"the rollout ran to its reward: {record}"

@@ -11,6 +11,7 @@ import ipaddress
 import json
 import secrets
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,13 +19,22 @@ from pathlib import Path
 import pytest
 
 from clawgym.harnesses.pseudo import Oracle
-from clawgym.orchestrator.attempt import run_task
+from clawgym.orchestrator.attempt import image_fields, run_task
 from clawgym.orchestrator.check import check_task
-from clawgym.sandbox import DockerSandboxConfig, ImageBuild, Resources, SandboxConfig, SandboxSpec
+from clawgym.sandbox import (
+    DockerSandboxConfig,
+    ImageBuild,
+    Resources,
+    SandboxConfig,
+    SandboxFailed,
+    SandboxSpec,
+)
 from clawgym.sandbox.docker import DockerBackend
 from clawgym.tasks.loader import load_task
 from clawgym.tasks.provision import Provisioner
+from clawgym.tasks.suite_import import plan_import, write_suite
 from tests.sandbox.docker_standin import STANDIN, ensure_standin, has_image
+from tests.sandbox.killed_owner import sandbox_of_a_killed_process
 
 pytestmark = pytest.mark.docker
 
@@ -213,6 +223,78 @@ def test_an_unchanged_task_image_is_built_once_even_for_concurrent_rollouts(make
         )
 
 
+def bridge_gateway() -> str:
+    """The host's side of the default bridge (docker0): what a container reaches the host at."""
+    ipam = json.loads(docker("network", "inspect", "bridge", "--format", "{{json .IPAM.Config}}"))[0]
+    return ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
+
+
+def imported(tmp_path: Path, suite: str, dockerfile: str, marker: str) -> ImageBuild:
+    """`tiny_task` with `dockerfile`, imported as the suite `suite` (as `clawgym tasks import` does):
+    the build the orchestrator's attempt makes of the task loaded from the suite."""
+    source = tmp_path / f"{suite}-source"
+    (tiny_task(source, "echo ok > /app/out.txt", marker) / "Dockerfile").write_text(dockerfile)
+    info = write_suite(plan_import(source), root=tmp_path / "suites", name=suite)
+    task = load_task(info.path / "tiny-task")
+    assert task.image is not None, "test setup: the task has its own image"
+    return image_fields(task, task.image)["build"]
+
+
+def test_an_imported_suites_dockerfile_builds_without_network_unless_allowed(make_backend, tmp_path):
+    """A RUN step of a task's Dockerfile reached a listener on this host's bridge address: builds
+    had the engine's default network. An imported suite's Dockerfile (a third party's) now builds
+    with --network none: the step cannot connect and the build fails saying so. With
+    `allow_imported_build_network` it builds with the network, and the listener sees the step (so
+    the probe can tell)."""
+    gateway, token = bridge_gateway(), secrets.token_hex(8)
+    listener = socket.socket()
+    listener.bind((gateway, 0))  # the host side of docker0: never an external address
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    reach = f"import socket; socket.create_connection(({gateway!r}, {port}), timeout=5).sendall(b'{token}')"
+    build = imported(tmp_path, "third-party", f'FROM {STANDIN}\nRUN python3 -c "{reach}"\n', token)
+    assert build.imported and build.suite == "third-party", f"the attempt builds it as imported: {build}"
+    name = ""
+    try:
+        with pytest.raises(SandboxFailed, match="built without network"):
+            asyncio.run(make_backend().images.ensure(build))
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing connected: the build could not reach the host
+        name = asyncio.run(make_backend(allow_imported_build_network=True).images.ensure(build))
+        conn, _ = listener.accept()
+        conn.settimeout(10)
+        assert conn.recv(64) == token.encode(), "allowed, the build reaches the host: the probe works"
+        conn.close()
+    finally:
+        listener.close()
+        if name:
+            docker("image", "rm", "--force", name, check=False)
+
+
+def test_two_suites_tasks_of_one_id_get_images_that_survive_each_others_builds(make_backend, tmp_path):
+    """Two suites each hold a task `tiny-task` with its own Dockerfile. Images were named by task id
+    alone, so building one removed the other's as replaced, on every build. Named by suite and id,
+    each build keeps the other's image: three ensures, two builds."""
+    token = secrets.token_hex(8)
+    first = imported(tmp_path, "suite-a", f"FROM {STANDIN}\nRUN echo a-{token} > /marker\n", token)
+    second = imported(tmp_path, "suite-b", f"FROM {STANDIN}\nRUN echo b-{token} > /marker\n", token)
+    backend = make_backend()
+
+    async def build_both_then_first_again() -> list[str]:
+        return [await backend.images.ensure(b) for b in (first, second, first)]
+
+    a, b, a_again = asyncio.run(build_both_then_first_again())
+    try:
+        assert a.rpartition(":")[0] != b.rpartition(":")[0], f"one repository per suite and task: {a} {b}"
+        assert has_image(a) and has_image(b), "each suite's image survives the other's build"
+        assert a_again == a and backend.images.builds == 2, (
+            f"the first suite's image was still there, not rebuilt: {backend.images.builds} builds"
+        )
+    finally:
+        docker("image", "rm", "--force", a, b, check=False)
+
+
 # --- teardown ---
 
 
@@ -290,6 +372,41 @@ def test_reap_removes_the_owners_stale_containers_and_nobody_elses(make_backend,
         docker("rm", "--force", stale, theirs, check=False)
 
 
+def test_reap_keeps_a_live_peers_containers_of_the_same_owner_and_takes_a_killed_ones(
+    make_backend, standin, tmp_path
+):
+    """Two orchestrators with one owner (the default: the host name): the second's reap used to
+    remove the first's live sandbox mid-rollout (its harness killed, exit 137). Each backend is now
+    an instance of the owner, and reap takes only what a gone instance left: a live peer's container
+    keeps running and serving, while the container of a process killed -9 is removed."""
+    peer, second = make_backend(), make_backend()
+    assert peer.owner == second.owner and peer.instance != second.instance, "one owner, two instances"
+    state = str(tmp_path / "state")
+    killed = sandbox_of_a_killed_process(
+        {
+            "backend": "docker",
+            "owner": peer.owner,
+            "docker": {"image": standin, "relay_image": standin, "state_dir": state},
+        }
+    )
+    assert killed in containers(f"clawgym.dev/owner={peer.owner}"), "test setup: the killed process's sandbox"
+
+    async def scenario():
+        live = await peer.create(SandboxSpec(workdir="/app", network="none"))
+        try:
+            await live.put_file("/app/state.txt", b"mid-rollout\n")
+            reaped = await second.reap()
+            return reaped, await live.exec("cat /app/state.txt")
+        finally:
+            await peer.close()
+            await second.close()
+
+    reaped, after = asyncio.run(scenario())
+    assert after.stdout == b"mid-rollout\n", f"the live peer's container is intact and serving: {after}"
+    assert killed not in containers(f"clawgym.dev/owner={peer.owner}"), "the killed process's is reaped"
+    assert reaped == 1, f"only the dead instance's container is taken: reaped {reaped}"
+
+
 # --- limits and network ---
 
 
@@ -358,8 +475,7 @@ def test_the_agent_reaches_the_proxy_and_nothing_else(make_backend, standin):
     """The proxy (on this host's loopback) answers through the relay; the host's other ports (on
     its loopback and on the bridge gateway), and DNS, are unreachable. A control container on the
     default bridge reaches the gateway port, so the probe can tell."""
-    ipam = json.loads(docker("network", "inspect", "bridge", "--format", "{{json .IPAM.Config}}"))[0]
-    gateway = ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))
+    gateway = bridge_gateway()
     backend = make_backend()
 
     async def scenario():

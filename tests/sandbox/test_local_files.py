@@ -11,6 +11,7 @@ import pytest
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
 from clawgym.sandbox import SandboxSpec
 from clawgym.sandbox.archive import extract_tar
+from tests.sandbox.killed_owner import sandbox_of_a_killed_process
 
 TASK_SPEC = SandboxSpec(workdir="/app", mounts=["/tests", "/root/.openclaw/workspace", "/logs/verifier"])
 
@@ -185,6 +186,7 @@ def test_destroy_removes_everything_and_reap_clears_only_an_owners_leftovers(mak
         await done.destroy()  # idempotent
         with pytest.raises(FailedPrecondition):
             await done.exec("true")
+        crashed.locks.release()  # its process ends (a crash): the instance's lock goes with it
         restarted = make_local(owner="orch-a")  # the same owner after a restart
         live = await restarted.create(SandboxSpec())
         reaped = await restarted.reap()
@@ -195,6 +197,34 @@ def test_destroy_removes_everything_and_reap_clears_only_an_owners_leftovers(mak
     assert reaped == 2 and not any(s.storage.exists() for s in left), "reap deletes the owner's leftovers"
     assert others.storage.exists(), "reap never touches another owner's sandboxes"
     assert live.storage.exists(), "reap never touches sandboxes this process holds"
+
+
+def test_reap_keeps_a_live_peers_sandboxes_of_the_same_owner_and_takes_a_killed_ones(
+    make_local, sandbox_root
+):
+    """Two orchestrators with one owner (the default: the host name): the second's reap used to
+    delete the first's live sandbox mid-rollout. Each backend is now an instance of the owner, and
+    reap takes only what a gone instance left: a live peer's sandbox stays usable, while the
+    sandbox of a process killed -9 (its instance's lock released by the kernel) is deleted."""
+    peer = make_local(owner="shared")
+    killed = sandbox_of_a_killed_process(
+        {"owner": "shared", "local": {"root_dir": str(sandbox_root), "isolation": "bwrap"}}
+    )
+    assert (sandbox_root / killed / "meta.json").is_file(), "test setup: the killed process left its sandbox"
+
+    async def scenario():
+        live = await peer.create(SandboxSpec())
+        await live.put_file("/workspace/state.txt", b"mid-rollout\n")
+        second = make_local(owner="shared")  # another orchestrator, same configured owner
+        reaped = await second.reap()
+        after = await live.exec("cat state.txt")
+        await peer.close()
+        return reaped, after
+
+    reaped, after = asyncio.run(scenario())
+    assert after.stdout == b"mid-rollout\n", f"the live peer's sandbox is intact and usable: {after}"
+    assert not (sandbox_root / killed).exists(), "the killed process's sandbox is reaped"
+    assert reaped == 1, f"only the dead instance's sandbox is taken: reaped {reaped}"
 
 
 def test_without_bubblewrap_commands_still_run_but_mounts_are_refused(make_local, caplog):

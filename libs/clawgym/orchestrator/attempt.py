@@ -6,7 +6,10 @@ verifier, with state callbacks (running, verifying), failure classification at e
 metrics, and a sandbox that is destroyed whatever happens, cancellation included. It knows nothing
 of the store, retries or limits (the runner's). `run_task` runs one attempt outside a batch
 (`clawgym tasks check`, benches, tests). A harness that exits non-zero or times out is a task
-outcome: the verifier still runs and decides the reward.
+outcome: the verifier still runs and decides the reward. A sandbox that ends by itself once the
+harness ran (`SandboxDied`: an agent that OOM-kills its container's PID 1) is one too, reward 0
+with nothing scored: otherwise a failing agent could turn its failure into a retried
+infrastructure failure, never scored and never trained on.
 
 A hybrid task (one with a rubric) is then scored by the LLM judge, if one is configured: the files
 its rules name are read before the sandbox goes, the judge is asked once the sandbox is destroyed
@@ -34,8 +37,17 @@ from clawgym.judge.hybrid import NOT_JUDGED, combine
 from clawgym.orchestrator import failures
 from clawgym.orchestrator.failures import InfraFailure, JudgeFailed, classify
 from clawgym.orchestrator.metrics import OrchestratorMetrics
-from clawgym.sandbox.interface import ImageBuild, Resources, Sandbox, SandboxBackend, SandboxSpec
+from clawgym.sandbox.interface import (
+    ExecResult,
+    ImageBuild,
+    Resources,
+    Sandbox,
+    SandboxBackend,
+    SandboxDied,
+    SandboxSpec,
+)
 from clawgym.tasks.model import Task, TaskImage
+from clawgym.tasks.suites import suite_of
 from clawgym.tasks.verify import Verdict, prepare_workspace, verify
 
 log = logging.getLogger(__name__)
@@ -106,10 +118,19 @@ class AttemptResult:
     judgment: JudgeOutcome | None = None
 
 
-def image_fields(task_id: str, image: TaskImage) -> dict[str, object]:
-    """The `SandboxSpec` fields that run a task in its own image: built, or prebuilt by name."""
+def died_verdict(died: SandboxDied) -> Verdict:
+    """The verdict of an attempt whose sandbox ended by itself once the harness ran: reward 0, and
+    nothing scored (no verifier can run there, no judge is asked)."""
+    return Verdict(0.0, False, f"{died}; the attempt fails closed", failed_closed=True)
+
+
+def image_fields(task: Task, image: TaskImage) -> dict[str, object]:
+    """The `SandboxSpec` fields that run a task in its own image: built (named by its suite and id,
+    without network if the suite is imported), or prebuilt by name."""
     if image.dockerfile is not None and image.context is not None:
-        return {"build": ImageBuild(str(image.dockerfile), str(image.context), name=task_id)}
+        suite, imported = suite_of(task.source_dir)
+        build = ImageBuild(str(image.dockerfile), str(image.context), task.id, suite, imported)
+        return {"build": build}
     return {"image": image.name}
 
 
@@ -210,7 +231,7 @@ class AttemptRunner:
             resources = dataclasses.replace(resources, memory_mb=floor)
         spec = dataclasses.replace(spec, image=plan.image, resources=resources)
         if own_image is not None:
-            spec = dataclasses.replace(spec, **image_fields(task.id, own_image))
+            spec = dataclasses.replace(spec, **image_fields(task, own_image))
 
         t0 = time.monotonic()
         try:
@@ -231,6 +252,7 @@ class AttemptRunner:
             except Exception as e:
                 raise classify(e, failures.SANDBOX) from e
             timings["setup_s"] = time.monotonic() - t0
+            t0, died = time.monotonic(), None
             try:
                 result = await sandbox.exec(
                     list(launch.argv),
@@ -239,6 +261,9 @@ class AttemptRunner:
                     timeout_s=launch.timeout_s,
                     stdin=launch.stdin,
                 )
+            except SandboxDied as e:  # the harness's doing: its outcome (module docstring)
+                died = e
+                result = ExecResult(137, b"", f"{e}\n".encode(), time.monotonic() - t0)
             except Exception as e:
                 raise classify(e, failures.SANDBOX) from e
             timings["harness_s"] = result.duration_s
@@ -250,10 +275,15 @@ class AttemptRunner:
                     failures.HARNESS_START,
                     f"{adapter.name} could not be executed (exit {result.exit_code}): {output[-600:]}",
                 )
-            await on_verifying()
             t0 = time.monotonic()
             try:
-                verdict = await verify(task, sandbox, env=plan.env)
+                if died is None:
+                    await on_verifying()
+                    verdict = await verify(task, sandbox, env=plan.env)
+                else:
+                    verdict = died_verdict(died)
+            except SandboxDied as e:  # it ended during the harness (or under the verifier): as above
+                verdict = died_verdict(e)
             except Exception as e:
                 raise classify(e, failures.SANDBOX) from e
             timings["verify_s"] = time.monotonic() - t0

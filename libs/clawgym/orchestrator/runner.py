@@ -7,11 +7,14 @@ the outcome. An infrastructure failure with attempts left registers a fresh roll
 group *before* the failed one ends, so the group cannot complete without it. Store transitions
 and sandbox teardown are never interrupted halfway by a cancel: a cancel waits for them.
 
-Leases: each orchestrator instance (one per process start, named by its sandbox owner) heartbeats
-in the store and its rollouts name it. At start, and at every heartbeat, the store fails the
-unended rollouts of lost instances (a predecessor of the same name, or any whose lease ran out)
-as infrastructure failures, never rewarded, so their groups complete: a killed orchestrator's
-rollouts no longer stay 'running' forever. Their sandboxes are this owner's to reap (`start`).
+Leases: each orchestrator instance (one per process start) heartbeats in the store and its
+rollouts name it. At start, and at every heartbeat, the store fails the unended rollouts of lost
+instances (a predecessor of the same name, or any whose lease ran out) as infrastructure failures,
+never rewarded, so their groups complete: a killed orchestrator's rollouts no longer stay
+'running' forever. The name is the backend's `lease_name`: a configured `sandbox.owner`, which one
+process holds at a time (a successor takes over at once), else the host name with the process's
+own part (processes on one host never take each other's live rollouts; a dead one's are taken
+once its lease runs out). Sandboxes are reaped by liveness instead (`sandbox.owners`, `start`).
 
 Not here: the attempt itself (`attempt`), which tasks and harnesses exist (`catalog`), failure
 kinds (`failures`), the gRPC shell (`clawgym_services.orchestrator`).
@@ -111,8 +114,8 @@ class Orchestrator:
     """Runs batches on one sandbox backend, recording into one store. Call `start()` first.
 
     Limits are shared by every batch of this orchestrator; it belongs to the event loop it first
-    runs on (its semaphores do). Owners must be unique per live orchestrator: `start()` reaps
-    every sandbox of its owner that this object does not hold.
+    runs on (its semaphores do). A configured sandbox owner names one live orchestrator at a time
+    (`lease_name`); sandboxes are safe either way: `start()` reaps only what gone instances left.
     """
 
     def __init__(
@@ -173,7 +176,7 @@ class Orchestrator:
 
     async def _renew_lease(self) -> None:
         failed = await self._store(
-            self.store.orchestrator_heartbeat, self.instance_id, self.backend.owner, self.cfg.lease_s
+            self.store.orchestrator_heartbeat, self.instance_id, self.backend.lease_name, self.cfg.lease_s
         )
         if failed:
             self.orphans_failed += failed

@@ -104,13 +104,21 @@ class KubernetesSandboxConfig(Section):
     task_images: bool = Field(
         False,
         description="run a task that has its own Dockerfile in its image, named as the docker "
-        "backend names it (<task_image_registry>/<image_repository>/<task>:<content hash>); the "
-        "image must be pushed there first. Off: the task runs in `image` with host setup steps",
+        "backend names it (<task_image_registry>/<image_repository>/<suite>/<task>:<content hash>); "
+        "the image must be pushed there first. Off: the task runs in `image` with host setup steps",
     )
     task_image_registry: str = Field(
         "", description="registry prefix of task images (e.g. registry.example.com:5000); empty = none"
     )
     image_repository: str = Field("clawgym-task", description="as sandbox.docker.image_repository")
+    owner_lease_s: float = Field(
+        60.0,
+        ge=5,
+        description="each orchestrator process renews a Lease (coordination.k8s.io, in `namespace`) "
+        "every third of this; one not renewed for this long is gone, and `reap` deletes the sandbox "
+        "pods it left. Needs get/list/create/patch/delete on leases (the chart's Role has them); "
+        "without, a process's pods are left to their activeDeadlineSeconds",
+    )
 
 
 class DockerSandboxConfig(Section):
@@ -129,13 +137,24 @@ class DockerSandboxConfig(Section):
         "hands the socket to the backend (`sandbox/relay.py`); nothing of it runs in the sandbox",
     )
     image_repository: str = Field(
-        "clawgym-task", description="task images are named <image_repository>/<task>:<content hash>"
+        "clawgym-task",
+        description="task images are named <image_repository>/<suite>/<task>:<content hash> (the "
+        "suite's name keeps two suites' tasks of one id apart)",
     )
     build_args: dict[str, str] = Field(
         default_factory=dict, description="--build-arg NAME=VALUE for every task image build"
     )
     build_network: str = Field(
-        "", description="--network of task image builds (e.g. host); empty = the engine's default"
+        "",
+        description="--network of task image builds that may use one (e.g. host); empty = the "
+        "engine's default, the bridge: the internet and every service on this host's bridge address",
+    )
+    allow_imported_build_network: bool = Field(
+        False,
+        description="let the Dockerfiles of imported suites (`clawgym tasks import`: a third party's) "
+        "build with build_network. Off: they build with --network none, so their RUN steps reach "
+        "nothing (a step that downloads fails: turn this on for a suite you trust, or build its "
+        "images yourself). A suite named by its folder is its author's and builds with build_network",
     )
     build_timeout_s: float = Field(1800.0, gt=0, description="one task image build, or SandboxFailed")
     remove_replaced_images: bool = Field(
@@ -172,8 +191,14 @@ class SandboxConfig(Section):
     backend: Literal["local", "kubernetes", "docker"] = Field("local", description="where sandboxes run")
     owner: str = Field(
         "",
-        description="label on everything this process creates; `reap` deletes an owner's leftovers. "
-        "Keep it stable across restarts (e.g. the orchestrator's pod name); empty = host name",
+        description="label on everything this process creates, beside an instance label of the "
+        "process's own; `reap` deletes what the owner's gone instances left, never a live one's "
+        "(liveness: lock files of local and docker; Leases on kubernetes, where a configured owner's "
+        "other instances count as gone at its start). Keep it stable across restarts (e.g. the "
+        "orchestrator's pod name) and give each live orchestrator its own: the store takes a "
+        "configured owner's predecessor's unended rollouts at once. Empty = the host "
+        "name, shared by the host's processes: each has a lease of its own, and a dead one's "
+        "rollouts are taken once its lease (orchestrator.lease_s) runs out",
     )
     max_output_bytes: int = Field(
         16 << 20, ge=1024, description="stdout/stderr kept per exec; the rest is dropped"

@@ -2,8 +2,8 @@
 
 A sandbox is a container `<name_prefix>-<hex>` of `spec.build`'s image (built once per content,
 `docker_images`), else `spec.image`, else `sandbox.docker.image`. Its PID 1 is a `sh` loop that only
-keeps it alive for the sandbox's lifetime (plus a minute: a container its orchestrator forgot ends
-and is removed by the engine, `--rm`) and reaps orphans; every command arrives through
+keeps it alive for the sandbox's lifetime (plus a minute: a container its orchestrator forgot ends,
+and the next `reap` removes it) and reaps orphans; every command arrives through
 `docker exec`, files through `docker cp` (tar streams; links are never followed out of the
 container). The writable
 directories (workdir, HOME, /tmp, task mounts) are directories of the container's own filesystem,
@@ -30,10 +30,18 @@ Limits (`Resources`): memory_mb is --memory (swap included: none beyond it; an O
 process); disk_mb --storage-opt size= where the engine supports it (`docker.disk_quota`). All
 capabilities but `docker.add_capabilities` are dropped, no-new-privileges is set.
 
-Garbage: containers carry `app.kubernetes.io/managed-by=clawgym`, `clawgym.dev/owner`, the
-sandbox's and the spec's labels (`clawgym.dev/rollout`); `destroy` removes the container (and
-its anonymous volumes) whatever happened, cancellation included, and `reap()` removes the owner's
-containers this process does not hold (the orchestrator calls it at start).
+Garbage: containers carry `app.kubernetes.io/managed-by=clawgym`, `clawgym.dev/owner`,
+`clawgym.dev/instance`, the sandbox's and the spec's labels (`clawgym.dev/rollout`); `destroy`
+removes the container (and its anonymous volumes) whatever happened, cancellation included, and
+`reap()` removes the owner's containers whose instance is gone (`owners`: lock files in
+`<state_dir>/owners`) and exited ones no live instance holds (the orchestrator calls it at start).
+
+A sandbox that ends by itself: PID 1 ignores every signal a process in the container can send it
+(the kernel delivers neither SIGKILL nor SIGSTOP to a namespace's init from inside), so `kill 1`
+does nothing; the out-of-memory killer can still end it (an agent may raise its oom_score_adj).
+The container is not `--rm`: once it stops its state tells how. Stopped by itself (OOM-killed, or
+PID 1 exited) it is `SandboxDied`, the harness's doing once it ran; removed, or SIGKILLed from
+outside (`docker rm -f`, `docker kill`, the engine stopping), it is `SandboxFailed`.
 
 Like a pod: processes started by one exec live until the container goes, a timeout or a
 cancelled exec kills every process in the container but PID 1, and `reset_dir`/`seal_dir` run in
@@ -68,20 +76,22 @@ from clawgym.sandbox.docker_images import TaskImages, default_state_dir
 from clawgym.sandbox.interface import (
     EGRESS_LABEL,
     HARNESS_LABEL,
+    INSTANCE_LABEL,
     MANAGED_BY,
     OWNER_LABEL,
     SANDBOX_LABEL,
     ExecResult,
     FileEnds,
+    SandboxDied,
     SandboxFailed,
     SandboxSpec,
     exec_argv,
-    label_value,
     locate,
     sandbox_path,
     storage_layout,
     writable_dir,
 )
+from clawgym.sandbox.owners import InstanceLocks, Ownership
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +99,12 @@ LIFETIME_SLACK_S = 60  # a forgotten container outlives its sandbox by this, the
 HELPER_TIMEOUT_S = 120.0  # the relay helper: start, bind, hand over
 FILE_OP_TIMEOUT_S = 300.0  # copies are not bounded by the sandbox's lifetime (results are read after it)
 RELAY_MOUNT = "/run/clawgym-relay"
-# PID 1: sleeps until the lifetime is over; `wait` reaps the orphans re-parented to it.
-_KEEPALIVE = 'trap "exit 0" TERM; t=0; while [ "$t" -lt "$1" ]; do sleep 5 & wait; t=$((t + 5)); done'
+# PID 1: ignores the signals a shell would act on (the rest do not reach it from inside), sleeps
+# until the lifetime is over; `wait` reaps the orphans re-parented to it.
+_KEEPALIVE = (
+    'trap "" HUP INT QUIT TERM USR1 USR2 ALRM PIPE; t=0; while [ "$t" -lt "$1" ]; do sleep 5 & wait; '
+    "t=$((t + 5)); done"
+)
 # A writable directory the agent replaced by a link or a file becomes a directory again first.
 _RESET = 'if [ -L "$1" ] || [ ! -d "$1" ]; then rm -f -- "$1"; mkdir -p -- "$1"; fi\n' + RESET
 
@@ -103,13 +117,17 @@ class DockerBackend:
 
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg, self.d = cfg, cfg.docker
-        self.owner = label_value(cfg.owner or socket.gethostname())
+        self.ownership = Ownership(cfg.owner)
+        self.owner, self.instance = self.ownership.owner, self.ownership.instance
+        self.lease_name = self.ownership.lease_name
         self.cli = DockerCli(self.d)
         version = self.cli.run_sync(["version", "--format", "{{.Server.Version}}"], timeout_s=30)
         if version.returncode != 0:
             raise SandboxFailed(f"no Docker engine answers: {error_text(version)}")
         self.state = Path(self.d.state_dir or default_state_dir())
         self.state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.locks = InstanceLocks(self.state / "owners")
+        self.locks.hold(self.owner, self.instance)
         self.images = TaskImages(self.cli, self.d, self.state / "locks")
         self.ro_paths = [Path(p).expanduser() for p in self.d.ro_paths]
         self.disk_quota: bool | None = {"off": False, "required": True}.get(self.d.disk_quota)
@@ -133,17 +151,20 @@ class DockerBackend:
         return sandbox
 
     def labels(self, name: str, spec: SandboxSpec) -> dict[str, str]:
-        labels = {**spec.labels, MANAGED_BY: "clawgym", OWNER_LABEL: self.owner, SANDBOX_LABEL: name}
+        labels = {**spec.labels, **self.owner_labels(), SANDBOX_LABEL: name}
         labels[EGRESS_LABEL] = spec.network
         if spec.harness:
             labels[HARNESS_LABEL] = spec.harness
         return labels
 
+    def owner_labels(self) -> dict[str, str]:
+        return {MANAGED_BY: "clawgym", OWNER_LABEL: self.owner, INSTANCE_LABEL: self.instance}
+
     def run_args(self, name: str, spec: SandboxSpec, image: str, disk: bool) -> list[str]:
         """`docker run` of the sandbox container (detached; PID 1 only keeps it alive)."""
         r = spec.resources
-        # --rm: when PID 1 ends (the lifetime ran out) the engine removes the container itself
-        args = ["run", "--detach", "--rm", "--name", name, "--hostname", "sandbox", "--network", "none"]
+        # no --rm: a container that stopped keeps the state that says why (`DockerSandbox.gone`)
+        args = ["run", "--detach", "--name", name, "--hostname", "sandbox", "--network", "none"]
         for key, value in self.labels(name, spec).items():
             args += ["--label", f"{key}={value}"]
         args += ["--memory", f"{r.memory_mb}m", "--memory-swap", f"{r.memory_mb}m"]
@@ -193,25 +214,55 @@ class DockerBackend:
         self._live.pop(name, None)
 
     async def reap(self, owner: str | None = None) -> int:
-        """The owner's containers this process does not hold, and every clawgym sandbox container
-        that has exited (its lifetime ran out: nobody can use it any more)."""
-        managed = ["--filter", f"label={MANAGED_BY}=clawgym"]
-        owned = [*managed, "--filter", f"label={OWNER_LABEL}={owner or self.owner}"]
-        listed = await asyncio.gather(
-            self.cli.check(["ps", "--all", *owned, "--format", "{{.Names}}"], what="listing containers"),
-            self.cli.check(
-                ["ps", "--all", *managed, "--filter", "status=exited", "--format", "{{.Names}}"],
-                what="listing containers",
-            ),
+        """The owner's containers this object does not hold whose instance is gone or is this
+        object (`Ownership.reapable`), and every stopped clawgym container that no live instance
+        holds (nobody can use it any more); then the records of the owner's gone instances."""
+        owner = owner or self.owner
+        owned, stopped = await asyncio.gather(
+            self._containers(f"label={OWNER_LABEL}={owner}"), self._containers("status=exited")
         )
         held = set(self._live) | {f"{name}-relay" for name in self._live}
-        victims = sorted({n for out in listed for n in out.decode().split()} - held)
-        if victims:
-            await self.cli.run(["rm", "--force", "--volumes", *victims], timeout_s=120)
+        victims = await asyncio.to_thread(self._victims, owner, owned, stopped, held)
+        removed = victims and await self.cli.run(["rm", "--force", "--volumes", *victims], timeout_s=120)
+        if not removed or removed.ok:  # a gone instance's record goes once none of its containers is left
+            left = {instance for name, _, instance in owned if name not in victims}
+            for instance in await asyncio.to_thread(self.locks.dead, owner):
+                if instance not in left:
+                    self.locks.forget(owner, instance)
         return len(victims)
+
+    async def _containers(self, where: str) -> list[tuple[str, str, str]]:
+        """(name, owner, instance) of the clawgym containers `--filter where` selects."""
+        labels = "\t".join(f'{{{{.Label "{key}"}}}}' for key in (OWNER_LABEL, INSTANCE_LABEL))
+        selected = ["--filter", f"label={MANAGED_BY}=clawgym", "--filter", where]
+        out = await self.cli.check(
+            ["ps", "--all", *selected, "--format", "{{.Names}}\t" + labels], what="listing containers"
+        )
+        rows = [line.split("\t") for line in out.decode().splitlines()]
+        return [(row[0], row[1], row[2]) for row in rows if len(row) == 3]
+
+    def _victims(
+        self,
+        owner: str,
+        owned: list[tuple[str, str, str]],
+        stopped: list[tuple[str, str, str]],
+        held: set[str],
+    ) -> list[str]:
+        victims = {
+            name
+            for name, _, instance in owned
+            if self.ownership.reapable(instance, self.locks.liveness(owner, instance))
+        }
+        victims |= {
+            name
+            for name, of, instance in stopped
+            if instance == self.instance or not instance or self.locks.liveness(of, instance) != "live"
+        }
+        return sorted(victims - held)
 
     async def close(self) -> None:
         await asyncio.gather(*(s.destroy() for s in list(self._live.values())), return_exceptions=True)
+        self.locks.release()
 
 
 class DockerSandbox:
@@ -268,7 +319,7 @@ class DockerSandbox:
         server.listen(1)
         server.setblocking(False)
         loop = asyncio.get_running_loop()
-        labels = [f"--label={MANAGED_BY}=clawgym", f"--label={OWNER_LABEL}={self.backend.owner}"]
+        labels = [f"--label={key}={value}" for key, value in self.backend.owner_labels().items()]
         helper = asyncio.ensure_future(
             self.cli.run(
                 [
@@ -346,7 +397,7 @@ class DockerSandbox:
         count until then), so a shell that cannot start yet is tried again."""
         for pause in (0.05, 0.2, 0.5, 1.0, 2.0):
             result = await self._root_sh(script, *args)
-            if result.ok:
+            if result.ok or b"is not running" in result.stderr:
                 return result
             await asyncio.sleep(pause)
         return await self._root_sh(script, *args)
@@ -396,13 +447,32 @@ class DockerSandbox:
             self._running.discard(task)
         if result.timed_out:
             await self._kill_all()
-        elif result.exit_code in (1, 125) and result.stderr.startswith(b"Error") and not await self._alive():
-            raise SandboxFailed(f"sandbox container {self.id} is gone: {error_text(result)}")
+        elif _maybe_gone(result) and (gone := await self.gone(f"exec {argv[0]}", result)) is not None:
+            raise gone
         return result
 
-    async def _alive(self) -> bool:
-        out = await self.cli.run(["inspect", "--format", "{{.State.Running}}", self.id], timeout_s=30)
-        return out.ok and out.stdout.strip() == b"true"
+    async def gone(self, what: str, result: ExecResult) -> SandboxFailed | None:
+        """Why the container cannot serve `what` (which ended as `result`), None while it runs:
+        SandboxDied when it stopped by itself (out of memory, or PID 1 exited), SandboxFailed when
+        it was removed or SIGKILLed from outside (nothing inside can SIGKILL its PID 1)."""
+        out = await self.cli.run(["inspect", "--format", "{{json .State}}", self.id], timeout_s=30)
+        if not out.ok:
+            how = "was removed" if b"No such" in out.stderr else f"cannot be inspected ({error_text(out)})"
+            return SandboxFailed(
+                f"sandbox container {self.id} {how} while in use: {what}: {error_text(result)}"
+            )
+        state = json.loads(out.stdout)
+        if state.get("Running"):
+            return None
+        code, oom = state.get("ExitCode"), state.get("OOMKilled") is True
+        if not oom and code == 137:
+            return SandboxFailed(f"sandbox container {self.id} was killed from outside while in use: {what}")
+        why = "the out-of-memory killer ended its PID 1" if oom else f"its PID 1 exited ({code})"
+        return SandboxDied(f"sandbox container {self.id} stopped by itself: {why}, during {what}")
+
+    async def _failure(self, what: str, result: ExecResult) -> SandboxFailed:
+        """The error of a file operation that failed: `gone`'s if the container stopped."""
+        return await self.gone(what, result) or SandboxFailed(f"{what}: {error_text(result)}")
 
     # --- files ---
 
@@ -422,7 +492,9 @@ class DockerSandbox:
         data = await asyncio.to_thread(_tar_of_dir, Path(local_dir), sandbox_path(dest).lstrip("/"))
         made = await self._root_sh('mkdir -p -- "$1"', sandbox_path(dest))
         if not made.ok:
-            raise InvalidArgument(f"cannot make {dest} in the sandbox: {error_text(made)}")
+            raise await self.gone(f"making {dest}", made) or InvalidArgument(
+                f"cannot make {dest} in the sandbox: {error_text(made)}"
+            )
         await self._cp_in(data)
 
     async def _cp_out(self, path: str) -> bytes:
@@ -468,13 +540,13 @@ class DockerSandbox:
         await self._kill_all()  # a process left running could refill the directory
         result = await self._root_sh_after_kill(_RESET, sandbox_path(path), *nested, *binds)
         if not result.ok:
-            raise SandboxFailed(f"cannot empty {path} in sandbox {self.id}: {error_text(result)}")
+            raise await self._failure(f"emptying {path} in sandbox {self.id}", result)
 
     async def seal_dir(self, path: str) -> None:
         writable_dir(self.spec, path)
         result = await self._root_sh('chown -R 0:0 -- "$1" && chmod -R a-w -- "$1"', sandbox_path(path))
         if not result.ok:
-            raise SandboxFailed(f"cannot seal {path} in sandbox {self.id}: {error_text(result)}")
+            raise await self._failure(f"sealing {path} in sandbox {self.id}", result)
 
     # --- teardown ---
 
@@ -500,6 +572,12 @@ class DockerSandbox:
         finally:
             shutil.rmtree(self.state, ignore_errors=True)
             self.backend.forget(self.id)
+
+
+def _maybe_gone(result: ExecResult) -> bool:
+    """Whether an exec's end may be its container's: killed (137: the container's PID 1 went, its
+    processes with it), or the CLI's own complaint (125-127, or 1 with "Error ...")."""
+    return result.exit_code >= 125 or (result.exit_code == 1 and result.stderr.startswith(b"Error"))
 
 
 # --- tar streams for `docker cp -` (members named from /, owned by root) ---

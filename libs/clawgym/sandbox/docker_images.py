@@ -1,10 +1,17 @@
 """Task images: named by the content of their build, built once per content.
 
 A task's `ImageBuild` (its Dockerfile and context folder) is named
-`<repository>/<task>:<hash>`, the hash covering the Dockerfile, every file of the context (path,
-type, mode, link target, bytes) and the build arguments. The name alone says whether the image
-is current: an unchanged task is never rebuilt, an edited one gets a new name. Every file counts,
-`.dockerignore`d ones too: a change there rebuilds for nothing, but nothing stale is ever run.
+`<repository>/<suite>/<task>:<hash>`, the hash covering the Dockerfile, every file of the context
+(path, type, mode, link target, bytes) and the build arguments. The name alone says whether the
+image is current: an unchanged task is never rebuilt, an edited one gets a new name. Every file
+counts, `.dockerignore`d ones too: a change there rebuilds for nothing, but nothing stale is ever
+run. The suite is part of the repository, so replacing a task's older images (`remove_replaced_images`)
+never touches another suite's task of the same id.
+
+Network: building is the suite author's step, and a Dockerfile's RUN can reach whatever the build
+network reaches (on the default bridge: the internet and this host's services on its bridge
+address). An imported suite's Dockerfiles (`ImageBuild.imported`: a third party's) build with
+`--network none` unless `allow_imported_build_network`; other builds use `build_network`.
 
 `TaskImages.ensure` builds at most once per name at a time: concurrent rollouts of one task in this
 process wait on one asyncio lock, other processes on a file lock, and each looks for the image
@@ -82,10 +89,20 @@ def repository_part(text: str) -> str:
 
 
 def image_name(build: ImageBuild, repository: str, build_args: Mapping[str, str] | None = None) -> str:
-    """`<repository>/<task>:<hash>`, the name the docker backend builds and kubernetes runs."""
+    """`<repository>/<suite>/<task>:<hash>` (no suite part when the build names none), the name the
+    docker backend builds and kubernetes runs."""
     tag = content_hash(build, build_args)[:32]
-    task = repository_part(build.name or Path(build.context).name)
-    return f"{repository.rstrip('/')}/{task}:{tag}"
+    parts = [repository.rstrip("/"), *([repository_part(build.suite)] if build.suite else [])]
+    parts.append(repository_part(build.name or Path(build.context).name))
+    return f"{'/'.join(parts)}:{tag}"
+
+
+def build_network(build: ImageBuild, cfg: DockerSandboxConfig) -> str:
+    """The --network of `build` ("" = the engine's default): none for an imported suite's
+    Dockerfile unless the config allows it (module docstring)."""
+    if build.imported and not cfg.allow_imported_build_network:
+        return "none"
+    return cfg.build_network
 
 
 class TaskImages:
@@ -123,19 +140,30 @@ class TaskImages:
 
     def _build(self, build: ImageBuild, name: str) -> None:
         repository, _, tag = name.rpartition(":")
-        args = ["build", "--quiet", "--file", str(Path(build.dockerfile).resolve()), "--tag", name]
+        # --force-rm: a failed step's container goes too (the classic builder keeps it otherwise)
+        args = [
+            "build",
+            "--quiet",
+            "--force-rm",
+            "--file",
+            str(Path(build.dockerfile).resolve()),
+            "--tag",
+            name,
+        ]
         args += ["--label", f"{MANAGED_BY}=clawgym", "--label", f"{CONTENT_LABEL}={tag}"]
         args += ["--label", f"{TASK_LABEL}={repository}"]
         for arg, value in self.cfg.build_args.items():
             args += ["--build-arg", f"{arg}={value}"]
-        if self.cfg.build_network:
-            args += ["--network", self.cfg.build_network]
-        log.info("building task image %s from %s", name, build.context)
+        network = build_network(build, self.cfg)
+        if network:
+            args += ["--network", network]
+        log.info("building task image %s from %s (network: %s)", name, build.context, network or "default")
         done = self.cli.run_sync(
             [*args, str(Path(build.context).resolve())], timeout_s=self.cfg.build_timeout_s
         )
         if done.returncode != 0:
-            raise SandboxFailed(f"building the task image {name} failed: {error_text(done)}")
+            offline = " (an imported suite's: built without network)" if network == "none" else ""
+            raise SandboxFailed(f"building the task image {name}{offline} failed: {error_text(done)}")
         self.builds += 1
         if self.cfg.remove_replaced_images:
             self._remove_replaced(repository, name)

@@ -40,6 +40,8 @@ OWNER_LABEL = "clawgym.dev/owner"
 SANDBOX_LABEL = "clawgym.dev/sandbox"
 HARNESS_LABEL = "clawgym.dev/harness"
 EGRESS_LABEL = "clawgym.dev/egress"
+# the backend object (one per process) that made it: `reap` takes a sandbox only once that is gone
+INSTANCE_LABEL = "clawgym.dev/instance"
 
 
 class SandboxFailed(Unavailable):
@@ -47,6 +49,14 @@ class SandboxFailed(Unavailable):
 
     An infrastructure failure: the orchestrator retries the rollout and never rewards it. A
     command that runs and fails is not this; it is an `ExecResult` with a non-zero exit code.
+    """
+
+
+class SandboxDied(SandboxFailed):
+    """The sandbox ended by itself: what ran in it ended it (its PID 1 killed by the out-of-memory
+    killer, or exited), not the machinery around it, which would have removed or killed it from
+    outside (`SandboxFailed`). Once the harness has run, the attempt records it as the harness's
+    outcome with reward 0, never retried (`orchestrator.attempt`); before, it is a sandbox failure.
     """
 
 
@@ -73,6 +83,10 @@ class ImageBuild:
     dockerfile: str
     context: str
     name: str = ""  # a readable part of the image's name (the task id)
+    suite: str = ""  # the suite's name: with `name`, the image's repository (one per suite and task)
+    # from an imported suite (a third party's Dockerfile): built without network unless allowed
+    # (`sandbox.docker.allow_imported_build_network`)
+    imported: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,10 +236,18 @@ class Sandbox(Protocol):
 
 
 class SandboxBackend(Protocol):
-    """Makes sandboxes; one per orchestrator. `owner` labels everything it creates."""
+    """Makes sandboxes; one per orchestrator. `owner` and `instance` label everything it creates.
+
+    `owner` is `sandbox.owner`, else the host name: stable across restarts, shared by every process
+    configured alike. `instance` is this backend object's own (unique per process), and each backend
+    records whether an instance still lives (`sandbox.owners`), so processes sharing an owner never
+    delete each other's live sandboxes. `lease_name` names the orchestrator in the store's leases.
+    """
 
     name: str
     owner: str
+    instance: str
+    lease_name: str
     # whether sandboxes run a task's own image (`SandboxSpec.build`): then the task's Dockerfile is
     # not turned into host setup steps (`tasks.model.Task.in_own_image`)
     task_images: bool
@@ -240,9 +262,9 @@ class SandboxBackend(Protocol):
         ...
 
     async def reap(self, owner: str | None = None) -> int:
-        """Deletes sandboxes labelled with `owner` (default: ours) that this process does not hold.
-
-        Run at start-up: sandboxes a crashed predecessor left behind are garbage. Returns how many.
+        """Deletes sandboxes labelled with `owner` (default: ours) that this object does not hold and
+        whose instance is gone (a crashed predecessor's) or is this object; a live instance's are
+        kept, whoever asks. Run at start-up. Returns how many.
         """
         ...
 

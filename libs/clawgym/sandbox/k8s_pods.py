@@ -26,6 +26,7 @@ from clawgym.sandbox.docker_images import image_name
 from clawgym.sandbox.interface import (
     EGRESS_LABEL,
     HARNESS_LABEL,
+    INSTANCE_LABEL,
     MANAGED_BY,
     OWNER_LABEL,
     SANDBOX_LABEL,
@@ -72,15 +73,18 @@ def pool_key(spec: SandboxSpec, cfg: KubernetesSandboxConfig) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def base_labels(owner: str, spec: SandboxSpec) -> dict[str, str]:
+def base_labels(owner: str, spec: SandboxSpec, instance: str = "") -> dict[str, str]:
     """The labels every sandbox pod carries (garbage collection and NetworkPolicy select on them)."""
-    return {
+    labels = {
         MANAGED_BY: "clawgym",
         PART_OF: "clawgym",  # with COMPONENT: what the chart's sandbox NetworkPolicy selects
         COMPONENT: "sandbox",
         OWNER_LABEL: owner,
         EGRESS_LABEL: spec.network,
     }
+    if instance:
+        labels[INSTANCE_LABEL] = instance
+    return labels
 
 
 def claim_labels(sandbox_id: str, spec: SandboxSpec) -> dict[str, str]:

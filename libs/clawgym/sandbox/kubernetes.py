@@ -5,9 +5,12 @@ streams over exec (stdin in, stdout out), so the image needs `sh`, `head`, `tar`
 Blocking client calls run in the backend's own thread pool (`max_threads`), never on the event
 loop and never in asyncio's small default executor, which long execs would starve.
 
-Garbage collection: every pod carries `app.kubernetes.io/managed-by=clawgym` and
-`clawgym.dev/owner=<owner>`; `reap()` deletes the owner's pods this process does not hold, and
-`activeDeadlineSeconds` ends any pod whose sandbox outlived its lifetime by a minute. Deletes use
+Garbage collection: every pod carries `app.kubernetes.io/managed-by=clawgym`,
+`clawgym.dev/owner=<owner>` and `clawgym.dev/instance`; each instance renews a Lease while it lives
+(`k8s_leases`), and `reap()` deletes the owner's pods this process does not hold whose instance's
+Lease ran out (or that are this instance's), and `activeDeadlineSeconds` ends any pod whose sandbox
+outlived its lifetime by a minute. A pod whose container the out-of-memory killer ended stopped by
+itself (`SandboxDied`); one deleted, evicted or past its deadline failed (`SandboxFailed`). Deletes use
 grace period 0 (a graceful delete takes 12-14 s on the 1.20 kubelet and buys nothing here).
 
 Warm pool (`warm_pool` > 0): per pod shape (`k8s_pods.pool_key`: image, layout, resources,
@@ -31,7 +34,6 @@ import json
 import logging
 import posixpath
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -49,18 +51,20 @@ from clawgym.sandbox.config import KubernetesSandboxConfig, SandboxConfig
 from clawgym.sandbox.container_scripts import RESET as _RESET
 from clawgym.sandbox.environment import check_env
 from clawgym.sandbox.interface import (
+    INSTANCE_LABEL,
     MANAGED_BY,
     OWNER_LABEL,
     ExecResult,
     FileEnds,
+    SandboxDied,
     SandboxFailed,
     SandboxSpec,
-    label_value,
     locate,
     sandbox_path,
     writable_dir,
 )
 from clawgym.sandbox.k8s_exec import PodExec, wrap
+from clawgym.sandbox.k8s_leases import InstanceLeases
 from clawgym.sandbox.k8s_pods import (
     FATAL_WAITING,
     POOL_LABEL,
@@ -72,6 +76,7 @@ from clawgym.sandbox.k8s_pods import (
     pool_key,
     with_task_image,
 )
+from clawgym.sandbox.owners import Liveness, Ownership
 
 log = logging.getLogger(__name__)
 KILLED_BY_SIGNAL = 128  # shells report a command killed by signal N as exit code 128 + N
@@ -109,10 +114,22 @@ class KubernetesBackend:
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg, self.k = cfg, cfg.kubernetes
         self.task_images = self.k.task_images
-        self.owner = label_value(cfg.owner or socket.gethostname())
+        self.ownership = Ownership(cfg.owner)
+        self.owner, self.instance = self.ownership.owner, self.ownership.instance
+        self.lease_name = self.ownership.lease_name
         configuration = _load_configuration(self.k)
         configuration.connection_pool_maxsize = self.k.max_threads
-        self.core = client.CoreV1Api(client.ApiClient(configuration))
+        api = client.ApiClient(configuration)
+        self.core = client.CoreV1Api(api)
+        self.leases = InstanceLeases(
+            self.call,
+            client.CoordinationV1Api(api),
+            namespace=self.k.namespace,
+            prefix=self.k.name_prefix,
+            owner=self.owner,
+            instance=self.instance,
+            lease_s=self.k.owner_lease_s,
+        )
         self.execs = PodExec(configuration, self.k.namespace)
         self.threads = ThreadPoolExecutor(max_workers=self.k.max_threads, thread_name_prefix="clawgym-k8s")
         self.held: set[str] = set()  # pod names this process owns: live, starting, or warm
@@ -184,7 +201,7 @@ class KubernetesBackend:
         except NotFound as e:
             raise SandboxFailed(f"pod {name} was deleted while in use") from e
         if (reason := pod_gone_reason(pod)) is not None:
-            raise SandboxFailed(f"pod {name} {reason}")
+            raise (SandboxDied if out_of_memory(pod) else SandboxFailed)(f"pod {name} {reason}")
 
     async def delete_pod(self, name: str) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=0, propagation_policy="Background")
@@ -199,6 +216,7 @@ class KubernetesBackend:
 
     async def create(self, spec: SandboxSpec) -> "KubernetesSandbox":
         spec.validate()
+        await self.leases.start()
         if spec.build is not None and self.task_images:
             # hashing the build context reads files: off the loop
             spec = await asyncio.to_thread(with_task_image, spec, self.k)
@@ -213,7 +231,7 @@ class KubernetesBackend:
                     log.warning("warm pod %s could not be claimed (%s); starting a cold one", name, e)
                     await self.delete_pod(name)
         name = self.new_pod_name()
-        labels = {**base_labels(self.owner, spec), **claim_labels(name, spec)}
+        labels = {**base_labels(self.owner, spec, self.instance), **claim_labels(name, spec)}
         manifest = pod_manifest(
             name=name, spec=spec, cfg=self.k, labels=labels, deadline_s=lifetime_deadline(spec)
         )
@@ -244,10 +262,32 @@ class KubernetesBackend:
         self.held.discard(name)
 
     async def reap(self, owner: str | None = None) -> int:
-        selector = f"{MANAGED_BY}=clawgym,{OWNER_LABEL}={owner or self.owner}"
+        owner = owner or self.owner
+        await self.leases.start()
+        selector = f"{MANAGED_BY}=clawgym,{OWNER_LABEL}={owner}"
         pods = await self.call(self.core.list_namespaced_pod, self.k.namespace, label_selector=selector)
-        victims = [p.metadata.name for p in pods.items if p.metadata.name not in self.held]
+        recorded = await self.leases.liveness(owner)
+        # A configured owner is one live orchestrator at a time (the chart's pod name): its other
+        # instances are predecessors, taken at once, as the store takes their rollouts. Their
+        # Leases would tell only once they ran out, and reap runs at start.
+        predecessors = self.ownership.pinned and owner == self.owner
+
+        def liveness(instance: str) -> Liveness:
+            if predecessors and instance != self.instance:
+                return "dead"
+            return recorded.get(instance, "unknown")
+
+        instances = {p.metadata.name: (p.metadata.labels or {}).get(INSTANCE_LABEL, "") for p in pods.items}
+        victims = [
+            name
+            for name, instance in instances.items()
+            if name not in self.held and self.ownership.reapable(instance, liveness(instance))
+        ]
         await asyncio.gather(*(self.delete_pod(name) for name in victims))
+        left = {instance for name, instance in instances.items() if name not in victims}
+        for instance in recorded:  # a gone instance's Lease, once none of its pods is left
+            if liveness(instance) == "dead" and instance not in left:
+                await self.leases.forget(instance)
         return len(victims)
 
     async def close(self) -> None:
@@ -256,6 +296,7 @@ class KubernetesBackend:
         await asyncio.gather(*(s.destroy() for s in list(self._live.values())), return_exceptions=True)
         warm = [name for pool in self._pools.values() for name in pool.ready]
         await asyncio.gather(*(self.delete_pod(name) for name in warm), return_exceptions=True)
+        await self.leases.close()
         self.threads.shutdown(wait=False, cancel_futures=True)
 
 
@@ -291,7 +332,7 @@ class WarmPool:
 
     async def _start_one(self) -> None:
         name = self.backend.new_pod_name()
-        labels = {**base_labels(self.backend.owner, self.spec), POOL_LABEL: self.key}
+        labels = {**base_labels(self.backend.owner, self.spec, self.backend.instance), POOL_LABEL: self.key}
         manifest = pod_manifest(
             name=name, spec=self.spec, cfg=self.backend.k, labels=labels, deadline_s=WARM_POD_MAX_S
         )
@@ -314,6 +355,16 @@ def _api_message(e: client.ApiException) -> str:
         return json.loads(e.body).get("message") or e.reason
     except (TypeError, ValueError, AttributeError):
         return e.reason
+
+
+def out_of_memory(pod: client.V1Pod) -> bool:
+    """Whether the out-of-memory killer ended a container of `pod` (its processes' doing), unless
+    the pod is being deleted (then the infrastructure ended it)."""
+    if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
+        return False
+    statuses = (pod.status.container_statuses if pod.status is not None else None) or []
+    ended = [s.state.terminated for s in statuses if s.state is not None and s.state.terminated is not None]
+    return any(t.reason == "OOMKilled" for t in ended)
 
 
 def pod_gone_reason(pod: client.V1Pod) -> str | None:

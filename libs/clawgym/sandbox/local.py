@@ -1,7 +1,8 @@
 """The `local` sandbox backend: a storage directory on this machine and bubblewrap'd process trees.
 
-A sandbox is a directory `<root_dir>/<id>/` holding `meta.json` (owner, labels: what `reap`
-reads), the sandbox's passwd/group files, and `fs/<name>/`, one directory per writable sandbox
+A sandbox is a directory `<root_dir>/<id>/` holding `meta.json` (owner, instance, labels: what
+`reap` reads; `owners` keeps each instance's liveness in `<root_dir>/.owners`), the sandbox's
+passwd/group files, and `fs/<name>/`, one directory per writable sandbox
 path (see `interface.storage_layout`). Nothing runs between execs: each exec is its own bwrap (its
 own PID and network namespaces), and everything it started dies with it. So put/get touch the
 storage directly, with symlink-safe path walking, and never race a sandboxed process.
@@ -61,7 +62,6 @@ from clawgym.sandbox.interface import (
     SandboxFailed,
     SandboxSpec,
     exec_argv,
-    label_value,
     locate,
     sandbox_path,
     storage_layout,
@@ -82,6 +82,7 @@ from clawgym.sandbox.local_bwrap import (
     system_binds,
     uid_is_free,
 )
+from clawgym.sandbox.owners import InstanceLocks, Ownership
 from clawgym.sandbox.process import run_tree, stopped_by
 
 log = logging.getLogger(__name__)
@@ -95,12 +96,16 @@ class LocalBackend:
 
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg = cfg
-        self.owner = label_value(cfg.owner or socket.gethostname())
+        self.ownership = Ownership(cfg.owner)
+        self.owner, self.instance = self.ownership.owner, self.ownership.instance
+        self.lease_name = self.ownership.lease_name
         self.root = Path(cfg.local.root_dir or Path(tempfile.gettempdir()) / "clawgym-sandboxes")
         self.as_root = os.geteuid() == 0
         # 0711: a sandbox uid may traverse to its own storage but cannot list the others
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
+        self.locks = InstanceLocks(self.root / ".owners")
+        self.locks.hold(self.owner, self.instance)
         self.system = system_binds(cfg.local.system_paths)
         self.ro_paths = [Path(p).expanduser() for p in cfg.local.ro_paths]
         self.uids = (
@@ -190,7 +195,7 @@ class LocalBackend:
         return await asyncio.to_thread(self._reap, owner)
 
     def _reap(self, owner: str) -> int:
-        reaped = 0
+        reaped, left = 0, set()
         for entry in self.root.iterdir():
             meta_path = entry / "meta.json"
             if entry.name in self._live or not meta_path.is_file():
@@ -199,7 +204,12 @@ class LocalBackend:
                 meta = json.loads(meta_path.read_text())
             except (OSError, ValueError):
                 continue
-            if meta.get("owner") == owner:
+            if meta.get("owner") != owner:
+                continue
+            instance = str(meta.get("instance", ""))
+            if not self.ownership.reapable(instance, self.locks.liveness(owner, instance)):
+                left.add(instance)  # a live instance's (or one this machine cannot tell)
+            else:
                 uid = meta.get("uid")
                 # its processes may outlive a killed owner; the uid is safe to kill once unheld
                 if isinstance(uid, int) and self.uids is not None and uid_is_free(self.uids.lock_dir, uid):
@@ -209,6 +219,9 @@ class LocalBackend:
                 tmpfs.unmount(entry / "fs")
                 shutil.rmtree(entry, ignore_errors=True)
                 reaped += 1
+        for instance in self.locks.dead(owner):  # a gone instance's record, once nothing of it is left
+            if instance not in left:
+                self.locks.forget(owner, instance)
         return reaped
 
     def forget(self, sandbox_id: str) -> None:
@@ -216,6 +229,7 @@ class LocalBackend:
 
     async def close(self) -> None:
         await asyncio.gather(*(s.destroy() for s in list(self._live.values())), return_exceptions=True)
+        self.locks.release()
 
     def base_env(self, spec: SandboxSpec, storage: Mapping[str, Path]) -> dict[str, str]:
         """The environment every exec starts from (nothing of the host's leaks in)."""
@@ -277,6 +291,7 @@ class LocalSandbox:
             meta = {
                 "id": sandbox_id,
                 "owner": backend.owner,
+                "instance": backend.instance,
                 "labels": labels,
                 "harness": spec.harness,
                 "uid": uid,

@@ -49,6 +49,17 @@ def resolve_task(task: str, suite: str) -> tuple[str, str]:
     return suite, task
 
 
+def suite_of(task_dir: Path) -> tuple[str, bool]:
+    """(name, imported) of the suite a task folder belongs to: the nearest folder above it holding
+    suite.json is an imported suite (a third party's tasks, `suite_import`), named by that folder;
+    otherwise the suite is the folder the task sits in, its author's."""
+    task_dir = Path(task_dir).resolve()
+    for folder in task_dir.parents:
+        if (folder / "suite.json").is_file():
+            return folder.name, True
+    return task_dir.parent.name, False
+
+
 def _info(path: Path, name: str) -> SuiteInfo:
     meta = json.loads((path / "suite.json").read_text())
     return SuiteInfo(name, path, meta.get("format", "?"), int(meta.get("tasks", 0)))

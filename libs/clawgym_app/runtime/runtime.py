@@ -89,7 +89,7 @@ class Runtime:
             cfg = cfg.model_copy(
                 update={"orchestrator": cfg.orchestrator.model_copy(update={"proxy_url": self.proxy_url})}
             )
-            self.rollouts = self.loop.run(open_rollouts(cfg, self.store, own_owner=True))
+            self.rollouts = self.loop.run(open_rollouts(cfg, self.store))
         else:
             self.proxy_url = cfg.trainer.proxy_url or cfg.orchestrator.proxy_url
             self.rollouts = self.loop.run(open_rollouts(cfg))
