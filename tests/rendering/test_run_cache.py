@@ -82,3 +82,22 @@ def test_a_failed_tokenizing_is_not_kept_and_its_waiters_tokenize_themselves(enc
         assert waiter.result(10) == encode(SYSTEM)
     assert len(cache) == 0 and len(attempts) == 2
     assert cache.get(SYSTEM) == encode(SYSTEM) and len(cache) == 1
+
+
+def test_what_is_kept_is_bounded_in_bytes_and_a_run_over_the_budget_is_never_kept(encode):
+    """Issue #16 item 3: 64 entries of multi-megabyte runs pinned gigabytes. Runs of 17 kB each
+    (text + ids ~0.2 MB kept) against a 1 MiB budget: the least recently used are dropped so what
+    is kept stays within it, and a run larger than the whole budget is tokenized (its ids are
+    right) but not kept, so it does not flush the others."""
+    budget = 2**20
+    cache = RunCache(encode, size=64, max_bytes=budget)
+    runs = [f"{i}: " + SYSTEM for i in range(10)]
+    for run in runs:
+        assert cache.get(run) == encode(run)
+        assert cache.nbytes <= budget, f"{cache.nbytes} bytes kept, over the {budget} budget"
+    assert 1 < len(cache) < 10, f"{len(cache)} of 10 runs kept: the byte budget bounds them, not the count"
+    kept = len(cache)
+    huge = SYSTEM * 8  # 138 kB of text, ~1.7 MB kept: alone over the budget
+    assert cache.get(huge) == encode(huge)
+    assert len(cache) == kept and cache.nbytes <= budget, "a run over the budget is not kept"
+    assert cache.get(runs[-1]) == encode(runs[-1]) and cache.hits == 1, "the newest run is still kept"

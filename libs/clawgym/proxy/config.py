@@ -84,11 +84,40 @@ class ProxyConfig(Section):
         32, ge=1, description="threads waiting on store calls (recording, token lookups)"
     )
     render_threads: int = Field(4, ge=1, description="threads rendering and tokenizing prompts")
+    render_per_rollout: int = Field(
+        2,
+        ge=0,
+        description="render threads one rollout may hold at once; its further calls wait their turn "
+        "(a rollout keeping several long prompts in flight cannot queue every other rollout's calls "
+        "behind them); 0 = no limit",
+    )
     token_run_cache: int = Field(
         64,
         ge=0,
         description="long text runs (a harness's system prompt + tools) kept tokenized, shared by every "
         "rollout; 0 = off (each rollout's first call tokenizes them anew, as before issue #18)",
+    )
+    token_run_cache_mb: int = Field(
+        32,
+        ge=0,
+        description="memory for the runs `token_run_cache` keeps (their text and ids; least recently used "
+        "dropped): a ~100 kB system prompt + tools takes ~1 MB; a run larger than this is never kept; "
+        "0 = off",
+    )
+    max_chars_per_token: int = Field(
+        0,
+        ge=0,
+        description="a prompt whose text to tokenize has more characters than the tokens left of the "
+        "context times this is refused (400, prompt is too long) before it is tokenized; 0 = the "
+        "tokenizer's longest vocabulary entry, which never refuses a prompt that fits (a smaller value "
+        "refuses sooner, but also a prompt of long tokens that would fit: runs of spaces, rules)",
+    )
+    max_json_depth: int = Field(
+        100,
+        ge=1,
+        description="deepest nesting of lists and objects accepted in a request body, and in the tool-call "
+        "arguments it carries as JSON text; deeper is a 400 before anything recurses over it "
+        "(rendering a few hundred levels overflowed the escaping's recursion: HTTP 500)",
     )
     record_off_loop: bool = Field(
         True,

@@ -10,7 +10,10 @@ into responses. Nothing is recorded for a request refused here.
 The edge's order is the cheap checks first: the API key before the body is read (an unknown
 caller costs no upload), the declared `Content-Length` against `proxy.max_body_bytes` before
 reading, the running size while reading (chunked bodies declare none), then JSON and text
-validity (lone UTF-16 surrogates are refused here, not found by the tokenizer or the store).
+validity (lone UTF-16 surrogates are refused here, not found by the tokenizer or the store), then
+how deeply it nests (`proxy/nesting.py`). A prompt's text longer than the context could hold is
+refused before it is tokenized (`ChatTemplate.encode`), and one rollout holds at most
+`proxy.render_per_rollout` render threads (`proxy/pools.py`).
 """
 
 import asyncio
@@ -36,6 +39,7 @@ from clawgym.proxy.held import HeldTurns
 from clawgym.proxy.identity import RolloutResolver, api_key
 from clawgym.proxy.live import LiveState
 from clawgym.proxy.metrics import ProxyMetrics
+from clawgym.proxy.nesting import check_arguments_depth, check_body_depth
 from clawgym.proxy.pools import WorkerPools
 from clawgym.records import Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
@@ -159,9 +163,15 @@ class Gateway:
         self.tokenizer = tokenizer
         self.live = live
         self.metrics = metrics
-        self.template = ChatTemplate(tokenizer, supports_tools, cfg.token_run_cache)
+        self.template = ChatTemplate(
+            tokenizer,
+            supports_tools,
+            cfg.token_run_cache,
+            cfg.token_run_cache_mb * 2**20,
+            cfg.max_chars_per_token,
+        )
         self.builder = PromptBuilder(self.template)
-        self.pools = WorkerPools(cfg.store_threads, cfg.render_threads)
+        self.pools = WorkerPools(cfg.store_threads, cfg.render_threads, cfg.render_per_rollout)
         self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s, self.pools)
         self.held = HeldTurns(cfg.held_turns_mb * 2**20) if cfg.held_turns_mb else None
         self.background: set[asyncio.Task] = set()  # producers of calls still generating
@@ -202,8 +212,10 @@ class Gateway:
             raw = await read_body(body, headers, self.cfg.max_body_bytes)
             t1 = time.perf_counter()
             request = parse_body(raw, self.cfg.lean_calls)
+            check_body_depth(raw, request, self.cfg.max_json_depth)  # before anything recurses over it
             t2 = time.perf_counter()
             wire = protocol.parse(request)
+            check_arguments_depth(wire.conversation, self.cfg.max_json_depth)
             t3 = time.perf_counter()
             timings = {"identity": t0 - started, "read_body": t1 - t0, "json": t2 - t1, "validate": t3 - t2}
             run = await self._start(protocol, wire, request, headers, rollout, started, disconnected, timings)
@@ -250,6 +262,7 @@ class Gateway:
         timings: dict[str, float],
     ) -> CallRun:
         conv, opts = wire.conversation, wire.options
+        status = await self.engine_status()  # its context bounds the text worth tokenizing
         t0 = time.perf_counter()
         keys = chain_keys(conv)
         t1 = time.perf_counter()
@@ -259,9 +272,10 @@ class Gateway:
         turns = {} if held is not None else await self.live.get_turns(rollout.id, candidates)
         t2 = time.perf_counter()
         # in a worker thread: the tokenizer releases the GIL, so other calls keep streaming meanwhile
-        prompt = await self.pools.render(self.builder.build, conv, turns, keys, held)
+        prompt = await self.pools.render(
+            self.builder.build, conv, turns, keys, held, status.max_context, owner=rollout.id
+        )
         t3 = time.perf_counter()
-        status = await self.engine_status()
         room = status.max_context - len(prompt)
         if room < 1:
             raise InvalidArgument(
@@ -329,11 +343,15 @@ class Gateway:
     ) -> JsonReply:
         """`/v1/messages/count_tokens`: the prompt length of a request rendered from scratch."""
         try:
-            await self.resolver.resolve(api_key(headers))
+            rollout = await self.resolver.resolve(api_key(headers))
             raw = await read_body(body, headers, self.cfg.max_body_bytes)
             request = parse_body(raw, self.cfg.lean_calls)
+            check_body_depth(raw, request, self.cfg.max_json_depth)
             conv = protocol.parse_count_tokens(request)
-            return JsonReply(200, {"input_tokens": await self.pools.render(self.builder.count_tokens, conv)})
+            check_arguments_depth(conv, self.cfg.max_json_depth)
+            context = (await self.engine_status()).max_context
+            tokens = await self.pools.render(self.builder.count_tokens, conv, context, owner=rollout.id)
+            return JsonReply(200, {"input_tokens": tokens})
         except ClawgymError as e:
             return self._error(protocol, e, "unknown")
         except Exception as e:  # a bug: still answered in the protocol's shape, with the traceback logged

@@ -33,12 +33,18 @@ START, END = "\ue000", "\ue001"  # private use: no tokenizer gives them meaning,
 # tokenized anew by each rollout's first call. Exact: each run is tokenized on its own either way.
 LONG_RUN_CHARS = 2048
 RUN_CACHE_SIZE = 64
+RUN_CACHE_BYTES = 32 * 2**20
 
 
 class ControlTokens:
     """Escapes harness strings before rendering and tokenizes the rendered text."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, run_cache: int = RUN_CACHE_SIZE) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        run_cache: int = RUN_CACHE_SIZE,
+        run_cache_bytes: int = RUN_CACHE_BYTES,
+    ) -> None:
         self.ids = {a.content: i for i, a in tokenizer.added_tokens_decoder.items() if a.content}
         self.literals = [START, *sorted(self.ids, key=len, reverse=True)]  # longest first: alternation order
         self._index = {text: i for i, text in enumerate(self.literals)}
@@ -47,7 +53,9 @@ class ControlTokens:
         self._pieces = re.compile(f"{START}(\\d+){END}" + (f"|{structure}" if structure else ""))
         self._encode_runs = _plain_encoder(tokenizer)
         self._long_runs = (
-            RunCache(lambda run: tuple(self._encode_runs([run])[0]), run_cache) if run_cache > 0 else None
+            RunCache(lambda run: tuple(self._encode_runs([run])[0]), run_cache, run_cache_bytes)
+            if run_cache > 0 and run_cache_bytes > 0
+            else None
         )
 
     # --- before rendering ---

@@ -4,14 +4,20 @@ Owns the least-recently-used map from a run's text to its ids, and single flight
 of a step's rollouts can arrive together with the same ~100 kB system prompt + tools run; one
 render thread tokenizes it while the others wait for its ids instead of each spending the same
 ~20 ms (a 22k-token run on one core) again. Thread-safe: the proxy's render threads share one.
-It does not decide which runs are long (`control_tokens`).
+What is kept is bounded in entries and in bytes (the run's text, its tuple and an int object per
+id), so a few multi-megabyte runs cannot pin gigabytes; a run over the byte budget is tokenized
+but never kept. It does not decide which runs are long (`control_tokens`).
 """
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
 Ids = tuple[int, ...]
+# an id's int object as pymalloc sizes it (28 bytes, rounded up); ids below 257 are shared, so
+# this counts them high, never low
+INT_BYTES = 32
 
 
 class _Flight:
@@ -22,15 +28,23 @@ class _Flight:
         self.ids: Ids | None = None
 
 
-class RunCache:
-    """At most `size` runs' ids, least recently used dropped; `encode` tokenizes one run."""
+def entry_bytes(run: str, ids: Ids) -> int:
+    """What keeping `run` and its ids holds in memory."""
+    return sys.getsizeof(run) + sys.getsizeof(ids) + INT_BYTES * len(ids)
 
-    def __init__(self, encode: Callable[[str], Ids], size: int) -> None:
+
+class RunCache:
+    """At most `size` runs' ids and `max_bytes` of runs and ids, least recently used dropped;
+    `encode` tokenizes one run."""
+
+    def __init__(self, encode: Callable[[str], Ids], size: int, max_bytes: int = 2**62) -> None:
         self._encode = encode
         self._size = size
+        self._max_bytes = max_bytes
         self._lock = threading.Lock()
         self._ids: OrderedDict[str, Ids] = OrderedDict()  # least recently used first
         self._flights: dict[str, _Flight] = {}
+        self.nbytes = 0  # of the kept entries, by `entry_bytes`
         self.hits = self.misses = self.shared = 0  # shared: waited for another thread's tokenizing
 
     def __len__(self) -> int:
@@ -61,8 +75,17 @@ class RunCache:
             with self._lock:
                 del self._flights[run]
                 if flight.ids is not None:
-                    self._ids[run] = flight.ids
-                    while len(self._ids) > self._size:
-                        self._ids.popitem(last=False)
+                    self._keep(run, flight.ids)
             flight.done.set()
         return flight.ids
+
+    def _keep(self, run: str, ids: Ids) -> None:
+        """Keeps a new entry, dropping the least recently used past either bound (under the lock)."""
+        cost = entry_bytes(run, ids)
+        if cost > self._max_bytes:
+            return  # it alone is over the budget: keeping it would drop everything else for it
+        self._ids[run] = ids
+        self.nbytes += cost
+        while len(self._ids) > self._size or self.nbytes > self._max_bytes:
+            old_run, old_ids = self._ids.popitem(last=False)
+            self.nbytes -= entry_bytes(old_run, old_ids)

@@ -132,10 +132,12 @@ class PromptBuilder:
         turns: Mapping[bytes, GeneratedTurn],
         keys: list[bytes] | None = None,
         held: HeldTurn | None = None,
+        max_tokens: int | None = None,
     ) -> BuiltPrompt:
         """The prompt for `conv`, given the generated turns found under its candidate keys
         (`keys`: its `chain_keys`, if already computed) or `held`, one of them whole: the same
-        prompt as from its chain of turns, without rebuilding it."""
+        prompt as from its chain of turns, without rebuilding it. `max_tokens` (the context):
+        text that could not fit in what the spliced ids leave of it is refused untokenized."""
         c0 = time.perf_counter()
         keys = chain_keys(conv) if keys is None else keys
         prompt_key = keys[-1] if keys else tools_key(conv.tools)
@@ -156,13 +158,14 @@ class PromptBuilder:
             c1 = time.perf_counter()
             text = self.continuation(conv.messages[i + 1 :], conv.tools, stop_text)
             c2 = time.perf_counter()
-            new = np.asarray(self.template.encode(text), dtype=IDS)
+            room = None if max_tokens is None else max_tokens - len(base)
+            new = np.asarray(self.template.encode(text, room), dtype=IDS)
             steps = {"splice": c1 - c0, "render": c2 - c1, "tokenize": time.perf_counter() - c2}
             return BuiltPrompt(np.concatenate([base, new]), prompt_key, keys[i], len(base), len(new), steps)
         c1 = time.perf_counter()
         text = self.template.render(conv.messages, conv.tools, add_generation_prompt=True)
         c2 = time.perf_counter()
-        ids = np.asarray(self.template.encode(text), dtype=IDS)
+        ids = np.asarray(self.template.encode(text, max_tokens), dtype=IDS)
         steps = {"splice": c1 - c0, "render": c2 - c1, "tokenize": time.perf_counter() - c2}
         return BuiltPrompt(ids, prompt_key, b"", 0, len(ids), steps)
 
@@ -177,9 +180,10 @@ class PromptBuilder:
             after = after[len(stop_text) :]
         return after
 
-    def count_tokens(self, conv: Conversation) -> int:
-        """Prompt length when rendered from scratch (what `count_tokens` answers)."""
-        return len(self.template.encode(self.template.render(conv.messages, conv.tools, True)))
+    def count_tokens(self, conv: Conversation, max_tokens: int | None = None) -> int:
+        """Prompt length when rendered from scratch (what `count_tokens` answers); text that could
+        not fit in `max_tokens` is refused untokenized."""
+        return len(self.template.encode(self.template.render(conv.messages, conv.tools, True), max_tokens))
 
     @staticmethod
     def _rebuild(key: bytes, turns: Mapping[bytes, GeneratedTurn]) -> np.ndarray | None:

@@ -8,7 +8,10 @@ its system prompt in the Hermes/Qwen `<tool_call>` convention, its assistants' t
 out as text and tool results as `<tool_response>` user turns, so the same output parser applies.
 Every string from the harness is escaped before the template sees it and the rendered text is
 encoded by `ControlTokens`, so control-token strings written in content stay ordinary tokens
-(`clawgym.rendering.control_tokens`). It does not splice generated ids; `clawgym.rendering.splice` does.
+(`clawgym.rendering.control_tokens`). Text longer than a token budget could hold (no token is
+longer than the vocabulary's longest entry) is refused before it is tokenized: a multi-megabyte
+prompt costs its render, not seconds of tokenizing and its ids. It does not splice generated ids;
+`clawgym.rendering.splice` does.
 """
 
 import json
@@ -20,7 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from clawgym.errors import InvalidArgument
 from clawgym.protocols.conversation import Message, Tool
-from clawgym.rendering.control_tokens import RUN_CACHE_SIZE, ControlTokens
+from clawgym.rendering.control_tokens import RUN_CACHE_BYTES, RUN_CACHE_SIZE, ControlTokens
 
 MARK = "CLAWGYMSPLICEMARK7f3a"  # placeholder text located in rendered probes
 _PROBE_TOOL = Tool(
@@ -52,6 +55,13 @@ def tools_system_text(tools: Sequence[Tool]) -> str:
     return TOOLS_PREAMBLE + lines + TOOLS_POSTAMBLE
 
 
+def longest_token_chars(tokenizer: PreTrainedTokenizerBase) -> int:
+    """Characters of the vocabulary's longest entry: no token stands for more characters of text.
+    Entries are counted as spelled in the vocabulary (byte-level BPE: one symbol a byte), never
+    fewer than the text they decode to."""
+    return max((len(t) for t in tokenizer.get_vocab()), default=1)
+
+
 def tool_call_text(name: str, arguments: Any) -> str:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
     return (
@@ -80,10 +90,14 @@ class ChatTemplate:
         tokenizer: PreTrainedTokenizerBase,
         supports_tools: bool | None = None,
         run_cache: int = RUN_CACHE_SIZE,
+        run_cache_bytes: int = RUN_CACHE_BYTES,
+        max_chars_per_token: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
-        self.control = ControlTokens(tokenizer, run_cache)
+        self.control = ControlTokens(tokenizer, run_cache, run_cache_bytes)
         self.info = self._probe(supports_tools)
+        # 0: the vocabulary's own bound, which never refuses a prompt that fits
+        self.max_chars_per_token = max_chars_per_token or longest_token_chars(tokenizer)
 
     # --- canonical messages → template dicts ---
 
@@ -165,9 +179,16 @@ class ChatTemplate:
             raise InvalidArgument("the policy's chat template did not render text")
         return text
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
         """Token ids of text `render` made: control tokens only where the template put them; the
-        template already placed any BOS, so none is added."""
+        template already placed any BOS, so none is added. InvalidArgument ("prompt is too long"),
+        before any tokenizing, if the text has more characters than `max_tokens` tokens can hold."""
+        if max_tokens is not None and len(text) > max(max_tokens, 0) * self.max_chars_per_token:
+            raise InvalidArgument(
+                f"prompt is too long: {len(text)} characters to tokenize, more than the {max(max_tokens, 0)} "
+                f"tokens left of the policy's context can hold (a token is at most "
+                f"{self.max_chars_per_token} characters)"
+            )
         return self.control.encode(text)
 
     # --- probing ---
