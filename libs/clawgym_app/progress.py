@@ -6,10 +6,6 @@ object). Callbacks arrive from the runtime's event-loop thread; rich's `Progress
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -61,23 +57,3 @@ class RolloutBar:
 
     def done(self) -> None:
         self.progress.update(self.task, completed=self.total)
-
-
-class Stopwatch:
-    """Wall time per named stage, in the order the stages ran."""
-
-    def __init__(self) -> None:
-        self.stages: dict[str, float] = {}
-        self.started = time.monotonic()
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - t0
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started

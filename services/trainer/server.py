@@ -1,30 +1,83 @@
 """The trainer service: `create_server(cfg)` runs a run in a thread, reports it over gRPC, exports /metrics.
 
-A thin shell around `clawgym.trainer`: the loop is `Trainer.run`, the status is `Trainer.status`,
-the metrics are `Trainer.metrics.registry`. Around the loop it runs the config's evaluations
-(`evaluation.at_start` / `at_end`: Pass@k of held-out tasks through the orchestrator, recorded in the
-store beside the run's steps), as `clawgym train` does in one process. Under torchrun only rank 0
-listens (gRPC and HTTP) and evaluates; every rank runs the loop.
+A thin shell around the library's `clawgym.run.Run`, the same run `clawgym train` drives: resume,
+the evaluations (`evaluation.at_start`, `every_steps`, `at_end`: Pass@k of held-out tasks through
+the orchestrator the loop uses), the trackers, the summary and the report, in the run's folder
+(`trainer.run_dir`, default: the run's checkpoint folder). The service shows the run in its log and answers
+`Trainer.Status`; its metrics are `Trainer.metrics.registry`. Under torchrun only rank 0 listens
+(gRPC and HTTP), evaluates and reports; every rank steps.
 """
 
 import json
 import logging
 import threading
+from pathlib import Path
 
 import grpc
 
 from clawgym.assemble import build_trainer
 from clawgym.config import ClawgymConfig
-from clawgym.evaluation.runner import evaluate
-from clawgym.evaluation.select import eval_spec
+from clawgym.evaluation.runner import EvalResult, EvalSpec, evaluate
 from clawgym.generated.v1 import trainer_pb2 as pb
 from clawgym.generated.v1 import trainer_pb2_grpc
+from clawgym.report.run_folder import RUNS_ROOT
 from clawgym.rpc_server import GrpcServer
+from clawgym.run import LogObserver, OnStatus, Run
+from clawgym.trainer.checkpoint import run_folder
 from clawgym.trainer.distributed import init_world
 from clawgym.trainer.loop import Trainer
 from clawgym.trainer.source import RolloutServiceSource
 
 log = logging.getLogger(__name__)
+
+
+class ServiceParts:
+    """The service's `clawgym.run.RunParts`: its one trainer, and evaluations through the
+    orchestrator that trainer's rollouts use (none with the toy rollout source)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        self.store = trainer.store
+        self.evaluates = isinstance(trainer.source, RolloutServiceSource)
+
+    def trainer(self, on_status: OnStatus) -> Trainer:
+        return self._trainer  # built before the run (Status answers from the start); no progress bars here
+
+    def evaluate(
+        self, spec: EvalSpec, *, version: int, record_run_id: str, on_status: OnStatus | None
+    ) -> EvalResult:
+        source = self._trainer.source
+        assert isinstance(source, RolloutServiceSource)
+        return source.runner.run(
+            evaluate(
+                source.service, self.store, spec, version=version, record_run_id=record_run_id,
+                proxy_url=source.proxy_url, on_status=on_status,
+            )
+        )  # fmt: skip
+
+
+class StatusObserver(LogObserver):
+    """The log, plus each evaluation's Pass@1 in `Trainer.Status` metrics."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def eval_done(self, label: str, result: EvalResult) -> None:
+        super().eval_done(label, result)
+        for harness, h in result.harnesses.items():
+            metrics = h.metrics(result.suite, result.version)
+            self.trainer.status.metrics[f"eval_{label}_pass@1/{harness}"] = metrics.get("pass@1")
+
+
+def run_dir_of(cfg: ClawgymConfig) -> Path:
+    """The run's folder: `trainer.run_dir`; else its checkpoint folder when that is local (the one
+    volume a deployment keeps for the run: compose's, the chart's), else runs/<run_name>."""
+    if cfg.trainer.run_dir:
+        return Path(cfg.trainer.run_dir)
+    folder = run_folder(cfg.trainer)
+    if "://" not in folder or folder.startswith("file://"):
+        return Path(folder.removeprefix("file://"))
+    return Path(RUNS_ROOT) / cfg.trainer.run_name
 
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServicer):
@@ -46,8 +99,8 @@ class TrainerServer:
     """The loop thread plus (on rank 0) the gRPC Status server and the Prometheus endpoint."""
 
     def __init__(self, cfg: ClawgymConfig, trainer: Trainer) -> None:
+        self.run_cfg = cfg
         self.cfg = cfg.trainer
-        self.evaluation = cfg.evaluation
         self.trainer = trainer
         self.port = 0
         self.metrics_port = 0
@@ -78,47 +131,23 @@ class TrainerServer:
 
     def _run(self) -> None:
         try:
-            if self.trainer.policy is None:
-                self.trainer.start()
-            e = self.evaluation
-            if e.at_start and self.trainer.version == 0:  # a resumed run was evaluated before it started
-                self._evaluate("before")
-            self.trainer.run(stop=self._stop)
-            if e.at_end and self.trainer.version >= self.cfg.steps and not self._stop.is_set():
-                self._evaluate("after")
+            folder = run_dir_of(self.run_cfg)
+            if self.trainer.world.is_main:
+                folder.mkdir(parents=True, exist_ok=True)
+            run = Run(
+                self.run_cfg, ServiceParts(self.trainer), folder, StatusObserver(self.trainer),
+                title=f"clawgym serve trainer: {self.cfg.run_name}", stop=self._stop,
+                settings={"mode": "trainer service"},
+            )  # fmt: skip
+            outcome = run.run()
+            if outcome.report is not None:
+                log.info("run %s: report %s", outcome.run_id, outcome.report)
         except BaseException as e:
             log.exception("the trainer loop failed")
             self.error = e
         finally:  # the run ended (finished, stopped or failed): Status still answers, health says so
             if self._rpc is not None:
                 self._rpc.serving(False)
-
-    def _evaluate(self, label: str) -> None:
-        """Pass@k of the served policy on held-out tasks, through the orchestrator the loop uses;
-        recorded in the store on the run (its report and `clawgym status` show it)."""
-        source, t = self.trainer.source, self.trainer
-        if not isinstance(source, RolloutServiceSource):  # the toy source has no harness to evaluate through
-            return
-        if any(r.version == t.version for r in t.store.list_evals(t.run_id)):
-            # a restarted trainer (a pod rescheduled, a crash) repeats no recorded evaluation
-            log.info("evaluation %s of policy v%d already recorded: not repeated", label, t.version)
-            return
-        spec = eval_spec(self.evaluation, self.cfg.suite, [h.name for h in self.cfg.harnesses])
-        result = source.runner.run(
-            evaluate(
-                source.service,
-                t.store,
-                spec,
-                version=t.version,
-                record_run_id=t.run_id,
-                proxy_url=source.proxy_url,
-            )
-        )
-        for harness, h in result.harnesses.items():
-            m = h.metrics(spec.suite, t.version)
-            t.status.metrics[f"eval_{label}_pass@1/{harness}"] = m.get("pass@1")
-            log.info("evaluation %s (policy v%d, %s, %s): %s", label, t.version, harness, spec.suite,
-                     json.dumps(m, default=float))  # fmt: skip
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Waits for the loop to end (run finished, failed or stopped); True if it has."""

@@ -14,7 +14,7 @@ from rich.console import Console
 from clawgym.config import ClawgymConfig
 from clawgym.report import steps_from_store
 from clawgym_app.runtime import Runtime
-from clawgym_app.training_run import TrainingRun
+from clawgym_app.training_run import run_with_progress
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_grpo_through_the_reference_harness_moves_the_held_out_reward_up(learnab
     )
     with Runtime.open(cfg) as rt:
         assert rt.embedded and rt.proxy_url.startswith("http://127.0.0.1:"), "one process, proxy on loopback"
-        outcome = TrainingRun(rt, tmp_path / "report", Console(file=io.StringIO())).run()
+        outcome = run_with_progress(rt, tmp_path / "report", Console(file=io.StringIO()))
         steps = steps_from_store(rt.store, outcome.run_id)
     before, after = (e.result.harnesses["reference"] for e in (outcome.evals[0], outcome.evals[-1]))
     assert (outcome.evals[0].label, outcome.evals[-1].label, outcome.version) == ("before", "after", 5), (

@@ -16,7 +16,7 @@ from clawgym.config import ClawgymConfig
 from clawgym.harnesses.registry import get_harness
 from clawgym.report import steps_from_store
 from clawgym_app.runtime import Runtime
-from clawgym_app.training_run import TrainingRun
+from clawgym_app.training_run import run_with_progress
 
 pytestmark = [pytest.mark.slow, pytest.mark.harness]
 SETTINGS = {"reference": {"max_turns": 1, "max_tokens": 16}, "mini-swe-agent": {"max_turns": 2}}
@@ -37,7 +37,7 @@ def test_a_two_harness_run_records_and_trains_groups_of_both_harnesses(learnable
         )
     )
     with Runtime.open(cfg) as rt:
-        outcome = TrainingRun(rt, tmp_path / "report", Console(file=io.StringIO())).run()
+        outcome = run_with_progress(rt, tmp_path / "report", Console(file=io.StringIO()))
         steps = steps_from_store(rt.store, outcome.run_id)
     trained = {k.split("/")[1] for s in steps for k in s if k.startswith("harness/")}
     assert trained == {"reference", "mini-swe-agent"}, (

@@ -53,6 +53,7 @@ def trainer_cfg(tmp_path: Path) -> Callable[..., TrainerConfig]:
             "group_size": 3,
             "groups_per_step": 2,
             "checkpoint_uri": str(tmp_path / "checkpoints"),
+            "run_dir": str(tmp_path / "run"),
             "sweep_interval_s": 1.0,
             "rollout_timeout_s": 120.0,
             "algorithm": {"lr": 1e-3},

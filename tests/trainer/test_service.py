@@ -89,7 +89,7 @@ def test_a_finished_run_with_after_run_serve_keeps_answering_status_until_sigter
     env = {**os.environ, "CLAWGYM_RPC__SECRET": rpc_secret}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from clawgym_app.cli import main; main()", "serve", "trainer", "-c", str(config)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 300
@@ -109,6 +109,10 @@ def test_a_finished_run_with_after_run_serve_keeps_answering_status_until_sigter
             assert TrainerStub(channel).Status(pb.TrainerStatusRequest(), timeout=5).state == "finished"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, proc.stdout.read()
+        folder = tmp_path / "ckpt" / "linger"  # no trainer.run_dir: the run's checkpoint folder
+        assert {"report.md", "summary.json", "run.json"} <= {p.name for p in folder.iterdir()}, (
+            "the finished run's report lies beside its checkpoints"
+        )
     finally:
         if proc.poll() is None:
             proc.kill()

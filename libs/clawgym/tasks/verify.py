@@ -53,6 +53,7 @@ PYTHON: tuple[str, ...] = ("python3", "-I", "-B", "-c", _BOOT)  # -B, as -I igno
 # The sandbox's pytest for Terminal-Bench style tests: the system python3 with pytest on PYTHONPATH
 # (`provision.Provisioner` installs it on the host, cached; a pod's image must ship pytest).
 DEFAULT_PYTEST: tuple[str, ...] = (*PYTHON, "-m", "pytest")
+REWARD_TAIL_BYTES = 64 << 10
 _SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL)\b")
 
 
@@ -196,7 +197,7 @@ async def prepare_verifier(task: Task, sandbox: Sandbox) -> str | None:
         return f"{TESTS_DIR} does not hold what the orchestrator put there: {', '.join(odd[:5])}"
     if task.verifier.kind == "reward_file":
         try:
-            await sandbox.get_file(task.verifier.reward_file)
+            await sandbox.read_ends(task.verifier.reward_file, 0, 0)  # whether it is there, not its bytes
         except NotFound:
             pass
         else:
@@ -242,7 +243,9 @@ async def verify(
     else:  # reward_file
         result = await sandbox.exec(["bash", spec.script], **run)
         try:
-            text = (await sandbox.get_file(spec.reward_file)).decode("utf-8", "replace")
+            # the reward is its last line: a file of any size costs at most REWARD_TAIL_BYTES here
+            ends = await sandbox.read_ends(spec.reward_file, 0, REWARD_TAIL_BYTES)
+            text = (ends.head + ends.tail).decode("utf-8", "replace")
         except NotFound:
             return Verdict(0.0, False, f"the verifier wrote no {spec.reward_file}\n{_tail(result)}")
 

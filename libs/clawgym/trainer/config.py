@@ -168,6 +168,12 @@ class TrainerConfig(Section):
         "",
         description="store run id to continue; empty = the run recorded under checkpoint_uri/run_name, or a new one",
     )
+    run_dir: str = Field(
+        "",
+        description="the run's folder (report, summary, TensorBoard events); `serve trainer`: empty = the "
+        "run's checkpoint folder <checkpoint_uri>/<run_name> when local, else runs/<run_name>; "
+        "`clawgym train`: its --run-dir, else runs/<timestamp>",
+    )
     model: str = Field(
         "", description="policy model spec: tiny-qwen3, smollm2-135m or a local HF folder (required)"
     )

@@ -18,6 +18,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,12 +28,13 @@ from rich.console import Console
 from rich.table import Table
 
 from clawgym.errors import ClawgymError
+from clawgym_app.config_options import set_option
 
 COMMAND_TIMEOUT_S = 5.0  # reference harness: seconds one shell command of the policy may run
 
 if TYPE_CHECKING:
     from clawgym.config import ClawgymConfig
-    from clawgym_app.training_run import RunOutcome
+    from clawgym.run import RunOutcome
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ def command(
     as_json: bool = typer.Option(
         False, "--json", help="print one final JSON object (progress goes to stderr)"
     ),
+    sets: list[str] = set_option(),
 ) -> None:
     """Train the bundled small policy through the reference harness on the bundled suite; Pass@1 before/after."""
     opts = QuickstartOptions(
@@ -198,7 +201,7 @@ def command(
     )  # fmt: skip
     console = Console(stderr=True) if as_json else Console()
     try:
-        outcome = run_quickstart(opts, console)
+        outcome = run_quickstart(opts, console, sets)
     except ClawgymError as e:
         console.print(f"[red]clawgym quickstart:[/red] {e}")
         raise typer.Exit(2) from e
@@ -211,12 +214,14 @@ def command(
 # --- the run ---
 
 
-def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
-    """The whole quickstart; progress on `console`; returns the outcome (summary, report path)."""
+def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str] = ()) -> RunOutcome:
+    """The whole quickstart (its config with `sets`, `--set` items, over it); progress on `console`;
+    returns the outcome (summary, report path)."""
+    from clawgym.config import with_sets
     from clawgym.report.run_folder import LOG_FILE, new_run_dir, write_config, write_summary
     from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
     from clawgym_app.runtime import Runtime
-    from clawgym_app.training_run import TrainingRun
+    from clawgym_app.training_run import run_with_progress
 
     started = time.monotonic()
     run_dir = Path(opts.run_dir) if opts.run_dir else new_run_dir()
@@ -224,7 +229,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
     log_to_file(run_dir / LOG_FILE)
     quiet_libraries()
     threads = set_threads(opts.threads)
-    cfg = opts.config(run_dir)
+    cfg = with_sets(opts.config(run_dir), sets)
     write_config(run_dir, cfg)
     levels = f", levels <= {opts.max_level}" if opts.max_level else ""
     train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
@@ -237,16 +242,15 @@ def run_quickstart(opts: QuickstartOptions, console: Console) -> RunOutcome:
         runtime = Runtime.open(cfg)
         open_s = time.monotonic() - t0
     with runtime:
-        run = TrainingRun(
+        outcome = run_with_progress(
             runtime,
             run_dir,
             console,
+            stages={"start runtime": open_s},
             title=f"clawgym quickstart: {opts.model} through the reference harness on {opts.suite}",
             deadline=started + 60 * opts.minutes,
             settings={"quickstart": asdict(opts), "torch_threads": threads, "proxy_url": runtime.proxy_url},
         )
-        run.clock.stages["start runtime"] = open_s
-        outcome = run.run()
     outcome.summary["minutes"] = round((time.monotonic() - started) / 60, 2)
     outcome.summary["run_dir"] = str(run_dir)
     write_summary(run_dir, outcome.summary)

@@ -51,6 +51,8 @@ def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
 class Runtime:
     """The store, engine, proxy URL and rollout service of one config, plus the loop that drives them."""
 
+    evaluates = True  # every rollout service runs harnesses (`clawgym.run.RunParts`)
+
     def __init__(self, cfg: ClawgymConfig) -> None:
         self.cfg = run_config(cfg)
         self.embedded = is_embedded(self.cfg)
@@ -117,8 +119,9 @@ class Runtime:
     # --- what commands use ---
 
     def trainer(self, on_status: Callable[[RolloutStatus], None] | None = None) -> Trainer:
-        """A trainer for `cfg.trainer` whose rollouts this runtime's rollout service runs (train split)."""
-        return build_trainer(
+        """A trainer for `cfg.trainer` whose rollouts this runtime's rollout service runs (train split);
+        closed with the runtime."""
+        trainer = build_trainer(
             self.cfg,
             store=self.store,
             rollouts=self.rollouts,
@@ -128,6 +131,8 @@ class Runtime:
             proxy_url=self.proxy_url,
             on_status=on_status,
         )
+        self._closers.append(trainer.close)
+        return trainer
 
     def evaluate(
         self,

@@ -1,0 +1,375 @@
+"""One training run in the order a person sees it, whoever drives it.
+
+`Run` owns the order: start the trainer (which resumes from the run's newest checkpoint), take over
+what the store recorded of an earlier part of the run, evaluate the initial policy (held-out tasks,
+through the harnesses it trains with), train step after step (evaluating every
+`evaluation.every_steps`), evaluate the final policy, then the summary (summary.json) and the
+report; every step and evaluation also goes to the trackers (`tracking`). It stops early, between
+steps, when asked to (`stop`, e.g. SIGTERM: the report then covers what was done) or when a time
+budget would not leave room for the final evaluation.
+
+`clawgym train`/`quickstart` (rich progress) and `clawgym serve trainer` (logs, gRPC Status) run the
+same `Run`; they differ only in their parts (`RunParts`: an embedded runtime, or the service's
+clients) and in how they show it (`RunObserver`). Under torchrun every rank steps; only the main
+rank evaluates, tracks and reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from clawgym.config import ClawgymConfig
+from clawgym.evaluation.runner import EvalResult, EvalSpec, recorded_results
+from clawgym.evaluation.select import HeldOut, eval_spec, held_out
+from clawgym.orchestrator.interface import RolloutStatus
+from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
+from clawgym.report.run_folder import write_summary
+from clawgym.report.summary import before_after, per_family
+from clawgym.store.interface import TrajectoryStore
+from clawgym.tracking import Tracker, eval_scalars, step_scalars
+from clawgym.trainer.loop import Trainer
+
+log = logging.getLogger(__name__)
+
+OnStatus = Callable[[RolloutStatus], None]
+
+
+class RunParts(Protocol):
+    """What a run runs on: the store, a trainer whose rollouts report to `on_status`, evaluations."""
+
+    store: TrajectoryStore
+    evaluates: bool  # False where no harness can be run (the toy rollout source)
+
+    def trainer(self, on_status: OnStatus) -> Trainer: ...
+
+    def evaluate(
+        self, spec: EvalSpec, *, version: int, record_run_id: str, on_status: OnStatus | None
+    ) -> EvalResult: ...
+
+
+class RunObserver:
+    """What a run tells whoever shows it. Every method is optional: this base shows nothing."""
+
+    def trainer_starting(self) -> None: ...
+
+    def trainer_started(self, trainer: Trainer) -> None: ...
+
+    def note(self, text: str, warning: bool = False) -> None: ...
+
+    def step_starting(self, step: int, rollouts: int) -> OnStatus | None:
+        """Called before each step; a callback returned gets the step's rollout statuses."""
+        return None
+
+    def step_done(self, version: int, steps: int, metrics: dict[str, Any], seconds: float) -> None: ...
+
+    def eval_starting(self, label: str, version: int, rollouts: int) -> OnStatus | None:
+        """Called before each evaluation; a callback returned gets its rollout statuses."""
+        return None
+
+    def eval_done(self, label: str, result: EvalResult) -> None: ...
+
+
+class LogObserver(RunObserver):
+    """Shows a run in the log (the services' way: `kubectl logs`, compose logs)."""
+
+    def note(self, text: str, warning: bool = False) -> None:
+        log.log(logging.WARNING if warning else logging.INFO, "%s", text)
+
+    def step_done(self, version: int, steps: int, metrics: dict[str, Any], seconds: float) -> None:
+        log.info("step %d of %d: %s; %.1f s", version, steps, step_line(metrics), seconds)
+
+    def eval_done(self, label: str, result: EvalResult) -> None:
+        log.info("evaluation %s (policy v%d, %s): %s", label, result.version, result.suite, eval_line(result))
+
+
+def step_line(metrics: dict[str, Any]) -> str:
+    return f"reward {metrics.get('reward', math.nan):.2f} · pass {metrics.get('pass_rate', math.nan):.2f}"
+
+
+def eval_line(result: EvalResult) -> str:
+    return " · ".join(
+        f"{h}: Pass@1 {r.pass_at[1].value:.3f}" for h, r in result.harnesses.items() if 1 in r.pass_at
+    )
+
+
+@dataclass
+class LabelledEval:
+    label: str  # "before", "step N", "after"
+    result: EvalResult
+
+
+@dataclass
+class RunOutcome:
+    """What a run did: its store run, evaluations, stage timings, report and headline figures."""
+
+    run_id: str
+    version: int
+    evals: list[LabelledEval] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    report: Path | None = None
+    notes: list[str] = field(default_factory=list)
+    stopped: bool = False  # ended early because it was asked to
+
+
+class Stopwatch:
+    """Wall time per named stage, in the order the stages ran."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, float] = {}
+        self.started = time.monotonic()
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - t0
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+class _Relay:
+    """Forwards rollout statuses to whichever callback is current (the trainer's is fixed)."""
+
+    def __init__(self) -> None:
+        self.target: OnStatus | None = None
+
+    def __call__(self, status: RolloutStatus) -> None:
+        if self.target is not None:
+            self.target(status)
+
+
+class Run:
+    """Runs `cfg` on `parts`, told to `observer`, its report and trackers in `run_dir`."""
+
+    def __init__(
+        self,
+        cfg: ClawgymConfig,
+        parts: RunParts,
+        run_dir: Path,
+        observer: RunObserver | None = None,
+        *,
+        title: str = "clawgym run",
+        deadline: float | None = None,
+        settings: dict[str, Any] | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.parts = parts
+        self.run_dir = Path(run_dir)
+        self.observer = observer or RunObserver()
+        self.title = title
+        self.deadline = deadline  # time.monotonic() by which the whole run should be done
+        self.settings = settings or {}
+        self.stop = stop or threading.Event()
+        self.clock = Stopwatch()
+        self.relay = _Relay()
+        self.spec = eval_spec(
+            cfg.evaluation,
+            cfg.trainer.suite,
+            [h.name for h in cfg.trainer.harnesses],
+            cfg.orchestrator.sandbox_config(cfg.sandbox).task_images,
+        )
+        self.trainer: Trainer | None = None
+        self.tracker = Tracker()  # opened once the trainer knows its run id
+        self.main = True  # the rank that evaluates, tracks and reports
+
+    # --- the run ---
+
+    def run(self) -> RunOutcome:
+        e = self.cfg.evaluation
+        with self.clock.stage("start trainer"):
+            self.observer.trainer_starting()
+            self.trainer = trainer = self.parts.trainer(self.relay)
+            if trainer.policy is None:
+                trainer.start()
+            self.main = trainer.world.is_main
+            self.observer.trainer_started(trainer)
+        outcome = RunOutcome(trainer.run_id, trainer.version)
+        try:
+            if self.main:
+                self.tracker = Tracker.open(
+                    self.cfg.tracking, self.run_dir, run_id=trainer.run_id, name=self.cfg.trainer.run_name,
+                    config=self.cfg.model_dump(mode="json"),
+                )  # fmt: skip
+            self._take_over(outcome)
+            if e.at_start and not any(ev.label == "before" for ev in outcome.evals):
+                self._evaluate(outcome, "before", "eval before")
+            self._train(outcome)
+            if e.at_end and not outcome.stopped and trainer.version >= self.cfg.trainer.steps:
+                self._evaluate(outcome, "after", "eval after")
+        finally:
+            self.tracker.close()
+        outcome.version = trainer.version
+        if self.main:
+            with self.clock.stage("report"):
+                outcome.summary = self.summary(outcome)
+                outcome.report = self.write_report(outcome)
+                write_summary(self.run_dir, outcome.summary)
+        outcome.stages = dict(self.clock.stages)
+        return outcome
+
+    def _take_over(self, outcome: RunOutcome) -> None:
+        """A run that did something before (restarted service, `train --resume`): its recorded
+        evaluations are kept (version 0 is "before", the last version "after", others "step N") and
+        its steps replayed to the trackers; the resumed version is evaluated if its periodic
+        evaluation was interrupted."""
+        trainer, steps = self.trainer, self.cfg.trainer.steps
+        assert trainer is not None
+        recorded = recorded_results(self.parts.store.list_evals(trainer.run_id)) if self.main else []
+        if trainer.version == 0 and not recorded:
+            return
+        for result in recorded:
+            v = result.version
+            label = "before" if v == 0 else "after" if v >= steps else f"step {v}"
+            outcome.evals.append(LabelledEval(label, result))
+            self._track_eval(result, replay=True)
+        if self.main:
+            for step in steps_from_store(self.parts.store, trainer.run_id):
+                self.tracker.log(step["step"], step_scalars(step), replay=True)
+        kept = ", ".join(f"{ev.label} (v{ev.result.version})" for ev in outcome.evals) or "none"
+        note = (
+            f"resumed run {trainer.run_id} at version {trainer.version} (step {trainer.version} of "
+            f"{steps}); recorded evaluations kept: {kept}"
+        )
+        self.observer.note(note)
+        outcome.notes.append(f"{note}. Stage times and minutes are this process's only.")
+        if self._periodic_eval_due(trainer.version):
+            self._evaluate(outcome, f"step {trainer.version}", "eval during training")
+
+    def _periodic_eval_due(self, version: int) -> bool:
+        every = self.cfg.evaluation.every_steps
+        return bool(every) and 0 < version < self.cfg.trainer.steps and version % every == 0
+
+    def _train(self, outcome: RunOutcome) -> None:
+        t, trainer = self.cfg.trainer, self.trainer
+        assert trainer is not None
+        durations: list[float] = []
+        reserve = 0.0
+        if outcome.evals:  # the final evaluation costs about what the first one did
+            reserve = 1.15 * outcome.evals[0].result.seconds + 10.0
+        while trainer.version < t.steps:
+            if self.stop.is_set():
+                self._end_early(outcome, f"stopped after {trainer.version} of {t.steps} steps: asked to stop")
+                outcome.stopped = True
+                return
+            if self.deadline is not None and durations:
+                left = self.deadline - time.monotonic()
+                if left < max(durations[-3:]) + reserve:
+                    self._end_early(
+                        outcome,
+                        f"stopped after {trainer.version} of {t.steps} steps: the time budget "
+                        f"({left:.0f} s left) would not fit another step and the final evaluation",
+                    )
+                    return
+            self.relay.target = self.observer.step_starting(
+                trainer.version + 1, t.groups_per_step * t.group_size
+            )
+            started = time.monotonic()
+            with self.clock.stage("train"):
+                trainer.run(steps=1)
+            durations.append(time.monotonic() - started)
+            self.relay.target = None
+            metrics = dict(trainer.status.metrics)
+            if self.main:
+                self.tracker.log(trainer.version, step_scalars(metrics))
+            self.observer.step_done(trainer.version, t.steps, metrics, durations[-1])
+            if self._periodic_eval_due(trainer.version):
+                self._evaluate(outcome, f"step {trainer.version}", "eval during training")
+
+    def _end_early(self, outcome: RunOutcome, note: str) -> None:
+        outcome.notes.append(note)
+        self.observer.note(note, warning=True)
+        assert self.trainer is not None
+        self.trainer.cancel_rollouts()  # an async prefetch would run into the final evaluation
+
+    def _evaluate(self, outcome: RunOutcome, label: str, stage: str) -> None:
+        """Evaluates the served policy, unless this rank does not evaluate, the parts cannot, or
+        this version was evaluated already (a restarted run repeats no recorded evaluation)."""
+        trainer = self.trainer
+        assert trainer is not None
+        if not (self.main and self.parts.evaluates):
+            return
+        if any(ev.result.version == trainer.version for ev in outcome.evals):
+            return
+        spec = self.spec
+        total = len(spec.task_ids) * len(spec.harnesses) * spec.samples
+        on_status = self.observer.eval_starting(label, trainer.version, total)
+        with self.clock.stage(stage):
+            result = self.parts.evaluate(
+                spec, version=trainer.version, record_run_id=trainer.run_id, on_status=on_status
+            )
+        self._track_eval(result)
+        self.observer.eval_done(label, result)
+        outcome.evals.append(LabelledEval(label, result))
+
+    def _track_eval(self, result: EvalResult, replay: bool = False) -> None:
+        for harness, h in result.harnesses.items():
+            pass_at = {k: p.value for k, p in h.pass_at.items()}
+            self.tracker.log(result.version, eval_scalars(harness, pass_at, h.mean_reward), replay=replay)
+
+    # --- results ---
+
+    def summary(self, outcome: RunOutcome) -> dict[str, Any]:
+        """Headline figures (`clawgym.report.summary`): steps, minutes, Pass@1 before/after per
+        harness with 95% CIs and the paired difference, for the held-out instances of the trained
+        families (the plain keys) and for the families never trained on (`_unseen_families`), what
+        each set shares with training, Pass@1 per family, the evaluation's size."""
+        out: dict[str, Any] = {"steps": outcome.version, "minutes": round(self.clock.elapsed / 60, 2)}
+        first = next((e.result for e in outcome.evals if e.label == "before"), None)
+        last = next((e.result for e in reversed(outcome.evals) if e.label == "after"), None)
+        parts = self.held_out()
+        trained, unseen = parts.ids("trained"), parts.ids("unseen")
+        out |= before_after(self.spec.harnesses, first, last, trained or None)
+        if unseen:
+            out |= before_after(self.spec.harnesses, first, last, unseen, "_unseen_families")
+        out["eval_tasks"] = len(trained) if unseen else len(self.spec.task_ids)
+        if unseen:
+            out["eval_tasks_unseen_families"] = len(unseen)
+        out["eval_samples"] = self.spec.samples
+        out["held_out"] = {
+            "": f"new instances of the {len(parts.trained)} task families trained on: "
+            "their templates, phrasings and vocabulary, and the harness prompt, are shared with training; "
+            "no instruction or solution is",
+            **({"_unseen_families": f"tasks of {len(parts.families('unseen'))} families with no training "
+                f"task ({', '.join(parts.families('unseen'))}): only the harness prompt and the suite's "
+                "vocabulary are shared with training"} if unseen else {}),
+        }  # fmt: skip
+        out["per_family"] = per_family(
+            self.spec.harnesses, {"before": first, "after": last}, parts.family_of, parts.kind_of
+        )
+        return out
+
+    def held_out(self) -> HeldOut:
+        """The evaluated tasks split into held-out instances of trained families and unseen families."""
+        return held_out(self.spec.suite, self.cfg.trainer.tasks, self.spec.task_ids)
+
+    def write_report(self, outcome: RunOutcome) -> Path:
+        points = [
+            EvalPoint.from_metrics(h.metrics(ev.result.suite, ev.result.version), harness, ev.label)
+            for ev in outcome.evals
+            for harness, h in ev.result.harnesses.items()
+        ]
+        report = RunReport(
+            title=self.title,
+            run_id=outcome.run_id,
+            settings={**self.settings, "config": self.cfg.model_dump(mode="json")},
+            steps=steps_from_store(self.parts.store, outcome.run_id),
+            evals=points,
+            stages=dict(self.clock.stages),
+            summary=outcome.summary,
+            notes=outcome.notes,
+        )
+        return write_report(report, self.run_dir)
