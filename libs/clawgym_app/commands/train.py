@@ -43,7 +43,7 @@ def command(
     from clawgym_app.resume import check_resume, find_prior_run, named_run
     from clawgym_app.runtime import Runtime, is_embedded
     from clawgym_app.runtime.services import ServiceStack
-    from clawgym_app.training_run import TrainingRun
+    from clawgym_app.training_run import run_with_progress
 
     console = Console(stderr=True) if as_json else Console()
     try:
@@ -73,8 +73,8 @@ def command(
             with runtime:
                 prior = find_prior_run(runtime.cfg.trainer, runtime.store)
                 check_resume(runtime.cfg.trainer, prior, resume)
-                outcome = TrainingRun(runtime, folder, console, title=f"clawgym train: {t.run_name}",
-                                      settings={"config_file": str(config), "mode": mode}, prior=prior).run()  # fmt: skip
+                outcome = run_with_progress(runtime, folder, console, title=f"clawgym train: {t.run_name}",
+                                            settings={"config_file": str(config), "mode": mode})  # fmt: skip
         finally:
             if stack is not None:
                 stack.stop()
