@@ -7,9 +7,13 @@ import os
 import warnings
 from pathlib import Path
 
+from clawgym.log_noise import demote_routine
+
 
 def log_to_file(path: Path, level: int = logging.INFO) -> None:
-    """Sends every log record (ours and the libraries') to `path`; nothing to the terminal."""
+    """Sends every log record (ours and the libraries') at `level` or above to `path`; nothing to the
+    terminal. Per-request health checks and per-call acknowledgements are DEBUG records
+    (`clawgym.log_noise`): at INFO the file holds steps, evaluations, checkpoints and warnings."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -17,6 +21,7 @@ def log_to_file(path: Path, level: int = logging.INFO) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(level)
+    demote_routine()
     logging.captureWarnings(True)
 
 

@@ -6,6 +6,7 @@ import sys
 import uvicorn
 
 from clawgym.flags import service_config
+from clawgym.log_noise import PROBE_LOGGERS, demote_routine
 from clawgym.proxy.serving import shared_port_socket, uvicorn_config
 from clawgym_services.proxy.server import create_app_from_config
 
@@ -18,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
         clients_of=("inference", "store"),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # health checks and metric scrapes are DEBUG in the access log; each call's acknowledgement stays INFO:
+    # deploy/compose_stack.py checks the database against them
+    demote_routine(PROBE_LOGGERS)
     server = uvicorn.Server(uvicorn_config(create_app_from_config(cfg), cfg.proxy, log_level="info"))
     sockets = None
     if cfg.proxy.reuse_port:

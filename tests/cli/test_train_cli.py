@@ -36,3 +36,37 @@ def test_train_with_a_bad_config_fails_with_the_field_name(clawgym, run_config):
     done = clawgym("train", "-c", str(config))
     assert done.returncode == 2, f"a bad config is a usage error:\n{done.stdout}\n{done.stderr}"
     assert "trainer.group_size" in done.stdout + done.stderr, "the error names the field"
+
+
+def test_run_log_at_info_keeps_steps_evaluations_and_checkpoints_without_per_request_lines(
+    clawgym, run_config, tmp_path
+):
+    """run.log at INFO is for a person: each step, evaluation and checkpoint, and warnings. The
+    orchestrator's health check of the proxy (one per rollout) and the proxy's acknowledgement of
+    each recorded call repeat per request, so they are DEBUG records (`clawgym.log_noise`)."""
+    config = run_config(
+        proxy={"max_new_tokens": 8},
+        trainer={"run_name": "logs", "steps": 2, "group_size": 2, "groups_per_step": 1, "keep_checkpoints": 1},
+        evaluation={"tasks": 1},
+    )  # fmt: skip
+    done = clawgym("train", "-c", str(config), "--run-dir", str(tmp_path / "run"), "--json")
+    assert done.returncode == 0, f"clawgym train failed:\n{done.stdout}\n{done.stderr}"
+    lines = (tmp_path / "run" / "run.log").read_text().splitlines()
+    info = [line for line in lines if " INFO " in line or " WARNING " in line]
+    assert not [line for line in info if "/healthz" in line], "health checks are not INFO lines"
+    assert not [line for line in info if "clawgym.proxy.acks" in line], (
+        "per-call acknowledgements are not INFO"
+    )
+    steps = [line for line in info if "clawgym.trainer.loop: step " in line]
+    assert [line.split(": step ")[1].split(":")[0] for line in steps] == ["1", "2"], (
+        f"one line per step:\n{steps}"
+    )
+    checkpoints = [line for line in info if "clawgym.trainer.loop: checkpoint " in line]
+    assert len(checkpoints) == 2 and "consumed 1 groups" in checkpoints[0], (
+        f"one line per checkpoint:\n{checkpoints}"
+    )
+    evals = [line for line in info if "clawgym.evaluation.runner: evaluation of policy " in line]
+    assert [e.split("evaluation of policy ")[1].split(" ")[0] for e in evals] == ["v0", "v2"], (
+        f"the evaluations before and after training:\n{evals}"
+    )
+    assert "reference: Pass@1 " in evals[0], evals[0]

@@ -17,7 +17,9 @@ CLI = [sys.executable, "-c", "from clawgym_app.cli import main; main()"]
 @pytest.mark.slow
 def test_session_new_and_serve_proxy_capture_a_call_by_hand(sqlite_url, free_port):
     """A person registers a session, starts the proxy with the in-process torch engine on
-    tiny-qwen3, points a client at it with the printed key, and finds the call in the store."""
+    tiny-qwen3, points a client at it with the printed key, and finds the call in the store. The
+    proxy's log keeps the call's access line and acknowledgement at INFO, not its health checks and
+    metric scrapes (`clawgym.log_noise`)."""
     out = subprocess.run(
         [*CLI, "session", "new", "--store", sqlite_url, "--harness", "claude-code"],
         capture_output=True, text=True, timeout=120, check=True,
@@ -42,9 +44,14 @@ def test_session_new_and_serve_proxy_capture_a_call_by_hand(sqlite_url, free_por
         )
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] <= 8, "--max-new-tokens caps the call"
+        assert httpx.get(f"{url}/metrics", timeout=10).status_code == 200
     finally:
         server.terminate()
         server.wait(timeout=30)
+    log = server.stdout.read()
+    assert '"POST /v1/chat/completions HTTP/1.1" 200' in log, f"the call's access line is logged:\n{log}"
+    assert "INFO clawgym.proxy.acks: recorded " in log, "the acknowledgement stays (deploy/compose_stack.py)"
+    assert "/healthz" not in log and "/metrics" not in log, f"health checks and scrapes are DEBUG:\n{log}"
     store = SqlStore(sqlite_url)
     try:
         rollout = store.resolve_token(key)

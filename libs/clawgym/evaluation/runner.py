@@ -8,7 +8,9 @@ checkpoint V" means "make the engine serve V first" (the app does that).
 Eval rollouts are registered under a run of their own (`eval_run`), never the training run, so a
 trainer watching its run's `groups.ready` stream never trains on evaluation groups. The results
 are recorded against `record_run_id` (`record_eval`), one row per harness: the training run for a
-training run's own evaluations, the eval run itself for `clawgym eval`.
+training run's own evaluations, the eval run itself for `clawgym eval`. An eval run's config names
+the run it evaluates (`of_run`: the browser lists it under that run) and the version; each
+evaluation ends with one INFO line (the run's log keeps it).
 
 Every model call of an evaluation must have been served by the version evaluated (the version
 recorded per call and per generated token): an evaluation that saw another version is refused
@@ -21,6 +23,7 @@ sandbox is never mistaken for a weak policy.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -31,6 +34,8 @@ from clawgym.evaluation.passk import PassAtK, TaskCounts, estimate
 from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutService, RolloutStatus
 from clawgym.records import EvalRecord
 from clawgym.store.interface import TrajectoryStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -223,7 +228,8 @@ async def evaluate(
 
     spec.validate()
     started = time.monotonic()
-    run_id = eval_run_id or eval_run(store, "clawgym", {"suite": spec.suite})
+    evaluated = {"of_run": record_run_id, "version": version} if record_run_id else {}
+    run_id = eval_run_id or eval_run(store, "clawgym", {"suite": spec.suite, **evaluated})
     batch = Batch(
         run_id=run_id,
         rollouts=[RolloutRequest(t, h, spec.samples) for h in spec.harnesses for t in spec.task_ids],
@@ -243,4 +249,16 @@ async def evaluate(
     if record_run_id:
         for harness, h in result.harnesses.items():
             store.record_eval(record_run_id, version, spec.suite, harness, h.metrics(spec.suite, version))
+    log.info("evaluation of policy v%d on %s (eval run %s, %d rollouts, %.0f s): %s", version, spec.suite,
+             run_id, len(finals), result.seconds, _pass_line(result))  # fmt: skip
     return result
+
+
+def _pass_line(result: EvalResult) -> str:
+    """Per harness: Pass@1 with its interval, and the mean reward."""
+    parts = []
+    for name, h in result.harnesses.items():
+        p = h.pass_at.get(1)
+        head = f"Pass@1 {p.value:.3f} [{p.ci95[0]:.3f}, {p.ci95[1]:.3f}], " if p is not None else ""
+        parts.append(f"{name}: {head}mean reward {h.mean_reward:.3f}")
+    return " · ".join(parts)

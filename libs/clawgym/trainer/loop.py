@@ -321,6 +321,7 @@ class Trainer:
         self.store.record_checkpoint(
             Checkpoint(self.run_id, version, version, uri, metrics, group_ids=tuple(consumed))
         )
+        log.info("checkpoint %d at %s, consumed %d groups", version, uri, len(consumed))
         self._untrained = Batch(version=0)
         self.feed.consumed(consumed)
         self.store.record_train_step(self.run_id, version, metrics)
