@@ -60,6 +60,9 @@ class Rollout:
     # where the reward came from, for hybrid tasks: {"code": .., "rubric": .., "weights": {..}, ..};
     # None for a code-only reward
     reward_breakdown: dict[str, Any] | None = None
+    # a task outcome's why, kept for a person reading a failed rollout (tails; "" when not recorded):
+    verifier_output: str = ""  # the verifier's verdict line and the tail of what it printed
+    harness_stderr: str = ""  # the tail of what the harness wrote to stderr
 
 
 @dataclass

@@ -117,6 +117,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             error=request.error,
             timings=convert.from_json("timings_json", request.timings_json),
             breakdown=convert.optional_from_json("reward_breakdown_json", request.reward_breakdown_json),
+            verifier_output=request.verifier_output,
+            harness_stderr=request.harness_stderr,
         )
         return convert.rollout_to_proto(rollout)
 

@@ -25,6 +25,7 @@ from clawgym.orchestrator.interface import Batch, RolloutRequest, RolloutStatus,
 from clawgym.rpc import check_health
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.suites import resolve_suite
+from tests.orchestrator.conftest import write_clawgym_task
 
 pytestmark = pytest.mark.slow
 
@@ -261,6 +262,27 @@ class _HealthyButMute(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+def test_a_failed_rollout_keeps_its_verifier_output_and_the_tail_of_the_harness_stderr(
+    make_orchestrator, tmp_path
+):
+    """A task outcome that did not pass is read by a person (the browser): the store keeps what the
+    verifier printed and the end of what the harness wrote to stderr, beside the reward 0."""
+    reward = "#!/usr/bin/env bash\necho 'done.txt is missing' >&2\necho 0.0\n"
+    noisy = 'for i in $(seq 1 3000); do echo "agent line $i" >&2; done\necho "agent gave up" >&2\nexit 3\n'
+    write_clawgym_task(tmp_path / "suite", "give-up", "Write done.txt.", noisy, reward=reward)
+    served = make_orchestrator()
+    run = served.store.create_run("outputs")
+    batch = Batch(run.id, [RolloutRequest("give-up", "oracle")], suite=str(tmp_path / "suite"))
+    (final,) = [s for s in asyncio.run(statuses_of(served.client(), batch)) if s.ended]
+    record = served.store.get_rollout(final.rollout_id)
+    assert (record.status, record.reward, record.passed) == ("finished", 0.0, False), record
+    assert "done.txt is missing" in record.verifier_output, f"verifier output: {record.verifier_output!r}"
+    stderr = record.harness_stderr
+    assert stderr.rstrip().endswith("agent gave up") and "agent line 3000" in stderr, stderr[-300:]
+    assert "agent line 1\n" not in stderr and len(stderr) <= 4000, "a tail, not the whole stream"
+    assert "agent gave up" in served.store.list_rollouts(run.id)[0].harness_stderr, "listed with the run"
 
 
 def test_a_harness_that_never_reached_the_model_is_an_infra_failure_not_a_zero_reward(make_orchestrator):

@@ -1,6 +1,7 @@
-"""Judgments (an LLM judge's scoring of a hybrid rollout's rubric) and reward breakdowns: recorded
-beside the rollout and read back the same through SqlStore (PostgreSQL and SQLite) and the gRPC
-StoreClient; bad input is refused in the caller's protocol and writes nothing."""
+"""Judgments (an LLM judge's scoring of a hybrid rollout's rubric), reward breakdowns and a task
+outcome's verifier output and harness stderr: recorded beside the rollout and read back the same
+through SqlStore (PostgreSQL and SQLite) and the gRPC StoreClient; bad input is refused in the
+caller's protocol and writes nothing."""
 
 from __future__ import annotations
 
@@ -90,3 +91,23 @@ def test_bad_judgments_are_refused_and_write_nothing(either) -> None:
     with pytest.raises(InvalidArgument):
         either.finish_rollout(a.rollout_id, "finished", 1.0, True, "", {}, {"rubric": float("nan")})
     assert either.get_rollout(a.rollout_id).status == "registered"
+
+
+def test_a_rollouts_verifier_output_and_harness_stderr_round_trip(either) -> None:
+    """Kept for a person reading a failed rollout: the same text back from every read of the rollout;
+    a NUL (PostgreSQL text cannot hold it) is refused and the rollout stays unended."""
+    run = either.create_run("outputs")
+    [a, b] = either.register_rollouts(run.id, [RolloutSpec("g3", "t", "oracle")] * 2)
+    verifier = "0/2 tests passed\nFAILED test_a.py::test_é - assert 1 == 2"
+    stderr = "Traceback …\nKeyError: 'x' \u2603"
+    ended = either.finish_rollout(
+        a.rollout_id, "finished", 0.0, False, verifier_output=verifier, harness_stderr=stderr
+    )
+    assert (ended.verifier_output, ended.harness_stderr) == (verifier, stderr)
+    group = either.get_group("g3")
+    for got in (either.get_rollout(a.rollout_id), either.list_rollouts(run.id)[0], group.rollouts[0].rollout):
+        assert (got.verifier_output, got.harness_stderr) == (verifier, stderr), got
+    with pytest.raises(InvalidArgument, match="harness_stderr"):
+        either.finish_rollout(b.rollout_id, "finished", 0.0, False, harness_stderr="a\x00b")
+    assert either.get_rollout(b.rollout_id).status == "registered", "a refused end writes nothing"
+    assert either.get_rollout(b.rollout_id).verifier_output == "", "not recorded yet"

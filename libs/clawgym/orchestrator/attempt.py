@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 PROXY_OK_CACHE_S = 5.0  # a proxy that answered is not asked again for this long (per-rollout overhead)
 PROXY_RETRY_S = 1.0  # pause between two asks of a proxy that is not up
 HOME = "/root"
+OUTPUT_TAIL_BYTES = 4000  # of the harness's stdout and of its stderr, kept for reading
 # On top of the harness's own time limit: workspace set-up, verifier, teardown.
 SLACK_S = 120.0
 # Backends whose sandboxes see the host's harness install cache (read-only); the others run
@@ -111,11 +112,12 @@ class AttemptResult:
     verdict: Verdict
     harness_exit_code: int
     harness_timed_out: bool
-    harness_output: str
+    harness_output: str  # the tails of its stdout and stderr
     timings: dict[str, float]
     # hybrid tasks: where the reward came from (`judge.hybrid`) and the judge's outcome, if asked
     breakdown: dict[str, Any] | None = None
     judgment: JudgeOutcome | None = None
+    harness_stderr: str = ""  # the tail of its stderr alone (recorded with the rollout)
 
 
 def died_verdict(died: SandboxDied) -> Verdict:
@@ -267,8 +269,9 @@ class AttemptRunner:
             except Exception as e:
                 raise classify(e, failures.SANDBOX) from e
             timings["harness_s"] = result.duration_s
+            tail = OUTPUT_TAIL_BYTES
             output = (
-                (result.stdout[-4000:] + b"\n" + result.stderr[-4000:]).decode("utf-8", "replace").strip()
+                (result.stdout[-tail:] + b"\n" + result.stderr[-tail:]).decode("utf-8", "replace").strip()
             )
             if result.exit_code in failures.NOT_EXECUTED and not result.timed_out:
                 raise InfraFailure(
@@ -310,8 +313,9 @@ class AttemptRunner:
         if task.rubric is not None:
             verdict, breakdown, judgment = await self._score_rubric(task, verdict, evidence, timings)
         timings["total_s"] = time.monotonic() - started
+        stderr = result.stderr[-OUTPUT_TAIL_BYTES:].decode("utf-8", "replace")
         return AttemptResult(
-            verdict, result.exit_code, result.timed_out, output, timings, breakdown, judgment
+            verdict, result.exit_code, result.timed_out, output, timings, breakdown, judgment, stderr
         )
 
     async def _score_rubric(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -370,7 +371,8 @@ class Orchestrator:
         if result.judgment is not None:
             await self._record_judgment(slot, result.judgment, code_score=result.breakdown["code"])
         await self._end(state, slot, "finished", reward=verdict.reward, passed=verdict.passed, timings=timings,
-                        detail=detail, breakdown=result.breakdown)  # fmt: skip
+                        detail=detail, breakdown=result.breakdown, verifier_output=verdict.detail,
+                        harness_stderr=result.harness_stderr)  # fmt: skip
 
     async def _record_judgment(self, slot: _Slot, outcome: JudgeOutcome, code_score: float | None) -> None:
         """Records the judge's prompt, answer and score beside the rollout, before it ends."""
@@ -430,16 +432,20 @@ class Orchestrator:
         retrying: bool = False,
         timings: dict[str, float] | None = None,
         breakdown: dict[str, Any] | None = None,
+        verifier_output: str = "",
+        harness_stderr: str = "",
     ) -> None:
-        """Records the end of the slot's current rollout (once) and emits its status."""
+        """Records the end of the slot's current rollout (once) and emits its status; a task outcome
+        keeps its verifier's output and the harness's stderr (tails) for a person to read."""
         if slot.ended:
             return
         slot.ended = True
         error = _clean(error)
         try:
+            outputs = {"verifier_output": _clean(verifier_output), "harness_stderr": _clean(harness_stderr)}
             await self._store(
-                self.store.finish_rollout, slot.rollout_id, status, reward, passed, error, timings or {},
-                breakdown,
+                functools.partial(self.store.finish_rollout, **outputs),
+                slot.rollout_id, status, reward, passed, error, timings or {}, breakdown,
             )  # fmt: skip
         except FailedPrecondition:
             log.warning("rollout %s had ended already in the store; keeping that outcome", slot.rollout_id)

@@ -152,6 +152,8 @@ def rollout_to_proto(r: Rollout) -> pb.Rollout:
         timings_json=to_json("timings", r.timings),
         created_at=r.created_at,
         reward_breakdown_json=optional_to_json("reward_breakdown", r.reward_breakdown),
+        verifier_output=r.verifier_output,
+        harness_stderr=r.harness_stderr,
     )
     if r.reward is not None:
         m.reward = r.reward
@@ -176,6 +178,8 @@ def rollout_from_proto(m: pb.Rollout) -> Rollout:
         timings=from_json("timings_json", m.timings_json),
         created_at=m.created_at,
         reward_breakdown=optional_from_json("reward_breakdown_json", m.reward_breakdown_json),
+        verifier_output=m.verifier_output,
+        harness_stderr=m.harness_stderr,
     )
 
 

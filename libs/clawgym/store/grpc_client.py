@@ -125,6 +125,9 @@ class StoreClient:
         error: str = "",
         timings: dict[str, float] | None = None,
         breakdown: dict[str, Any] | None = None,
+        *,
+        verifier_output: str = "",
+        harness_stderr: str = "",
     ) -> Rollout:
         reply = self._call(
             self._stub.FinishRollout,
@@ -136,6 +139,8 @@ class StoreClient:
             error=error,
             timings_json=convert.to_json("timings", timings),
             reward_breakdown_json=convert.optional_to_json("breakdown", breakdown),
+            verifier_output=verifier_output,
+            harness_stderr=harness_stderr,
         )
         return convert.rollout_from_proto(reply)
 

@@ -52,8 +52,12 @@ class TrajectoryStore(Protocol):
         error: str = "",
         timings: dict[str, float] | None = None,
         breakdown: dict[str, Any] | None = None,
+        *,
+        verifier_output: str = "",
+        harness_stderr: str = "",
     ) -> Rollout:
-        """Ends a rollout; `breakdown` says where a hybrid reward came from (None: code only)."""
+        """Ends a rollout; `breakdown` says where a hybrid reward came from (None: code only);
+        `verifier_output` and `harness_stderr` are the tails a person reads to see why it failed."""
         ...
 
     # --- judgments (hybrid tasks' rubric scorings, one per rollout) ---

@@ -99,6 +99,10 @@ class RolloutRow(Base):
     timings: Mapped[dict[str, Any]]
     # hybrid tasks: {"code": .., "rubric": .., "weights": {..}, ..}; NULL for a code-only reward
     reward_breakdown: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # why a task outcome was what it was, for a person: the verifier's output and the harness's
+    # stderr, tails ("" when not recorded: before the harness ran, an infrastructure failure)
+    verifier_output: Mapped[str] = mapped_column(Text, default="", server_default="")
+    harness_stderr: Mapped[str] = mapped_column(Text, default="", server_default="")
     # sha256 hex of the API token: `resolve_token`'s lookup
     token_hash: Mapped[str] = mapped_column(String(64), index=True, unique=True)
     created_at: Mapped[float] = mapped_column(Double)

@@ -39,6 +39,8 @@ def rollout_record(row: RolloutRow) -> Rollout:
         timings=dict(row.timings),
         created_at=row.created_at,
         reward_breakdown=None if row.reward_breakdown is None else dict(row.reward_breakdown),
+        verifier_output=row.verifier_output,
+        harness_stderr=row.harness_stderr,
     )
 
 

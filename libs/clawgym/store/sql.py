@@ -280,6 +280,9 @@ class SqlStore:
         error: str = "",
         timings: dict[str, float] | None = None,
         breakdown: dict[str, Any] | None = None,
+        *,
+        verifier_output: str = "",
+        harness_stderr: str = "",
     ) -> Rollout:
         status = validate.name("status", status, ENDED_ROLLOUT_STATES)
         checked_breakdown = None if breakdown is None else validate.json_object("breakdown", breakdown)[0]
@@ -287,6 +290,8 @@ class SqlStore:
         if passed is not None and not isinstance(passed, bool):
             raise InvalidArgument(f"passed must be a bool or None, got {passed!r}")
         error = validate.text("error", error, required=False)
+        verifier_output = validate.text("verifier_output", verifier_output, required=False)
+        harness_stderr = validate.text("harness_stderr", harness_stderr, required=False)
         checked_timings = validate.timings(timings)
         with self._write() as s:
             row = self._rollout(s, rollout_id, lock=True)
@@ -295,6 +300,7 @@ class SqlStore:
             row.status, row.reward, row.passed, row.error = status, reward, passed, error
             row.timings, row.ended_at = checked_timings, time.time()
             row.reward_breakdown = checked_breakdown
+            row.verifier_output, row.harness_stderr = verifier_output, harness_stderr
             group_ready = self._count_ended(s, row.group_id, row.ended_at)
         record = rows.rollout_record(row)
         fields = {

@@ -109,7 +109,7 @@ class StartRolloutRequest(_message.Message):
     def __init__(self, rollout_id: _Optional[str] = ..., sandbox: _Optional[str] = ...) -> None: ...
 
 class Rollout(_message.Message):
-    __slots__ = ("id", "run_id", "group_id", "task_id", "harness", "status", "reward", "passed", "error", "policy_version_start", "sandbox", "timings_json", "created_at", "reward_breakdown_json")
+    __slots__ = ("id", "run_id", "group_id", "task_id", "harness", "status", "reward", "passed", "error", "policy_version_start", "sandbox", "timings_json", "created_at", "reward_breakdown_json", "verifier_output", "harness_stderr")
     ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +124,8 @@ class Rollout(_message.Message):
     TIMINGS_JSON_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     REWARD_BREAKDOWN_JSON_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_STDERR_FIELD_NUMBER: _ClassVar[int]
     id: str
     run_id: str
     group_id: str
@@ -138,10 +140,12 @@ class Rollout(_message.Message):
     timings_json: str
     created_at: float
     reward_breakdown_json: str
-    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., policy_version_start: _Optional[int] = ..., sandbox: _Optional[str] = ..., timings_json: _Optional[str] = ..., created_at: _Optional[float] = ..., reward_breakdown_json: _Optional[str] = ...) -> None: ...
+    verifier_output: str
+    harness_stderr: str
+    def __init__(self, id: _Optional[str] = ..., run_id: _Optional[str] = ..., group_id: _Optional[str] = ..., task_id: _Optional[str] = ..., harness: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., policy_version_start: _Optional[int] = ..., sandbox: _Optional[str] = ..., timings_json: _Optional[str] = ..., created_at: _Optional[float] = ..., reward_breakdown_json: _Optional[str] = ..., verifier_output: _Optional[str] = ..., harness_stderr: _Optional[str] = ...) -> None: ...
 
 class FinishRolloutRequest(_message.Message):
-    __slots__ = ("rollout_id", "status", "reward", "passed", "error", "timings_json", "reward_breakdown_json")
+    __slots__ = ("rollout_id", "status", "reward", "passed", "error", "timings_json", "reward_breakdown_json", "verifier_output", "harness_stderr")
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +153,8 @@ class FinishRolloutRequest(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_JSON_FIELD_NUMBER: _ClassVar[int]
     REWARD_BREAKDOWN_JSON_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    HARNESS_STDERR_FIELD_NUMBER: _ClassVar[int]
     rollout_id: str
     status: str
     reward: float
@@ -156,7 +162,9 @@ class FinishRolloutRequest(_message.Message):
     error: str
     timings_json: str
     reward_breakdown_json: str
-    def __init__(self, rollout_id: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., timings_json: _Optional[str] = ..., reward_breakdown_json: _Optional[str] = ...) -> None: ...
+    verifier_output: str
+    harness_stderr: str
+    def __init__(self, rollout_id: _Optional[str] = ..., status: _Optional[str] = ..., reward: _Optional[float] = ..., passed: _Optional[bool] = ..., error: _Optional[str] = ..., timings_json: _Optional[str] = ..., reward_breakdown_json: _Optional[str] = ..., verifier_output: _Optional[str] = ..., harness_stderr: _Optional[str] = ...) -> None: ...
 
 class Judgment(_message.Message):
     __slots__ = ("rollout_id", "model", "base_url", "prompt_json", "raw_answer", "score", "rule_scores_json", "error", "latency_s", "attempts", "code_score", "id", "created_at")
