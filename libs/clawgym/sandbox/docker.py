@@ -118,6 +118,7 @@ class DockerBackend:
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg, self.d = cfg, cfg.docker
         self.ownership = Ownership(cfg.owner)
+        relay.allow_open_files()  # each relayed connection costs two descriptors
         self.owner, self.instance = self.ownership.owner, self.ownership.instance
         self.lease_name = self.ownership.lease_name
         self.cli = DockerCli(self.d)

@@ -97,6 +97,7 @@ class LocalBackend:
     def __init__(self, cfg: SandboxConfig) -> None:
         self.cfg = cfg
         self.ownership = Ownership(cfg.owner)
+        relay.allow_open_files()  # each relayed connection costs two descriptors
         self.owner, self.instance = self.ownership.owner, self.ownership.instance
         self.lease_name = self.ownership.lease_name
         self.root = Path(cfg.local.root_dir or Path(tempfile.gettempdir()) / "clawgym-sandboxes")

@@ -17,13 +17,16 @@ Every relayed connection costs this process two descriptors, so a sandbox holds 
 `sandbox.relay_max_connections` at once, all its relays together (`ConnectionCap`); one beyond is
 reset as soon as it is accepted. Refusals, failed accepts (EMFILE ...) and an unreachable proxy are
 logged at most once per LOG_EVERY_S per sandbox and kind, with counts, and a failed accept is
-retried after ACCEPT_RETRY_S, not at once.
+retried after ACCEPT_RETRY_S, not at once. The backends that relay raise this process's soft limit
+of open files to its hard one (`allow_open_files`); no cap spans sandboxes, so size the hard limit
+for relay_max_connections x 2 x the sandboxes that run at once.
 """
 
 import asyncio
 import contextlib
 import logging
 import math
+import resource
 import socket
 import struct
 import time
@@ -137,6 +140,17 @@ class _Throttle:
         """How many are counted but not logged yet (and forgets them)."""
         n, self.pending = self.pending, 0
         return n
+
+
+def allow_open_files() -> int:
+    """Raises this process's soft limit of open files to its hard limit (relayed connections cost two
+    descriptors each, and the common soft default of 1024 is the hard one's fraction); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft
 
 
 class ConnectionCap:
