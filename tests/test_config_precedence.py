@@ -68,7 +68,9 @@ def test_load_config_takes_the_same_order_for_a_whole_section_in_json(tmp_path: 
     assert (cfg.store.url, cfg.store.pool_size) == ("sqlite:///a.db", 9), (
         "a section given as JSON overrides only the fields it names"
     )
-    cfg = load_config(config, environ={"CLAWGYM_STORE": '{"pool_size": 9}'}, flags={"store": {"pool_size": 4}})
+    cfg = load_config(
+        config, environ={"CLAWGYM_STORE": '{"pool_size": 9}'}, flags={"store": {"pool_size": 4}}
+    )
     assert cfg.store.pool_size == 4, "a flag beats the environment"
 
 
@@ -94,4 +96,57 @@ def test_every_field_of_a_service_section_is_a_flag_with_its_description(capsys)
     help_text = " ".join(capsys.readouterr().out.split())
     for name, info in ClawgymConfig.model_fields["store"].annotation.model_fields.items():
         assert f"--{name.replace('_', '-')}" in help_text, f"the field store.{name} has no flag"
-        assert " ".join(info.description.split())[:40] in help_text, f"--help lacks store.{name}'s description"
+        assert " ".join(info.description.split())[:40] in help_text, (
+            f"--help lacks store.{name}'s description"
+        )
+
+
+def test_set_beats_every_other_source_and_takes_yaml_scalars_and_json(tmp_path: Path) -> None:
+    """`--set a.b=c` (every command, `clawgym serve X` included) wins over a flag, the environment and
+    the file; a list field takes JSON, a text field keeps the text as typed."""
+    config = tmp_path / "run.yaml"
+    config.write_text("proxy:\n  max_new_tokens: 10\n")
+    env = {"CLAWGYM_PROXY__MAX_NEW_TOKENS": "20"}
+    cfg = load_config(
+        config, environ=env, flags={"proxy": {"max_new_tokens": 30}}, sets=["proxy.max_new_tokens=40"]
+    )
+    assert cfg.proxy.max_new_tokens == 40, "--set beats the flag, the environment and the file"
+    cfg = service_config(
+        "proxy", ["--max-new-tokens", "30", "--set", "proxy.max_new_tokens=40"], description="t"
+    )
+    assert cfg.proxy.max_new_tokens == 40, "clawgym serve takes --set too, over its flags"
+    cfg = load_config(
+        sets=['trainer.harnesses=[{"name": "reference", "weight": 2}]', "trainer.run_name=2024"]
+    )
+    assert (cfg.trainer.harnesses[0].weight, cfg.trainer.run_name) == (2.0, "2024"), (
+        "JSON list; text as typed"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ({"yaml": "trainer:\n  step: 3\n"}, r"run\.yaml: unknown config key trainer\.step: did you mean trainer\.steps\?"),
+        ({"environ": {"CLAWGYM_TRAINER__STEP": "3"}}, r"did you mean trainer\.steps \(CLAWGYM_TRAINER__STEPS\)\?"),
+        ({"environ": {"CLAWGYM_STORE": '{"pol_size": 3}'}}, r"store\.pol_size: did you mean store\.pool_size"),
+        ({"sets": ["trainer.algorithm.lrr=1"]}, r"--set: unknown config key trainer\.algorithm\.lrr: did you mean trainer\.algorithm\.lr\?"),
+        ({"flags": {"orchestrator": {"harness_settings": {"reference": {"max_turn": 1}}}}},
+         r"did you mean orchestrator\.harness_settings\.reference\.max_turns\?"),
+    ],
+)  # fmt: skip
+def test_an_unknown_key_from_any_source_names_the_nearest_valid_one(tmp_path: Path, source: dict, error: str):
+    path = None
+    if "yaml" in source:
+        path = tmp_path / "run.yaml"
+        path.write_text(source["yaml"])
+    with pytest.raises(InvalidArgument, match=error):
+        load_config(
+            path, environ=source.get("environ", {}), flags=source.get("flags"), sets=source.get("sets", ())
+        )
+
+
+def test_an_unknown_serve_flag_names_the_nearest_flag_and_its_key() -> None:
+    with pytest.raises(
+        InvalidArgument, match=r"unknown flag --store\.urll: did you mean --store\.url \(store\.url\)\?"
+    ):
+        service_config("proxy", ["--store.urll", "sqlite:///x.db"], description="t", clients_of=("store",))

@@ -7,7 +7,18 @@ so importing them here keeps `clawgym --help` quick.
 import typer
 from rich.console import Console
 
-from clawgym_app.commands import browse, evaluate, export, quickstart, rollout, serve, session, tasks, train
+from clawgym_app.commands import (
+    browse,
+    config,
+    evaluate,
+    export,
+    quickstart,
+    rollout,
+    serve,
+    session,
+    tasks,
+    train,
+)
 
 app = typer.Typer(
     help="clawgym: RL for LLM agents through the harnesses people already use.", no_args_is_help=True
@@ -15,6 +26,7 @@ app = typer.Typer(
 app.add_typer(serve.serve_app, name="serve")
 app.add_typer(session.session_app, name="session")
 app.add_typer(tasks.tasks_app, name="tasks")
+app.add_typer(config.config_app, name="config")
 # The run commands (ARCHITECTURE.md §3).
 app.command("quickstart")(quickstart.command)
 app.command("train")(train.command)

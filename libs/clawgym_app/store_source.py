@@ -6,6 +6,7 @@ missing, foreign or older database is refused in one line (`SqlStore(writable=Fa
 commands read through the `TrajectoryStore` interface and close it.
 """
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -24,16 +25,23 @@ def run_dir_store_url(folder: Path) -> str:
         url = ((yaml.safe_load(config.read_text()) or {}).get("store") or {}).get("url", "")
         if url:
             return url
-    raise InvalidArgument(f"{folder} holds no {STORE_FILE} and no store.url in {CONFIG_FILE}: not a run folder")
+    raise InvalidArgument(
+        f"{folder} holds no {STORE_FILE} and no store.url in {CONFIG_FILE}: not a run folder"
+    )
 
 
-def open_read_store(store: str = "", store_service: str = "", run_dir: Path | None = None) -> TrajectoryStore:
-    """Exactly one of a SQLAlchemy URL, the store service's HOST:PORT (with the config's rpc secret) or a run folder."""
+def open_read_store(
+    store: str = "", store_service: str = "", run_dir: Path | None = None, sets: Sequence[str] = ()
+) -> TrajectoryStore:
+    """Exactly one of a SQLAlchemy URL, the store service's HOST:PORT (with the config's rpc secret) or a
+    run folder; `sets` (`--set` items) over the rest of the config (CLAWGYM_* variables, defaults)."""
     from clawgym.assemble import open_store
     from clawgym.config import load_config
 
     given = [bool(store), bool(store_service), run_dir is not None]
     if sum(given) != 1:
-        raise InvalidArgument("name one store: --store URL, --store-service HOST:PORT or --run-dir DIR")
-    flags = {"grpc_url": store_service} if store_service else {"url": store or run_dir_store_url(Path(run_dir))}
-    return open_store(load_config(flags={"store": flags}), writable=False)
+        raise InvalidArgument("name one store: --store.url URL, --store.grpc-url HOST:PORT or --run-dir DIR")
+    flags = (
+        {"grpc_url": store_service} if store_service else {"url": store or run_dir_store_url(Path(run_dir))}
+    )
+    return open_store(load_config(flags={"store": flags}, sets=sets), writable=False)

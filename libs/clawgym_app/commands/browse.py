@@ -1,4 +1,4 @@
-"""`clawgym browse [--run-dir D | --store URL | --store-service HOST:PORT] [--port P] [--model SPEC]
+"""`clawgym browse [--run-dir D | --store.url URL | --store.grpc-url HOST:PORT] [--port P] [--model SPEC]
 [--allow-host H]`.
 
 Serves the rollout browser (`clawgym_services.store.browse`) on loopback: runs → a run's steps,
@@ -17,23 +17,31 @@ import typer
 
 from clawgym.errors import ClawgymError
 from clawgym.records import Run
+from clawgym_app.config_options import set_option
 
 log = logging.getLogger(__name__)
 
 
 def command(
     run_dir: Path = typer.Option(None, "--run-dir", help="a run folder (runs/<ts>/): its SQLite store"),
-    store: str = typer.Option("", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"),
-    store_service: str = typer.Option("", "--store-service", help="the store service's HOST:PORT"),
+    store: str = typer.Option(
+        "", "--store.url", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"
+    ),
+    store_service: str = typer.Option(
+        "", "--store.grpc-url", "--store-service", help="the store service's HOST:PORT"
+    ),
     host: str = typer.Option("127.0.0.1", help="address to serve on (it shows every call: keep it local)"),
     port: int = typer.Option(8600, help="port to serve on"),
-    model: str = typer.Option("", help="policy model spec whose tokenizer decodes tokens (default: the run's)"),
+    model: str = typer.Option(
+        "", help="policy model spec whose tokenizer decodes tokens (default: the run's)"
+    ),
     allow_host: list[str] = typer.Option(
         [],
         "--allow-host",
         help="a Host name to answer besides the address served on (repeatable; *.example.com, * for any): "
         "other names get 403, against DNS rebinding",
     ),
+    sets: list[str] = set_option(),
 ) -> None:
     """Browse a store's runs, groups, rollouts and prefix trees in a web page."""
     import uvicorn
@@ -42,7 +50,7 @@ def command(
     from clawgym_services.store.browse import create_browse_app
 
     try:
-        s = open_read_store(store, store_service, run_dir)
+        s = open_read_store(store, store_service, run_dir, sets)
     except ClawgymError as e:
         typer.echo(f"clawgym browse: {e}", err=True)
         raise typer.Exit(2) from e

@@ -1,4 +1,4 @@
-"""`clawgym eval -c run.yaml [--checkpoint V] [--store URL] [--harness H] [--k K]`: Pass@k with 95% intervals.
+"""`clawgym eval -c run.yaml [--checkpoint V] [--store.url URL] [--harness H] [--k K]`: Pass@k with 95% intervals.
 
 Evaluates a policy through one or more harnesses on held-out tasks of a suite: a kept checkpoint of
 the config's run (`--checkpoint V`, loaded into the engine first; 0 = the initial policy), a
@@ -9,11 +9,12 @@ harness's turn cap and reply length (`orchestrator.harness_settings`).
 
 Where results go: every `clawgym eval` is an eval run of its own (kind "eval": its rollouts, calls
 and Pass@k rows, its config naming the evaluated run, version and settings) in the results store:
-`--store URL` / `--store-service HOST:PORT` if given, else the config's store (for a quickstart run
-config, the run folder's own clawgym.db). The command prints which. It never records into the
+`--store.url URL` / `--store.grpc-url HOST:PORT` if given (spelt as `clawgym serve`'s flags; `--store` /
+`--store-service` are the older spellings), else the config's store (for a quickstart run config, the
+run folder's own clawgym.db). The command prints which. It never records into the
 training run's own evaluations, which that run's report and `clawgym train --resume` read. With
 services (`orchestrator.grpc_url`) the proxy and orchestrator record into their own store, so
-`--store` is refused there.
+`--store.url` is refused there. `--set KEY=VALUE` overrides any config field.
 
 `--harness oracle` / `--harness nop` validate a suite (the oracle should pass every task, nop none)
 without a model in the loop.
@@ -31,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from clawgym.errors import ClawgymError
+from clawgym_app.config_options import set_option
 
 if TYPE_CHECKING:
     from clawgym.config import ClawgymConfig
@@ -81,23 +83,25 @@ def command(
     model: str = typer.Option("", help="policy model spec (default trainer.model, else smollm2-135m)"),
     store: str = typer.Option(
         "",
+        "--store.url",
         "--store",
         help="record the evaluation (its run, rollouts, calls, Pass@k) in this store, a SQLAlchemy URL "
         "(sqlite:///…, postgresql+psycopg://…); default: the config's store (printed)",
     ),
     store_service: str = typer.Option(
-        "", "--store-service", help="record it in the store service at HOST:PORT instead"
+        "", "--store.grpc-url", "--store-service", help="record it in the store service at HOST:PORT instead"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
+    sets: list[str] = set_option(),
 ) -> None:
     """Pass@1 and Pass@k (unbiased) with 95% intervals per harness × suite, with the config's evaluation
     settings; recorded as an eval run of its own (never among the training run's own evaluations) in
-    --store, default the config's store (printed)."""
+    --store.url, default the config's store (printed)."""
     from clawgym.config import load_config
 
     console = Console(stderr=True) if as_json else Console()
     try:
-        cfg = load_config(config)
+        cfg = load_config(config, sets=sets)
         request = EvalRequest(checkpoint=checkpoint, harnesses=harness, k=k, samples=samples, tasks=tasks,
                               suite=suite, split=split, model=model, store=store,
                               store_service=store_service)  # fmt: skip
@@ -149,18 +153,18 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
 
 
 def results_store(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, str]:
-    """`cfg` with its store replaced by the one `--store`/`--store-service` names (if any), and that
+    """`cfg` with its store replaced by the one `--store.url`/`--store.grpc-url` names (if any), and that
     store as printed ("the config's store sqlite:///…")."""
     from clawgym.errors import InvalidArgument
     from clawgym_app.runtime import is_embedded
 
     if req.store and req.store_service:
-        raise InvalidArgument("name one results store: --store URL or --store-service HOST:PORT")
+        raise InvalidArgument("name one results store: --store.url URL or --store.grpc-url HOST:PORT")
     if not (req.store or req.store_service):
         return cfg, f"the config's store {describe_store(cfg)}"
     if not is_embedded(cfg):
         raise InvalidArgument(
-            "--store/--store-service need an embedded evaluation: with services (orchestrator.grpc_url) "
+            "--store.url/--store.grpc-url need an embedded evaluation: with services (orchestrator.grpc_url) "
             "the proxy and orchestrator record into the services' own store"
         )
     update = {"grpc_url": req.store_service} if req.store_service else {"url": req.store, "grpc_url": ""}

@@ -1,4 +1,4 @@
-"""`clawgym export [RUN] --run-dir D | --store URL | --store-service HOST:PORT --format F --out DIR`.
+"""`clawgym export [RUN] --run-dir D | --store.url URL | --store.grpc-url HOST:PORT --format F --out DIR`.
 
 Writes a run's captured calls and prefix trees (token ids, logprobs, versions, rewards, each call's
 raw request and response) as JSONL, Parquet or a Hugging Face `datasets` folder, for SFT, analysis
@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from clawgym.errors import ClawgymError
+from clawgym_app.config_options import set_option
 
 
 def command(
@@ -17,17 +18,22 @@ def command(
         "", help="the run id (default: the newest training run; an evaluation run only by its id)"
     ),
     run_dir: Path = typer.Option(None, "--run-dir", help="a run folder (runs/<ts>/): its SQLite store"),
-    store: str = typer.Option("", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"),
-    store_service: str = typer.Option("", "--store-service", help="the store service's HOST:PORT"),
+    store: str = typer.Option(
+        "", "--store.url", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"
+    ),
+    store_service: str = typer.Option(
+        "", "--store.grpc-url", "--store-service", help="the store service's HOST:PORT"
+    ),
     fmt: str = typer.Option("jsonl", "--format", "-f", help="jsonl | parquet | hf (a datasets folder)"),
     out: Path = typer.Option(..., "--out", "-o", help="a new or empty folder to write into"),
+    sets: list[str] = set_option(),
 ) -> None:
     """Export a run's calls and trees for SFT, analysis and sharing."""
     from clawgym.export import export_run
     from clawgym_app.store_source import open_read_store
 
     try:
-        s = open_read_store(store, store_service, run_dir)
+        s = open_read_store(store, store_service, run_dir, sets)
         try:
             if not run:
                 run = default_run(s.list_runs())

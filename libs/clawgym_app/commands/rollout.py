@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from clawgym.errors import ClawgymError
+from clawgym_app.config_options import set_option
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,6 +42,7 @@ def command(
     temperature: float = typer.Option(None, help="force this sampling temperature (default: the request's)"),
     preview: int = typer.Option(600, help="characters of each call's text shown"),
     as_json: bool = typer.Option(False, "--json", help="print the rollout and its calls as one JSON object"),
+    sets: list[str] = set_option(),
 ) -> None:
     """Run one task through one harness; print the captured calls and the prefix tree."""
     from clawgym.config import load_config
@@ -48,7 +50,7 @@ def command(
 
     console = Console(stderr=True) if as_json else Console()
     try:
-        cfg = load_config(config)
+        cfg = load_config(config, sets=sets)
         proxy = cfg.proxy.model_copy(
             update={
                 **({"max_new_tokens": max_new_tokens} if max_new_tokens else {}),

@@ -1,14 +1,19 @@
 """`clawgym session new`: an ad-hoc rollout for capturing a session by hand (ARCHITECTURE.md §3).
 
 Registers one rollout in a run of its own and prints its API key alone on the last line, so a
-person (or a script: `KEY=$(clawgym session new --store URL | tail -1)`; the store may also come
-from CLAWGYM_STORE__URL / CLAWGYM_STORE__GRPC_URL) can point their own
-harness at `clawgym serve proxy` and inspect the captured calls afterwards.
+person (or a script: `KEY=$(clawgym session new --store.url URL | tail -1)`; the store may also come
+from CLAWGYM_STORE__URL / CLAWGYM_STORE__GRPC_URL, `-c FILE` or `--set`) can point their own
+harness at `clawgym serve proxy --store.url URL` and inspect the captured calls afterwards. The store
+options are spelt as `clawgym serve`'s flags; `--store` / `--store-service` are their older spellings.
 """
 
 import uuid
+from pathlib import Path
 
 import typer
+
+from clawgym.errors import ClawgymError
+from clawgym_app.config_options import set_option
 
 session_app = typer.Typer(help="Ad-hoc capture sessions: a rollout token to use as a harness's API key.")
 
@@ -16,16 +21,21 @@ session_app = typer.Typer(help="Ad-hoc capture sessions: a rollout token to use 
 @session_app.command("new")
 def new(
     store: str = typer.Option(
-        "", "--store", help="store SQLAlchemy URL: sqlite:///capture.db, postgresql+psycopg://… (store.url)"
+        "",
+        "--store.url",
+        "--store",
+        help="store SQLAlchemy URL: sqlite:///capture.db, postgresql+psycopg://…",
     ),
     store_service: str = typer.Option(
-        "", "--store-service", help="the store service's HOST:PORT instead (store.grpc_url)"
+        "", "--store.grpc-url", "--store-service", help="the store service's HOST:PORT instead"
     ),
     harness: str = typer.Option(
         "manual", "--harness", help="harness name recorded with the rollout (e.g. claude-code)"
     ),
     task: str = typer.Option("manual", "--task", help="task id recorded with the rollout"),
     name: str = typer.Option("manual-capture", "--name", help="name of the run the rollout belongs to"),
+    config: Path = typer.Option(None, "--config", "-c", help="a config YAML (its store and rpc sections)"),
+    sets: list[str] = set_option(),
 ) -> None:
     """Register a rollout and print its API key (alone, on the last line)."""
     from clawgym.assemble import open_store
@@ -35,7 +45,11 @@ def new(
     flags = {"url": store} if store else {}
     if store_service:
         flags["grpc_url"] = store_service
-    s = open_store(load_config(flags={"store": flags}))
+    try:
+        s = open_store(load_config(config, flags={"store": flags}, sets=sets))
+    except ClawgymError as e:
+        typer.echo(f"clawgym session new: {e}", err=True)
+        raise typer.Exit(2) from e
     try:
         run = s.create_run(name, {"kind": "manual-capture", "harness": harness})
         spec = RolloutSpec(group_id=f"manual-{uuid.uuid4().hex[:12]}", task_id=task, harness=harness)

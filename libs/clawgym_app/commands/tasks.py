@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from clawgym.errors import ClawgymError, InvalidArgument
+from clawgym_app.config_options import set_option
 
 tasks_app = typer.Typer(
     help="Task suites: list, import, check (oracle passes, nop fails).", no_args_is_help=True
@@ -154,12 +155,15 @@ def check_cmd(
     as_json: bool = typer.Option(False, "--json", help="a JSON line per task, then the summary object"),
     backend: str = typer.Option(
         "",
+        "--sandbox.backend",
+        "--backend",
         help="sandbox backend: local (the default) or docker (each task in its own image, built "
         "from its Dockerfile); empty: the config's sandbox.backend",
     ),
     config: Path = typer.Option(
         None, "-c", "--config", help="a run config whose `sandbox` section is used (and CLAWGYM_SANDBOX__*)"
     ),
+    sets: list[str] = set_option(),
 ) -> None:
     """Per task: the oracle passes (if it has a solution) and nop fails, in sandboxes (local by default).
 
@@ -172,7 +176,8 @@ def check_cmd(
     from clawgym.tasks.suites import resolve_suite
 
     try:
-        sandbox = load_config(config, flags={"sandbox": {"backend": backend}} if backend else None).sandbox
+        flags = {"sandbox": {"backend": backend}} if backend else None
+        sandbox = load_config(config, flags=flags, sets=sets).sandbox
         folder = resolve_suite(suite, root)
         found = scan_tasks(folder)
     except ClawgymError as e:

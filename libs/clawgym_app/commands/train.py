@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from clawgym.errors import ClawgymError
+from clawgym_app.config_options import set_option
 
 
 def command(
@@ -34,6 +35,7 @@ def command(
         False, help="start store, inference, proxy and orchestrator as local `clawgym serve` processes first"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object at the end"),
+    sets: list[str] = set_option(),
 ) -> None:
     """Train a policy with GRPO or PPO through the config's harness mix; evaluate; write the report."""
     from clawgym.config import load_config
@@ -47,7 +49,7 @@ def command(
 
     console = Console(stderr=True) if as_json else Console()
     try:
-        cfg = load_config(config)
+        cfg = load_config(config, sets=sets)
         if steps:
             cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"steps": steps})})
         check_available(cfg.tracking)
