@@ -134,6 +134,8 @@ def test_policy_specs_name_builtins_and_local_folders():
     )
     with pytest.raises(InvalidArgument, match="unknown model spec"):
         policy_spec("no-such-model")
+    with pytest.raises(InvalidArgument, match="looks like a Hugging Face hub id.*--local-dir"):
+        policy_spec("Qwen/Qwen3-4B")  # says how to provide weights, instead of downloading them
 
 
 def test_both_builtin_models_load_with_the_hub_offline():

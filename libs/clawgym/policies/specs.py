@@ -5,6 +5,7 @@ only names and describes; building and loading the weights is `clawgym.policies.
 """
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,9 @@ BUILTIN: dict[str, PolicySpec] = {
 }
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name, as the hub spells a model
+
+
 def policy_spec(spec: "str | Path | PolicySpec") -> PolicySpec:
     """The PolicySpec for a spec string (a built-in name or a local HF folder); InvalidArgument if neither."""
     if isinstance(spec, PolicySpec):
@@ -62,9 +66,16 @@ def policy_spec(spec: "str | Path | PolicySpec") -> PolicySpec:
         return BUILTIN[key]
     folder = Path(key).expanduser()
     if not (folder / "config.json").is_file():
+        hint = ""
+        if _HUB_ID.match(key) and not folder.exists():
+            hint = (
+                f"; {key!r} looks like a Hugging Face hub id, and clawgym loads no weights from a hub at "
+                f"run time: download it once (`huggingface-cli download {key} --local-dir models/"
+                f"{key.split('/')[-1]}`) and name that folder"
+            )
         raise InvalidArgument(
             f"unknown model spec {key!r}: expected one of {sorted(BUILTIN)} or a local Hugging Face "
-            "folder with a config.json"
+            f"folder with a config.json{hint}"
         )
     template = _chat_template_text(folder)
     # Heuristic for arbitrary folders: a template that mentions tool calls renders them.
