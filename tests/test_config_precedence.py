@@ -150,3 +150,17 @@ def test_an_unknown_serve_flag_names_the_nearest_flag_and_its_key() -> None:
         InvalidArgument, match=r"unknown flag --store\.urll: did you mean --store\.url \(store\.url\)\?"
     ):
         service_config("proxy", ["--store.urll", "sqlite:///x.db"], description="t", clients_of=("store",))
+
+
+def test_a_missing_file_bad_yaml_or_a_variable_that_is_not_json_is_one_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(InvalidArgument, match=r"nope\.yaml: cannot read the config file"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("a: [\n")
+    with pytest.raises(InvalidArgument, match=r"bad\.yaml: not YAML"):
+        load_config(tmp_path / "bad.yaml")
+    with pytest.raises(
+        InvalidArgument, match=r"CLAWGYM_TRAINER__TASKS: not JSON, which trainer\.tasks takes$"
+    ):
+        load_config(environ={"CLAWGYM_TRAINER__TASKS": "hunter2"})

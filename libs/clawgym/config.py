@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import EnvSettingsSource
+from pydantic_settings import EnvSettingsSource, SettingsError
 
 from clawgym.config_keys import annotation_at, unknown_key, unwrap
 from clawgym.errors import InvalidArgument
@@ -115,7 +115,13 @@ def env_layers(environ: Mapping[str, str] | None = None) -> list[Layer]:
             ClawgymConfig, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__"
         )
         source.env_vars = {name.lower(): env[name]}
-        layers.append(Layer(name, _check_keys(source(), name)))
+        try:
+            values = source()
+        except SettingsError:  # a list, dict or section that is not JSON
+            raise InvalidArgument(
+                f"{name}: not JSON, which {'.'.join(path)} takes"
+            ) from None  # nor its value: a secret?
+        layers.append(Layer(name, _check_keys(values, name)))
     return layers
 
 
@@ -201,7 +207,12 @@ def config_layers(
     dicts, as the command line gives them), `sets` ("a.b=c" items); every key checked."""
     layers = []
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as e:
+            raise InvalidArgument(f"{path}: cannot read the config file: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise InvalidArgument(f"{path}: not YAML: {' '.join(str(e).split())}") from None
         if not isinstance(loaded, dict):
             raise InvalidArgument(f"{path}: a config file must be a YAML mapping")
         layers.append(Layer(str(path), _check_keys(loaded, str(path))))
