@@ -3,9 +3,11 @@
 
     GET /                      the page (runs → a run's steps, groups, rollouts → a rollout's tree)
     GET /static/{file}         its script and style sheet
-    GET /api/runs              every run, the newest first
-    GET /api/runs/{run_id}     the run's train steps, checkpoints and groups with their rollouts
-    GET /api/rollouts/{id}     the rollout and its prefix-tree view (`clawgym.trajectory.view`)
+    GET /api/runs              every run, the newest first (an eval run names the run it evaluated)
+    GET /api/runs/{run_id}     the run's train steps, evaluation runs, checkpoints and groups with
+                               their rollouts
+    GET /api/rollouts/{id}     the rollout (its verifier output and harness stderr included) and its
+                               prefix-tree view (`clawgym.trajectory.view`)
 
 Read-only and unauthenticated: it shows every captured call, so `clawgym browse` binds to
 loopback and the store service serves it only on `store.browse_port` when that is set. It answers

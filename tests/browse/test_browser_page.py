@@ -1,7 +1,8 @@
 """The rollout browser in a real headless Chromium (Debian's `chromium` and `chromium-driver`, installed
 by .ci/run), served by the real `clawgym browse` on a run folder holding rollouts captured through the
 real proxy from the real torch engine on tiny-qwen3 (real tokens, logprobs and versions). The page
-must show a rollout's tree as the store holds it, and injected markup as text."""
+must show a rollout's tree as the store holds it, a failed rollout's verifier output and harness
+stderr, a run's steps as a table and its evaluation runs under it, and injected markup as text."""
 
 import shutil
 import socket
@@ -19,11 +20,12 @@ from clawgym.inference.torch_engine import TorchEngine
 from clawgym.store.sql import SqlStore
 from clawgym.trajectory.view import rollout_view
 from tests.engines import require_engine
-from tests.export.capture import HOSTILE, CapturedRun, capture_run
+from tests.export.capture import HARNESS_STDERR, HOSTILE, CapturedRun, capture_run, record_evaluations
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.slow
 CLAWGYM = str(Path(sys.executable).with_name("clawgym"))
+STEP_METRICS = {"loss": 0.0, "reward": 0.5, "pass_rate": 0.5, "trained_groups": ["g"], "tokens_per_s": 812.25}
 
 
 class Page(HTMLParser):
@@ -55,11 +57,15 @@ def chromium() -> str:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[tuple[str, CapturedRun, SqlStore]]:
-    """`clawgym browse` on a run folder (runs/<ts>/clawgym.db) with the captured run; yields its URL."""
+    """`clawgym browse` on a run folder (runs/<ts>/clawgym.db) with the captured run, two train steps and
+    two evaluation runs of it; yields its URL."""
     run_dir = tmp_path_factory.mktemp("runs") / "20260101-000000"
     run_dir.mkdir()
     store = SqlStore(f"sqlite:///{run_dir / 'clawgym.db'}")
     run = capture_run(store, TorchEngine.from_spec("tiny-qwen3", max_batch=4))
+    for step in (1, 2):
+        store.record_train_step(run.run_id, step, STEP_METRICS | {"version": step, "loss": step / 8})
+    record_evaluations(store, run.run_id)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -132,6 +138,54 @@ def test_the_run_page_lists_groups_and_rollouts_with_rewards(served) -> None:
     assert "group <code>" in html and "2 rollouts · complete · not trained yet" in html
 
 
+def test_a_failed_rollouts_page_shows_its_verifier_output_and_harness_stderr_as_text(served) -> None:
+    """Why the rollout got reward 0: what the verifier printed and the end of the harness's stderr,
+    each in its own block, markup in them shown as text."""
+    url, run, _ = served
+    page, html = dump_dom(f"{url}#/rollout/{run.rollout_ids[1]}")
+    assert page.having("section", id="page")[0].get("data-loaded") == "rollout", html[-3000:]
+    assert page.having("pre", id="verifier-output") and page.having("pre", id="harness-stderr"), html[-3000:]
+    verifier = html.split('id="verifier-output"', 1)[1].split("</pre>", 1)[0]
+    assert "0/1 tests passed\nFAILED tests/test_a.py::test_f - assert 1 == 2 &lt;script&gt;" in verifier, verifier
+    stderr = html.split('id="harness-stderr"', 1)[1].split("</pre>", 1)[0]
+    assert "RuntimeError: gave up &lt;script&gt;" in stderr, stderr
+    assert HARNESS_STDERR.splitlines()[0] in stderr and page.having("img") == [], "text only, no element"
+    passed, _ = dump_dom(f"{url}#/rollout/{run.rollout_ids[0]}")
+    assert not passed.having("pre", id="verifier-output"), "nothing recorded, no empty block"
+
+
+def test_the_run_page_shows_its_steps_as_a_table_and_its_evaluation_runs(served) -> None:
+    url, run, _ = served
+    page, html = dump_dom(f"{url}#/run/{run.run_id}")
+    assert page.having("section", id="page")[0].get("data-loaded") == "run", html[-3000:]
+    steps = html.split("<h3>steps</h3>", 1)[1].split("</table>", 1)[0]
+    headers = [h.split("</th>")[0] for h in steps.split("<th>")[1:]]
+    assert headers == ["step", "loss", "reward", "pass_rate", "tokens_per_s", "at"], headers
+    assert [r["data-step"] for r in page.with_class("step-row")] == ["1", "2"]
+    assert "<td>0.125</td><td>0.5</td><td>0.5</td><td>812.25</td>" in steps, "a cell per metric"
+    evaluations = page.with_class("eval-row")
+    assert len(evaluations) == 2, "the run's own evaluation and the later clawgym eval of it"
+    table = html.split("<h3>evaluations</h3>", 1)[1].split("</table>", 1)[0]
+    assert "<th>reference Pass@1</th>" in table and "<td>0.25</td>" in table and "<td>0.75</td>" in table
+
+
+def test_the_runs_page_lists_evaluation_runs_under_the_run_they_evaluated(served) -> None:
+    url, run, store = served
+    page, html = dump_dom(url)
+    assert page.having("section", id="page")[0].get("data-loaded") == "runs", html[-3000:]
+    rows = [(a["class"], a["data-run"], a.get("data-of-run")) for a in page.having("tr") if a.get("data-run")]
+    evals = {r.id: r for r in store.list_runs() if r.config.get("kind") == "eval"}
+    own, later = sorted((i for i, r in evals.items() if r.config.get("of_run")), key=lambda i: evals[i].created_at)
+    (other,) = [i for i, r in evals.items() if not r.config.get("of_run")]
+    assert rows == [
+        ("run-row", other, None), ("run-row", run.run_id, None),
+        ("eval-run", own, run.run_id), ("eval-run", later, run.run_id),
+    ], "each evaluation run right under the run it evaluated, oldest first; one of nothing listed stays on its own"  # fmt: skip
+    _, evaluation = dump_dom(f"{url}#/run/{later}")
+    evaluates = evaluation.split('id="evaluates"', 1)[1].split("</p>", 1)[0]
+    assert f'href="#/run/{run.run_id}"' in evaluates, f"an evaluation run's page links the run it evaluated: {evaluates}"
+
+
 def test_a_dns_rebinding_name_gets_no_page_and_no_calls(served) -> None:
     """evil.example resolved to 127.0.0.1 (as a rebinding DNS server would make it) loads same-origin
     with the browser, so whatever its page fetches it could read: the server must answer it nothing."""
@@ -170,7 +224,7 @@ def test_hovering_a_generated_token_shows_its_calls_request_temperature_version_
             token = driver.find_elements(By.CSS_SELECTOR, f'.span-generated[data-call="{seq}"] .tok')[0]
             ActionChains(driver).move_to_element(token).perform()
             detail = driver.find_element(By.ID, "detail")
-            title = f"call {seq}"
+            title = f"call {seq} · token"  # not just its span: the pointer crosses that on its way
             WebDriverWait(driver, 10).until(lambda d, t=title: d.find_element(By.ID, "detail-title").text.startswith(t))
             field = {e.get_attribute("data-field"): e.text for e in detail.find_elements(By.CSS_SELECTOR, "dd")}
             temperature = f"{round(calls[seq].temperature, 4):g}"

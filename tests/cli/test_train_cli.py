@@ -70,3 +70,30 @@ def test_run_log_at_info_keeps_steps_evaluations_and_checkpoints_without_per_req
         f"the evaluations before and after training:\n{evals}"
     )
     assert "reference: Pass@1 " in evals[0], evals[0]
+
+
+def test_a_training_runs_evaluations_are_listed_under_it_in_the_browser(clawgym, run_config, tmp_path):
+    """The evaluation runner's eval runs name the run they evaluated, and its rows on that run name
+    their eval run: the browser's run page lists both evaluations of a real short run, with Pass@1."""
+    from clawgym.browse.pages import run_page, runs_page
+    from clawgym.store.sql import SqlStore
+
+    config = run_config(
+        proxy={"max_new_tokens": 8},
+        trainer={"run_name": "evals", "steps": 1, "group_size": 2, "groups_per_step": 1, "keep_checkpoints": 1},
+        evaluation={"tasks": 1},
+    )  # fmt: skip
+    done = clawgym("train", "-c", str(config), "--run-dir", str(tmp_path / "run"), "--json")
+    assert done.returncode == 0, f"clawgym train failed:\n{done.stdout}\n{done.stderr}"
+    store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}", writable=False)
+    try:
+        runs = runs_page(store)["runs"]
+        (training,) = [r for r in runs if r["config"].get("kind") != "eval"]
+        assert sorted(r["of_run"] or "" for r in runs) == ["", training["id"], training["id"]], runs
+        evaluations = run_page(store, training["id"])["evaluations"]
+    finally:
+        store.close()
+    assert [(e["version"], list(e["pass_at_1"])) for e in evaluations] == [
+        (0, ["reference"]),
+        (1, ["reference"]),
+    ], f"the evaluations before and after the step, each with its Pass@1: {evaluations}"

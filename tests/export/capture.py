@@ -6,13 +6,15 @@ engine given, such as the real torch engine on tiny-qwen3.
 Rollout 0 is a two-call agent loop (a tool call, its result, a final answer): one line with growing
 history. Rollout 1 makes one call at T 0.7, then a "compacted" second call at T 1.0 whose history
 was rewritten: a branch, whatever the policy said. The first user message carries an HTML
-injection (`HOSTILE`), which the browser must show as text.
+injection (`HOSTILE`), which the browser must show as text. Rollout 1 did not pass: it ends with a
+verifier output and a harness stderr (`VERIFIER_OUTPUT`, `HARNESS_STDERR`, the injection in both).
 """
 
 from dataclasses import dataclass
 
 import httpx
 
+from clawgym.evaluation.runner import eval_run
 from clawgym.inference.interface import Engine
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
@@ -27,6 +29,8 @@ TASK = f"Fix the bug in a.py {HOSTILE}"
 TOOL = {"name": "read_file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
 TOOL_CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
 REPLIES = [TOOL_CALL, "Fixed: a.py now returns 2.", "Let me look.", "Summary: the bug is in a.py."]
+VERIFIER_OUTPUT = f"0/1 tests passed\nFAILED tests/test_a.py::test_f - assert 1 == 2 {HOSTILE}"
+HARNESS_STDERR = f"Traceback (most recent call last):\n  ...\nRuntimeError: gave up {HOSTILE}"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,19 @@ def capture_run(store: TrajectoryStore, engine: Engine | None = None) -> Capture
         _post(server.url, compacted, [user], temperature=0.7)
         summary = {"role": "user", "content": "Summarise the conversation so far."}
         _post(server.url, compacted, [summary], temperature=1.0)  # history rewritten: a branch
-    for r, reward in zip(registered, (1.0, 0.0), strict=True):
-        store.finish_rollout(r.rollout_id, "finished", reward=reward, passed=reward > 0)
+    store.finish_rollout(registered[0].rollout_id, "finished", reward=1.0, passed=True)
+    store.finish_rollout(registered[1].rollout_id, "finished", reward=0.0, passed=False,
+                         verifier_output=VERIFIER_OUTPUT, harness_stderr=HARNESS_STDERR)  # fmt: skip
     return CapturedRun(run.id, group, [r.rollout_id for r in registered])
+
+
+def record_evaluations(store: TrajectoryStore, run_id: str) -> tuple[str, str]:
+    """Two evaluations of the run, recorded as the evaluation runner records them: the run's own of v0
+    (rows on the run, naming their eval run) and a later `clawgym eval` of v1 (rows on the eval run
+    itself); plus an eval run of nothing recorded here. Returns the two evaluations' run ids."""
+    own = eval_run(store, "captured", {"suite": "mini", "of_run": run_id, "version": 0})
+    store.record_eval(run_id, 0, "mini", "reference", {"pass@1": 0.25, "eval_run": own})
+    later = eval_run(store, "captured", {"suite": "mini", "of_run": run_id, "version": 1})
+    store.record_eval(later, 1, "mini", "reference", {"pass@1": 0.75})
+    eval_run(store, "other", {"suite": "mini"})  # evaluates nothing recorded here: listed on its own
+    return own, later

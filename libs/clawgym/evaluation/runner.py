@@ -9,8 +9,9 @@ Eval rollouts are registered under a run of their own (`eval_run`), never the tr
 trainer watching its run's `groups.ready` stream never trains on evaluation groups. The results
 are recorded against `record_run_id` (`record_eval`), one row per harness: the training run for a
 training run's own evaluations, the eval run itself for `clawgym eval`. An eval run's config names
-the run it evaluates (`of_run`: the browser lists it under that run) and the version; each
-evaluation ends with one INFO line (the run's log keeps it).
+the run it evaluates (`of_run`: the browser lists it under that run) and the version, and each
+recorded row names its eval run (`eval_run`); each evaluation ends with one INFO line (the run's
+log keeps it).
 
 Every model call of an evaluation must have been served by the version evaluated (the version
 recorded per call and per generated token): an evaluation that saw another version is refused
@@ -248,7 +249,8 @@ async def evaluate(
     result.seconds = time.monotonic() - started
     if record_run_id:
         for harness, h in result.harnesses.items():
-            store.record_eval(record_run_id, version, spec.suite, harness, h.metrics(spec.suite, version))
+            metrics = {**h.metrics(spec.suite, version), "eval_run": run_id}  # whose rollouts these are
+            store.record_eval(record_run_id, version, spec.suite, harness, metrics)
     log.info("evaluation of policy v%d on %s (eval run %s, %d rollouts, %.0f s): %s", version, spec.suite,
              run_id, len(finals), result.seconds, _pass_line(result))  # fmt: skip
     return result

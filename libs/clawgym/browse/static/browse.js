@@ -1,4 +1,5 @@
-// The rollout browser: runs -> a run's steps, groups and rollouts -> one rollout's prefix tree.
+// The rollout browser: runs (evaluation runs under theirs) -> a run's steps, evaluations, groups and
+// rollouts -> one rollout's prefix tree, verifier output and harness stderr.
 // No build step, no framework. Everything from the store is untrusted agent output: it enters the
 // DOM only through text nodes (el() below, textContent), never as markup.
 "use strict";
@@ -38,17 +39,46 @@ async function api(path) {
 
 // --- pages ---
 
+const runLink = (id) => link("#/run/" + encodeURIComponent(id), id);
+
 async function showRuns() {
   const { runs } = await api("runs");
-  return [el("h2", {}, "runs"), table(["run", "name", "status", "created"],
-    runs.map((r) => ({ cells: [link("#/run/" + encodeURIComponent(r.id), r.id), r.name, r.status, when(r.created_at)] })))];
+  // an evaluation run goes under the run it evaluated, when that run is listed
+  const listed = new Set(runs.map((r) => r.id));
+  const evalsOf = new Map();
+  for (const r of runs) if (r.of_run && listed.has(r.of_run)) evalsOf.set(r.of_run, [...(evalsOf.get(r.of_run) || []), r]);
+  const rows = [];
+  for (const r of runs) {
+    if (r.of_run && listed.has(r.of_run)) continue;
+    rows.push({ attrs: { class: "run-row", "data-run": r.id }, cells: [runLink(r.id), r.name, r.status, when(r.created_at)] });
+    for (const e of (evalsOf.get(r.id) || []).reverse()) {
+      rows.push({ attrs: { class: "eval-run", "data-run": e.id, "data-of-run": r.id },
+        cells: [el("span", { class: "nested" }, "↳ ", runLink(e.id)), `${e.name} · evaluates v${fmt(e.config.version)}`, e.status, when(e.created_at)] });
+    }
+  }
+  return [el("h2", {}, "runs"), table(["run", "name", "status", "created"], rows)];
+}
+
+function stepsTable(columns, steps) {
+  // one column per scalar metric; the step's whole JSON (lists included) in its row's tooltip
+  return el("div", { class: "wide" }, table(["step", ...columns, "at"],
+    steps.map((s) => ({ attrs: { class: "step-row", "data-step": s.step, title: JSON.stringify(s.metrics) },
+      cells: [s.step, ...columns.map((c) => fmt(s.metrics[c])), when(s.created_at)] }))));
+}
+
+function evaluationsTable(evaluations) {
+  const harnesses = [...new Set(evaluations.flatMap((e) => Object.keys(e.pass_at_1)))];
+  return table(["evaluation run", "version", "suite", ...harnesses.map((h) => `${h} Pass@1`), "status", "created"],
+    evaluations.map((e) => ({ attrs: { class: "eval-row", "data-run": e.id },
+      cells: [runLink(e.id), fmt(e.version), e.suite, ...harnesses.map((h) => fmt(e.pass_at_1[h])), e.status, when(e.created_at)] })));
 }
 
 async function showRun(runId) {
-  const { run, steps, checkpoints, groups } = await api("runs/" + encodeURIComponent(runId));
+  const { run, step_columns, steps, evaluations, checkpoints, groups } = await api("runs/" + encodeURIComponent(runId));
   const out = [el("h2", {}, "run ", run.name, " ", el("code", {}, run.id), " · ", run.status)];
-  out.push(el("h3", {}, "steps"), table(["step", "metrics", "at"],
-    steps.map((s) => ({ cells: [s.step, JSON.stringify(s.metrics).slice(0, 300), when(s.created_at)] }))));
+  if (run.of_run) out.push(el("p", { id: "evaluates" }, "evaluates run ", runLink(run.of_run), ` at policy v${fmt(run.config.version)}`));
+  out.push(el("h3", {}, "steps"), stepsTable(step_columns, steps));
+  if (evaluations.length) out.push(el("h3", {}, "evaluations"), evaluationsTable(evaluations));
   out.push(el("h3", {}, "checkpoints"), table(["version", "step", "groups consumed", "uri"],
     checkpoints.map((c) => ({ cells: [c.version, c.step, c.groups, c.uri] }))));
   out.push(el("h3", {}, "groups"));
@@ -56,9 +86,9 @@ async function showRun(runId) {
     const state = g.ready_at ? "complete" : `${g.ended}/${g.size} ended`;
     const consumed = g.consumed_version === null ? "not trained yet" : `trained by step ${fmt(g.consumed_by_step)} (v${g.consumed_version})`;
     out.push(el("h4", { class: "group" }, "group ", el("code", {}, g.id), ` · ${g.size} rollouts · ${state} · ${consumed}`));
-    out.push(table(["rollout", "task", "harness", "status", "reward", "passed", "error"],
+    out.push(table(["rollout", "task", "harness", "status", "reward", "passed", "verifier", "error"],
       g.rollouts.map((r) => ({ attrs: { class: "rollout-row" }, cells: [link("#/rollout/" + encodeURIComponent(r.id), r.id),
-        r.task_id, r.harness, r.status, fmt(r.reward), fmt(r.passed), (r.error || "").slice(0, 200)] }))));
+        r.task_id, r.harness, r.status, fmt(r.reward), fmt(r.passed), r.verifier.slice(0, 200), (r.error || "").slice(0, 200)] }))));
   }
   return out;
 }
@@ -69,6 +99,9 @@ async function showRollout(rolloutId) {
     el("p", {}, "run ", link("#/run/" + encodeURIComponent(r.run_id), r.run_id), ` · group ${r.group_id} · task ${r.task_id}`,
       ` · ${r.harness} · ${r.status} · reward ${fmt(r.reward)} · passed ${fmt(r.passed)}`)];
   if (r.error) out.push(el("p", { class: "error" }, r.error));
+  // why a task outcome was what it was: what the verifier printed, how the harness ended
+  if (r.verifier_output) out.push(el("h3", {}, "verifier output"), el("pre", { id: "verifier-output", class: "output" }, r.verifier_output));
+  if (r.harness_stderr) out.push(el("h3", {}, "harness stderr (tail)"), el("pre", { id: "harness-stderr", class: "output" }, r.harness_stderr));
   if (!tree) return [...out, el("p", {}, "no calls were captured")];
   const s = tree.stats;
   out.push(el("p", { id: "stats" }, `${tree.calls.length} calls · `, el("span", { id: "node-count" }, tree.nodes.length),
