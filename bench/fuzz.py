@@ -3,15 +3,17 @@
 The proxy runs in a subprocess as the tests serve it (the real app and its read deadline, a
 scripted engine, the real tokenizer, a SQLite store); this process sends N bodies in all, spread
 evenly over the four model endpoints, drawn by the strategies of tests/protocols/fuzz_bodies.py
-(valid requests with one field replaced, arbitrary JSON, bytes, hostile text). It counts answers
-by status, hangs (no answer within --timeout), refused requests that recorded a call, and the
-proxy process's RSS before and after.
+(valid requests with one field replaced, arbitrary JSON, bytes, hostile text, JSON nested up to
+5,000 levels where it is rendered, prompts of up to --max-prompt-mb against a 4k context). It
+counts answers by status, hangs (no answer within --timeout), refused requests that recorded a
+call, and the proxy process's RSS before and after.
 
-    .venv/bin/python bench/fuzz.py [--requests 10000] [--timeout 30]
+    .venv/bin/python bench/fuzz.py [--requests 10000] [--timeout 30] [--max-prompt-mb 8]
 
 The last line is one JSON object: requests, by_status, status_5xx, hangs, calls_recorded,
 recorded_beyond_answers (calls recorded minus generating 200s: 0 when no refusal recorded one),
-rss_before_mb, rss_after_mb, rss_growth_mb, seconds.
+max_depth_tried (the deepest nesting sent), oversized_prompts (prompts sent far longer than the
+context), rss_before_mb, rss_after_mb, rss_growth_mb, seconds.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ sys.path.insert(0, str(REPO))
 import httpx  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from tests.protocols.fuzz_bodies import BASES, TOOL_CALL_REPLY, bodies, scripted_proxy  # noqa: E402
+from tests.protocols.fuzz_bodies import (  # noqa: E402
+    BASES,
+    TOOL_CALL_REPLY,
+    FuzzBody,
+    scripted_proxy,
+    tagged_bodies,
+)
 
 
 def serve(store_path: str) -> None:
@@ -63,28 +71,39 @@ def recorded_calls(store_path: str, rollout_id: str) -> int:
         store.close()
 
 
-def fuzz_endpoint(client: httpx.Client, endpoint: str, n: int) -> Counter:
-    """Sends n bodies of `endpoint`'s strategy; answers counted by status, plus "hang"."""
+def fuzz_endpoint(
+    client: httpx.Client, endpoint: str, n: int, max_prompt_chars: int
+) -> tuple[Counter, Counter]:
+    """Sends n bodies of `endpoint`'s strategy; answers counted by status, plus "hang"; and what
+    was tried: "oversized" prompts and the deepest nesting ("max_depth")."""
     counts: Counter = Counter()
+    tried: Counter = Counter()
 
     @settings(max_examples=n, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(body=bodies(endpoint))
-    def send(body: bytes) -> None:
+    @given(body=tagged_bodies(endpoint, max_prompt_chars))
+    def send(body: FuzzBody) -> None:
+        tried["oversized"] += body.oversized
+        tried["max_depth"] = max(tried["max_depth"], body.depth)
         try:
-            r = client.post(endpoint, content=body, headers={"content-type": "application/json"})
+            r = client.post(endpoint, content=body.data, headers={"content-type": "application/json"})
         except httpx.TimeoutException:
             counts["hang"] += 1
             return
         counts[str(r.status_code)] += 1
 
     send()
-    return counts
+    return counts, tried
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=10_000, help="bodies in all, spread over the endpoints")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds without an answer that count as a hang")
+    ap.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds without an answer that count as a hang"
+    )
+    ap.add_argument(
+        "--max-prompt-mb", type=float, default=8.0, help="largest oversized prompt, in MB of text"
+    )
     ap.add_argument("--serve", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -102,6 +121,7 @@ def main() -> None:
         port, token, rollout_id = child.stdout.readline().split()
         per_endpoint = max(1, args.requests // len(BASES))
         by_endpoint: dict[str, Counter] = {}
+        tried: Counter = Counter()
         with httpx.Client(
             base_url=f"http://127.0.0.1:{port}", headers={"x-api-key": token}, timeout=args.timeout
         ) as client:
@@ -110,8 +130,13 @@ def main() -> None:
             calls_before = recorded_calls(store_path, rollout_id)
             started = time.monotonic()
             for endpoint in BASES:
-                by_endpoint[endpoint] = fuzz_endpoint(client, endpoint, per_endpoint)
-                print(f"fuzz: {endpoint}: {dict(by_endpoint[endpoint])}", file=sys.stderr)
+                counts, endpoint_tried = fuzz_endpoint(
+                    client, endpoint, per_endpoint, int(args.max_prompt_mb * 1_000_000)
+                )
+                by_endpoint[endpoint] = counts
+                tried["oversized"] += endpoint_tried["oversized"]
+                tried["max_depth"] = max(tried["max_depth"], endpoint_tried["max_depth"])
+                print(f"fuzz: {endpoint}: {dict(counts)} tried {dict(endpoint_tried)}", file=sys.stderr)
             seconds = time.monotonic() - started
             rss_after = rss_mb(child.pid)
         recorded = recorded_calls(store_path, rollout_id) - calls_before
@@ -128,6 +153,8 @@ def main() -> None:
         "hangs": counts["hang"],
         "calls_recorded": recorded,
         "recorded_beyond_answers": recorded - generated,  # 0: nothing recorded for a refusal
+        "max_depth_tried": tried["max_depth"],
+        "oversized_prompts": tried["oversized"],
         "rss_before_mb": round(rss_before, 1),
         "rss_after_mb": round(rss_after, 1),
         "rss_growth_mb": round(rss_after - rss_before, 1),

@@ -1,6 +1,7 @@
 """Fuzzed request bodies for every model endpoint: never a 5xx nor a hang, nothing recorded for a refusal.
 
-The bodies are `fuzz_bodies`' (hostile text, mutated and arbitrary JSON, bytes). The app is the real one
+The bodies are `fuzz_bodies`' (hostile text, mutated and arbitrary JSON, bytes, JSON nested up to
+5,000 levels where it is rendered, prompts of up to 1 MB against a 4k context). The app is the real one
 (scripted engine, real tokenizer, real SQLite store) served by uvicorn as `clawgym serve proxy`
 serves it, over loopback HTTP.
 """

@@ -6,101 +6,14 @@ traceback per request. Real parts only: the real app served by uvicorn on a loop
 tiny-qwen3 tokenizer, a scripted engine, a real SQLite store.
 """
 
-import json
-
 import httpx
 import pytest
 
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
-from tests.protocols.fuzz_bodies import scripted_proxy
+from tests.protocols.fuzz_bodies import DEEP, NESTING_SITES, scripted_proxy, with_deep
 
-DEEP = "__DEEP__"
 DEPTH_LIMIT = ProxyConfig().max_json_depth
-
-
-def nested(levels: int) -> str:
-    """JSON text of an object nested `levels` deep ({"k": {"k": … 1 …}})."""
-    return '{"k":' * levels + "1" + "}" * levels
-
-
-def with_deep(body: dict, levels: int, as_string: bool = False) -> bytes:
-    """`body` with its DEEP placeholder replaced by `levels` of nesting (as JSON text in a string:
-    OpenAI tool-call `arguments`)."""
-    deep = json.dumps(nested(levels)) if as_string else nested(levels)
-    return json.dumps(body).replace(json.dumps(DEEP), deep).encode()
-
-
-USER = {"role": "user", "content": "hi"}
-TOOL_RESULT = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"}]}
-CHAT_CALL = {"id": "c1", "type": "function", "function": {"name": "t", "arguments": DEEP}}
-# endpoint, where the nesting is, the body (DEEP marks the spot), whether it is JSON text in a string
-SITES = {
-    "messages-tool-schema": (
-        "/v1/messages",
-        {"model": "m", "max_tokens": 8, "messages": [USER], "tools": [{"name": "t", "input_schema": DEEP}]},
-        False,
-    ),
-    "messages-tool-use-input": (
-        "/v1/messages",
-        {
-            "model": "m",
-            "max_tokens": 8,
-            "messages": [
-                USER,
-                {
-                    "role": "assistant",
-                    "content": [{"type": "tool_use", "id": "c1", "name": "t", "input": DEEP}],
-                },
-                TOOL_RESULT,
-            ],
-        },
-        False,
-    ),
-    "count-tokens-tool-schema": (
-        "/v1/messages/count_tokens",
-        {"model": "m", "messages": [USER], "tools": [{"name": "t", "input_schema": DEEP}]},
-        False,
-    ),
-    "chat-tool-schema": (
-        "/v1/chat/completions",
-        {
-            "model": "m",
-            "messages": [USER],
-            "tools": [{"type": "function", "function": {"name": "t", "parameters": DEEP}}],
-        },
-        False,
-    ),
-    "chat-tool-call-arguments": (
-        "/v1/chat/completions",
-        {
-            "model": "m",
-            "messages": [
-                USER,
-                {"role": "assistant", "content": None, "tool_calls": [CHAT_CALL]},
-                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
-            ],
-        },
-        True,
-    ),
-    "responses-tool-schema": (
-        "/v1/responses",
-        {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "t", "parameters": DEEP}]},
-        False,
-    ),
-    "responses-function-call-arguments": (
-        "/v1/responses",
-        {
-            "model": "m",
-            "input": [
-                {"type": "message", "role": "user", "content": "hi"},
-                {"type": "function_call", "call_id": "c1", "name": "t", "arguments": DEEP},
-                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
-            ],
-        },
-        True,
-    ),
-}
 
 
 def error_shape(endpoint: str, reply: dict) -> str:
@@ -124,13 +37,13 @@ def proxy(tmp_path_factory):
     served.store.close()
 
 
-@pytest.mark.parametrize("site", list(SITES))
+@pytest.mark.parametrize("site", list(NESTING_SITES))
 @pytest.mark.parametrize("levels", [DEPTH_LIMIT + 1, 500, 950, 5000])
 def test_json_nested_past_the_limit_is_a_400_in_the_callers_protocol(proxy, site, levels):
     """Nested past `proxy.max_json_depth` (up to 5000 levels, which the stdlib parser refuses
     itself): a 400 in the endpoint's error shape that says so, and nothing recorded."""
     client, store, rollout_id = proxy
-    endpoint, body, as_string = SITES[site]
+    endpoint, body, as_string = NESTING_SITES[site]
     before = len(store.list_calls(rollout_id))
     r = client.post(endpoint, content=with_deep(body, levels, as_string))
     assert r.status_code == 400, f"{site} nested {levels} deep: {r.status_code} {r.text[:300]}"
@@ -140,12 +53,12 @@ def test_json_nested_past_the_limit_is_a_400_in_the_callers_protocol(proxy, site
     assert len(store.list_calls(rollout_id)) == before, "nothing is recorded for a refused request"
 
 
-@pytest.mark.parametrize("site", list(SITES))
+@pytest.mark.parametrize("site", list(NESTING_SITES))
 def test_json_nested_up_to_the_limit_is_served(proxy, site):
     """The deepest nesting the limit allows is rendered and answered (the escaping's recursion has
     room for it), counting the body's own levels above the nested value."""
     client = proxy[0]
-    endpoint, body, as_string = SITES[site]
+    endpoint, body, as_string = NESTING_SITES[site]
     # the body's levels above the spot: the spot holds a string, nested 0 deep
     above = 0 if as_string else _levels_above(body)
     r = client.post(endpoint, content=with_deep(body, DEPTH_LIMIT - above, as_string))

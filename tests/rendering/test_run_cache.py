@@ -87,8 +87,8 @@ def test_a_failed_tokenizing_is_not_kept_and_its_waiters_tokenize_themselves(enc
 def test_what_is_kept_is_bounded_in_bytes_and_a_run_over_the_budget_is_never_kept(encode):
     """Issue #16 item 3: 64 entries of multi-megabyte runs pinned gigabytes. Runs of 17 kB each
     (text + ids ~0.2 MB kept) against a 1 MiB budget: the least recently used are dropped so what
-    is kept stays within it, and a run larger than the whole budget is tokenized (its ids are
-    right) but not kept, so it does not flush the others."""
+    is kept stays within it, and a run larger than the whole budget, or with more ids than the
+    caller's context, is tokenized (its ids are right) but not kept, so it does not flush the others."""
     budget = 2**20
     cache = RunCache(encode, size=64, max_bytes=budget)
     runs = [f"{i}: " + SYSTEM for i in range(10)]
@@ -101,3 +101,6 @@ def test_what_is_kept_is_bounded_in_bytes_and_a_run_over_the_budget_is_never_kep
     assert cache.get(huge) == encode(huge)
     assert len(cache) == kept and cache.nbytes <= budget, "a run over the budget is not kept"
     assert cache.get(runs[-1]) == encode(runs[-1]) and cache.hits == 1, "the newest run is still kept"
+    longer = "longer than the context: " + SYSTEM
+    assert cache.get(longer, keep_max_ids=1000) == encode(longer)
+    assert len(cache) == kept, "a run with more ids than the context holds fits no prompt: not kept"

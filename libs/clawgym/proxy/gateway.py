@@ -213,6 +213,7 @@ class Gateway:
             t1 = time.perf_counter()
             request = parse_body(raw, self.cfg.lean_calls)
             check_body_depth(raw, request, self.cfg.max_json_depth)  # before anything recurses over it
+            del raw  # the request holds its text: the body's bytes are not held while the call runs
             t2 = time.perf_counter()
             wire = protocol.parse(request)
             check_arguments_depth(wire.conversation, self.cfg.max_json_depth)
@@ -347,6 +348,7 @@ class Gateway:
             raw = await read_body(body, headers, self.cfg.max_body_bytes)
             request = parse_body(raw, self.cfg.lean_calls)
             check_body_depth(raw, request, self.cfg.max_json_depth)
+            del raw
             conv = protocol.parse_count_tokens(request)
             check_arguments_depth(conv, self.cfg.max_json_depth)
             context = (await self.engine_status()).max_context

@@ -75,9 +75,10 @@ class ControlTokens:
 
     # --- after rendering ---
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, max_tokens: int | None = None) -> list[int]:
         """Token ids of rendered text: added-token text left in it (the template's structure) is
-        that token, every run between is ordinary text (escaped strings restored as text)."""
+        that token, every run between is ordinary text (escaped strings restored as text).
+        `max_tokens`: a long run with more ids than this is not kept tokenized (it fits no prompt)."""
         runs: list[str] = []  # runs[i] precedes tokens[i]; the last run follows the last token
         tokens: list[int] = []
         run: list[str] = []
@@ -93,7 +94,7 @@ class ControlTokens:
                 run = []
         run.append(text[pos:])
         runs.append("".join(run))
-        encoded = self._encode(runs)
+        encoded = self._encode(runs, max_tokens)
         ids: list[int] = []
         for i, token in enumerate(tokens):
             ids += encoded[i]
@@ -101,14 +102,15 @@ class ControlTokens:
         ids += encoded[-1]
         return ids
 
-    def _encode(self, runs: list[str]) -> list[list[int]]:
+    def _encode(self, runs: list[str], max_tokens: int | None = None) -> list[list[int]]:
         """Each run's ids; long runs from the cache (tokenized once), the rest in one batch."""
         cached = self._long_runs
         if cached is None:
             return self._encode_runs(runs)
         encoded = self._encode_runs([r if len(r) < LONG_RUN_CHARS else "" for r in runs])
         return [
-            list(cached.get(r)) if len(r) >= LONG_RUN_CHARS else e for r, e in zip(runs, encoded, strict=True)
+            list(cached.get(r, max_tokens)) if len(r) >= LONG_RUN_CHARS else e
+            for r, e in zip(runs, encoded, strict=True)
         ]
 
 

@@ -5,8 +5,9 @@ of a step's rollouts can arrive together with the same ~100 kB system prompt + t
 render thread tokenizes it while the others wait for its ids instead of each spending the same
 ~20 ms (a 22k-token run on one core) again. Thread-safe: the proxy's render threads share one.
 What is kept is bounded in entries and in bytes (the run's text, its tuple and an int object per
-id), so a few multi-megabyte runs cannot pin gigabytes; a run over the byte budget is tokenized
-but never kept. It does not decide which runs are long (`control_tokens`).
+id), so a few multi-megabyte runs cannot pin gigabytes; a run over the byte budget, or with more
+ids than the caller's context holds (no prompt that fits has it), is tokenized but never kept.
+It does not decide which runs are long (`control_tokens`).
 """
 
 import sys
@@ -50,8 +51,9 @@ class RunCache:
     def __len__(self) -> int:
         return len(self._ids)
 
-    def get(self, run: str) -> Ids:
-        """`run`'s ids: kept, another thread's in flight, or tokenized here."""
+    def get(self, run: str, keep_max_ids: int | None = None) -> Ids:
+        """`run`'s ids: kept, another thread's in flight, or tokenized here (and kept unless it has
+        more than `keep_max_ids` ids)."""
         with self._lock:
             ids = self._ids.get(run)
             if ids is not None:
@@ -74,7 +76,7 @@ class RunCache:
         finally:
             with self._lock:
                 del self._flights[run]
-                if flight.ids is not None:
+                if flight.ids is not None and (keep_max_ids is None or len(flight.ids) <= keep_max_ids):
                     self._keep(run, flight.ids)
             flight.done.set()
         return flight.ids

@@ -189,7 +189,7 @@ class ChatTemplate:
                 f"tokens left of the policy's context can hold (a token is at most "
                 f"{self.max_chars_per_token} characters)"
             )
-        return self.control.encode(text)
+        return self.control.encode(text, max_tokens)
 
     # --- probing ---
 
