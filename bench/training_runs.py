@@ -21,7 +21,8 @@ from typing import Any
 from clawgym.config import ClawgymConfig, load_config
 from clawgym.evaluation.runner import EvalResult, HarnessEval
 from clawgym.evaluation.select import HeldOut, held_out
-from clawgym.report.run_folder import CONFIG_FILE, write_config
+from clawgym.report.run_folder import CONFIG_FILE
+from clawgym.run import write_run_config as write_config
 from clawgym_app.commands.quickstart import QuickstartOptions
 
 CLAWGYM = Path(sys.executable).with_name("clawgym")

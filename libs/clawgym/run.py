@@ -26,12 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
 from clawgym.config import ClawgymConfig
+from clawgym.config_report import hide
 from clawgym.evaluation.runner import EvalResult, EvalSpec, recorded_results
 from clawgym.evaluation.select import HeldOut, eval_spec, held_out
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
-from clawgym.report.run_folder import write_summary
+from clawgym.report.run_folder import CHECKPOINTS_DIR, CONFIG_FILE, store_url, write_summary
 from clawgym.report.summary import before_after, per_family
 from clawgym.store.interface import TrajectoryStore
 from clawgym.tracking import Tracker, eval_scalars, step_scalars
@@ -138,6 +141,44 @@ class Stopwatch:
     @property
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+
+def in_folder(cfg: ClawgymConfig, folder: Path) -> ClawgymConfig:
+    """`cfg` as the run in `folder` keeps it: what the config left to its defaults lives in the folder
+    (the embedded SQLite store `clawgym.db`, the checkpoints), `trainer.run_dir` is the folder, and
+    local paths are absolute, so the config.yaml written there works from any directory."""
+    folder = folder.resolve()
+    store, trainer = cfg.store, cfg.trainer
+    url = store.url
+    if not store.grpc_url and "url" not in store.model_fields_set:
+        url = store_url(folder)
+    elif url.startswith("sqlite:///") and not url.startswith("sqlite:////") and "?" not in url:
+        url = f"sqlite:///{Path(url.removeprefix('sqlite:///')).resolve()}"  # relative: to here
+    checkpoints = trainer.checkpoint_uri
+    if "checkpoint_uri" not in trainer.model_fields_set:
+        checkpoints = str(folder / CHECKPOINTS_DIR)
+    elif "://" not in checkpoints:
+        checkpoints = str(Path(checkpoints).expanduser().resolve())
+    suite = trainer.suite
+    if Path(suite).expanduser().is_dir():  # a folder, not a suite's name
+        suite = str(Path(suite).expanduser().resolve())
+    return cfg.model_copy(
+        update={
+            "store": store.model_copy(update={"url": url}),
+            "trainer": trainer.model_copy(
+                update={"run_dir": str(folder), "checkpoint_uri": checkpoints, "suite": suite}
+            ),
+        }
+    )
+
+
+def write_run_config(folder: Path, cfg: ClawgymConfig) -> Path:
+    """Writes `folder`/config.yaml: the resolved config without its secrets (the rpc secret is left
+    out and URL passwords starred: a later command gets them from CLAWGYM_* variables again)."""
+    data = hide(cfg.model_dump(mode="json", exclude={"rpc": {"secret"}}), None)
+    path = folder / CONFIG_FILE
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 class _Relay:

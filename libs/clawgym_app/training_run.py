@@ -7,7 +7,11 @@ The run itself (its order, evaluations, trackers, report) is the library's `Run`
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,4 +87,26 @@ def run_with_progress(
     with make_progress(console) as progress:
         run = Run(runtime.cfg, runtime, run_dir, ProgressObserver(console, progress), **run_options)
         run.clock.stages.update(stages or {})
-        return run.run()
+        with stop_on_interrupt(run.stop, console):
+            return run.run()
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(stop: threading.Event, console: Console) -> Iterator[None]:
+    """The first Ctrl-C asks the run to stop after its current step (it then writes the report of
+    what was done); a second one interrupts at once. Outside the main thread signals are not ours."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        console.print(Text("Ctrl-C: stopping after the current step (Ctrl-C again to stop at once)", "yellow"))
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

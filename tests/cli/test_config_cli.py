@@ -207,8 +207,10 @@ def model_leaves(model: type[BaseModel], prefix: str = "") -> list[tuple[str, ob
 
 def test_set_reaches_the_config_the_quickstart_records(clawgym, tmp_path, clean_env):
     """The quickstart builds its own config; --set goes over it and into the run folder's config.yaml
-    (here a model that does not exist, so the run stops right after writing it)."""
+    (here a model that does not exist, so the run stops right after writing it; the folder exists
+    beforehand, so the failed start keeps it)."""
     run_dir = tmp_path / "run"
+    run_dir.mkdir()
     done = clawgym("quickstart", "--run-dir", str(run_dir),
                    "--set", "trainer.model=/no/such/model", "--set", "trainer.algorithm.lr=0.5")  # fmt: skip
     assert done.returncode == 2 and "/no/such/model" in output(done), output(done)

@@ -8,7 +8,8 @@ import yaml
 from clawgym.config import ClawgymConfig
 from clawgym.errors import NotFound
 from clawgym.records import Checkpoint
-from clawgym.report.run_folder import new_run_dir, store_url, write_config, write_summary
+from clawgym.report.run_folder import new_run_dir, store_url, write_summary
+from clawgym.run import in_folder, write_run_config
 from clawgym.store.sql import SqlStore
 from clawgym.trainer.checkpoint import (
     find_checkpoint,
@@ -28,11 +29,33 @@ def test_a_new_run_folder_never_reuses_an_existing_one(tmp_path):
 
 def test_config_and_summary_read_back_as_written(tmp_path):
     cfg = ClawgymConfig(store={"url": store_url(tmp_path)})
-    saved = ClawgymConfig(**yaml.safe_load(write_config(tmp_path, cfg).read_text()))
+    saved = ClawgymConfig(**yaml.safe_load(write_run_config(tmp_path, cfg).read_text()))
     assert saved.store.url == f"sqlite:///{tmp_path / 'clawgym.db'}", "config.yaml reproduces the config"
     path = write_summary(tmp_path, {"pass1_before": 0.1, "ci95_before": [0.0, 0.3]})
     assert json.loads(path.read_text()) == {"pass1_before": 0.1, "ci95_before": [0.0, 0.3]}
     assert path.read_text().endswith("}\n"), "one trailing newline"
+
+
+def test_a_run_keeps_what_its_config_left_to_defaults_in_its_folder_and_its_secrets_out(tmp_path, monkeypatch):
+    """The store and checkpoints a config leaves to defaults live in the run folder; what it names
+    stays where it said, made absolute; config.yaml holds no secret."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "runs" / "r"
+    kept = in_folder(ClawgymConfig(trainer={"model": "tiny-qwen3"}), folder)
+    assert kept.store.url == f"sqlite:///{folder / 'clawgym.db'}", kept.store.url
+    assert kept.trainer.checkpoint_uri == str(folder / "checkpoints") and kept.trainer.run_dir == str(folder)
+    named = in_folder(
+        ClawgymConfig(store={"url": "sqlite:///mine.db"}, trainer={"checkpoint_uri": "ckpt"}), folder
+    )
+    assert named.store.url == f"sqlite:///{tmp_path / 'mine.db'}", "a named store stays, made absolute"
+    assert named.trainer.checkpoint_uri == str(tmp_path / "ckpt")
+    secret = ClawgymConfig(
+        store={"url": "postgresql+psycopg://clawgym:hunter2@db:5432/clawgym"}, rpc={"secret": "s3cr3t-value"}
+    )
+    folder.mkdir(parents=True)
+    text = write_run_config(folder, secret).read_text()
+    assert "hunter2" not in text and "s3cr3t-value" not in text, text
+    assert "clawgym:***@db:5432" in text, "the URL stays readable, its password starred"
 
 
 def test_a_version_folder_name_gives_its_version_and_anything_else_none():

@@ -1,10 +1,13 @@
-"""A run's folder (`runs/<timestamp>/`): what each file holds, and writing the ones a run writes itself.
+"""A run's folder (`runs/<run_name or timestamp>/`): what each file holds, and writing the ones a run
+writes itself. Every command that takes a run takes this folder (`train --resume`, `eval`, `browse`,
+`export`).
 
     run.log                      every log record of the run (the terminal shows progress only)
-    config.yaml                  the whole config the run used (`ClawgymConfig(**yaml.safe_load(...))`)
+    config.yaml                  the resolved config (absolute paths, secrets left out: `clawgym.run.write_run_config`)
     summary.json                 the headline figures (`clawgym.report.summary`), plus where and how long
     report.md, report.json, *.png  the report (`clawgym.report.write_report`)
-    clawgym.db, checkpoints/     the quickstart's SQLite store and checkpoints (a config may put them elsewhere)
+    tensorboard/                 TensorBoard event files (`tracking.tensorboard`)
+    clawgym.db, checkpoints/     the SQLite store and the checkpoints, unless the config puts them elsewhere
 
 Does not own what is inside `checkpoints/` (`clawgym.trainer.checkpoint`) or the report's files.
 """
@@ -16,9 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel
-
 RUNS_ROOT = "runs"
 LOG_FILE = "run.log"
 CONFIG_FILE = "config.yaml"
@@ -27,12 +27,18 @@ STORE_FILE = "clawgym.db"
 CHECKPOINTS_DIR = "checkpoints"
 
 
-def new_run_dir(root: str | Path = RUNS_ROOT) -> Path:
-    """Creates runs/<YYYYmmdd-HHMMSS>/ (a `-N` suffix if that exists already) and returns it."""
+def fresh_run_dir(root: str | Path = RUNS_ROOT) -> Path:
+    """runs/<YYYYmmdd-HHMMSS>/ (a `-N` suffix if that exists already), not created yet."""
     base = Path(root) / time.strftime("%Y%m%d-%H%M%S")
     path, n = base, 1
     while path.exists():
         path, n = base.with_name(f"{base.name}-{n}"), n + 1
+    return path
+
+
+def new_run_dir(root: str | Path = RUNS_ROOT) -> Path:
+    """Creates `fresh_run_dir(root)` and returns it."""
+    path = fresh_run_dir(root)
     path.mkdir(parents=True)
     return path
 
@@ -40,13 +46,6 @@ def new_run_dir(root: str | Path = RUNS_ROOT) -> Path:
 def store_url(folder: Path) -> str:
     """The SQLAlchemy URL of a SQLite store kept in the run folder."""
     return f"sqlite:///{folder / STORE_FILE}"
-
-
-def write_config(folder: Path, config: BaseModel) -> Path:
-    """Writes config.yaml: the config as JSON-compatible YAML, in field order."""
-    path = folder / CONFIG_FILE
-    path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    return path
 
 
 def write_summary(folder: Path, summary: dict[str, Any]) -> Path:

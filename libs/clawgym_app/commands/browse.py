@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def command(
-    run_dir: Path = typer.Option(None, "--run-dir", help="a run folder (runs/<ts>/): its SQLite store"),
+    run: Path = typer.Argument(None, help="a run folder (runs/<name>/): the store its config.yaml names"),
+    run_dir: Path = typer.Option(None, "--run-dir", help="a run folder, as the RUN argument"),
     store: str = typer.Option(
         "", "--store.url", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"
     ),
@@ -50,7 +51,7 @@ def command(
     from clawgym_services.store.browse import create_browse_app
 
     try:
-        s = open_read_store(store, store_service, run_dir, sets)
+        s = open_read_store(store, store_service, run or run_dir, sets)
     except ClawgymError as e:
         typer.echo(f"clawgym browse: {e}", err=True)
         raise typer.Exit(2) from e

@@ -1,17 +1,19 @@
-"""`clawgym eval -c run.yaml [--checkpoint V] [--store.url URL] [--harness H] [--k K]`: Pass@k with 95% intervals.
+"""`clawgym eval RUN_DIR | -c run.yaml [--checkpoint V] [--store.url URL] [--harness H] [--k K]`: Pass@k
+with 95% intervals.
 
 Evaluates a policy through one or more harnesses on held-out tasks of a suite: a kept checkpoint of
-the config's run (`--checkpoint V`, loaded into the engine first; 0 = the initial policy), a
+the run's (`--checkpoint V`, loaded into the engine first; 0 = the initial policy), a
 checkpoint folder, or whatever the engine serves (the base policy embedded; the inference service's
-current version otherwise). The config decides everything else, so a run's config.yaml repeats its
-evaluation: tasks (`evaluation`), samples, sampling temperature and token cap (`proxy`), and each
-harness's turn cap and reply length (`orchestrator.harness_settings`).
+current version otherwise). The config (a run folder's config.yaml, or `-c`) decides everything
+else, so `clawgym eval RUN_DIR` repeats that run's evaluation: tasks (`evaluation`), samples,
+sampling temperature and token cap (`proxy`), and each harness's turn cap and reply length
+(`orchestrator.harness_settings`).
 
 Where results go: every `clawgym eval` is an eval run of its own (kind "eval": its rollouts, calls
 and Pass@k rows, its config naming the evaluated run, version and settings) in the results store:
 `--store.url URL` / `--store.grpc-url HOST:PORT` if given (spelt as `clawgym serve`'s flags; `--store` /
-`--store-service` are the older spellings), else the config's store (for a quickstart run config, the
-run folder's own clawgym.db). The command prints which. It never records into the
+`--store-service` are the older spellings), else the config's store (for a run folder, the one its run
+recorded into: its own clawgym.db unless the config put it elsewhere). The command prints which. It never records into the
 training run's own evaluations, which that run's report and `clawgym train --resume` read. With
 services (`orchestrator.grpc_url`) the proxy and orchestrator record into their own store, so
 `--store.url` is refused there. `--set KEY=VALUE` overrides any config field.
@@ -31,7 +33,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clawgym.errors import ClawgymError
+from clawgym.errors import ClawgymError, InvalidArgument
+from clawgym.report.run_folder import CONFIG_FILE
 from clawgym_app.config_options import set_option
 
 if TYPE_CHECKING:
@@ -66,6 +69,9 @@ class Recorded:
 
 
 def command(
+    run: Path = typer.Argument(
+        None, help="a run folder (runs/<name>/): its config.yaml, store and checkpoints"
+    ),
     config: Path = typer.Option(None, "--config", "-c", help="run config YAML; default: embedded defaults"),
     checkpoint: str = typer.Option(
         "",
@@ -101,7 +107,7 @@ def command(
 
     console = Console(stderr=True) if as_json else Console()
     try:
-        cfg = load_config(config, sets=sets)
+        cfg = load_config(run_config_file(run, config), sets=sets)
         request = EvalRequest(checkpoint=checkpoint, harnesses=harness, k=k, samples=samples, tasks=tasks,
                               suite=suite, split=split, model=model, store=store,
                               store_service=store_service)  # fmt: skip
@@ -182,6 +188,17 @@ def describe_store(cfg: ClawgymConfig) -> str:
         return make_url(cfg.store.url).render_as_string(hide_password=True)
     except Exception:  # not a URL SQLAlchemy parses: opening it will say so
         return cfg.store.url
+
+
+def run_config_file(run: Path | None, config: Path | None) -> Path | None:
+    """The config a run folder or `-c` names (not both); None: the embedded defaults."""
+    if run is None:
+        return config
+    if config is not None:
+        raise InvalidArgument(f"name a run folder ({run}) or -c CONFIG, not both")
+    if not (run / CONFIG_FILE).is_file():
+        raise InvalidArgument(f"{run} holds no {CONFIG_FILE}: not a run folder")
+    return run / CONFIG_FILE
 
 
 def training_run(cfg: ClawgymConfig) -> str:

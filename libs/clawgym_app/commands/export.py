@@ -1,4 +1,4 @@
-"""`clawgym export [RUN] --run-dir D | --store.url URL | --store.grpc-url HOST:PORT --format F --out DIR`.
+"""`clawgym export RUN_DIR | [RUN] --store.url URL | --store.grpc-url HOST:PORT --format F --out DIR`.
 
 Writes a run's captured calls and prefix trees (token ids, logprobs, versions, rewards, each call's
 raw request and response) as JSONL, Parquet or a Hugging Face `datasets` folder, for SFT, analysis
@@ -15,9 +15,11 @@ from clawgym_app.config_options import set_option
 
 def command(
     run: str = typer.Argument(
-        "", help="the run id (default: the newest training run; an evaluation run only by its id)"
+        "",
+        help="a run folder (runs/<name>/: its store's newest training run), or a run id (default: the "
+        "newest training run; an evaluation run only by its id)",
     ),
-    run_dir: Path = typer.Option(None, "--run-dir", help="a run folder (runs/<ts>/): its SQLite store"),
+    run_dir: Path = typer.Option(None, "--run-dir", help="a run folder: the store its config.yaml names"),
     store: str = typer.Option(
         "", "--store.url", "--store", help="store SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…)"
     ),
@@ -32,6 +34,8 @@ def command(
     from clawgym.export import export_run
     from clawgym_app.store_source import open_read_store
 
+    if run and Path(run).is_dir():  # a run folder, not a run id
+        run, run_dir = "", Path(run)
     try:
         s = open_read_store(store, store_service, run_dir, sets)
         try:

@@ -218,19 +218,22 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     """The whole quickstart (its config with `sets`, `--set` items, over it); progress on `console`;
     returns the outcome (summary, report path)."""
     from clawgym.config import with_sets
-    from clawgym.report.run_folder import LOG_FILE, new_run_dir, write_config, write_summary
+    from clawgym.report.run_folder import LOG_FILE, fresh_run_dir, write_summary
+    from clawgym.run import in_folder, write_run_config
+    from clawgym_app.commands.train import forget_folder
     from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
     from clawgym_app.runtime import Runtime
     from clawgym_app.training_run import run_with_progress
 
     started = time.monotonic()
-    run_dir = Path(opts.run_dir) if opts.run_dir else new_run_dir()
+    run_dir = Path(opts.run_dir) if opts.run_dir else fresh_run_dir()
+    cfg = in_folder(with_sets(opts.config(run_dir), sets), run_dir)
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     log_to_file(run_dir / LOG_FILE)
     quiet_libraries()
     threads = set_threads(opts.threads)
-    cfg = with_sets(opts.config(run_dir), sets)
-    write_config(run_dir, cfg)
+    write_run_config(run_dir, cfg)
     levels = f", levels <= {opts.max_level}" if opts.max_level else ""
     train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
     console.print(
@@ -239,7 +242,12 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     )
     with console.status(f"starting the embedded runtime: store, {opts.model} engine, proxy, orchestrator"):
         t0 = time.monotonic()
-        runtime = Runtime.open(cfg)
+        try:
+            runtime = Runtime.open(cfg)
+        except BaseException:
+            if created:
+                forget_folder(run_dir)  # a failed start leaves no folder behind
+            raise
         open_s = time.monotonic() - t0
     with runtime:
         outcome = run_with_progress(
