@@ -134,7 +134,7 @@ def test_policy_specs_name_builtins_and_local_folders():
     )
     with pytest.raises(InvalidArgument, match="unknown model spec"):
         policy_spec("no-such-model")
-    with pytest.raises(InvalidArgument, match="looks like a Hugging Face hub id.*--local-dir"):
+    with pytest.raises(InvalidArgument, match=r"looks like a Hugging Face hub id.*--local-dir"):
         policy_spec("Qwen/Qwen3-4B")  # says how to provide weights, instead of downloading them
 
 
