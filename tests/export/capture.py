@@ -56,12 +56,15 @@ def _follow_up(first: dict) -> list[dict] | None:
     return [{"type": "text", "text": "Continue."}] if first["content"] else None
 
 
-def capture_run(store: TrajectoryStore, engine: Engine | None = None) -> CapturedRun:
-    """Captures the run described above into `store` through the real proxy; returns its ids."""
+def capture_run(
+    store: TrajectoryStore, engine: Engine | None = None, run_config: dict | None = None
+) -> CapturedRun:
+    """Captures the run described above into `store` through the real proxy; returns its ids.
+    `run_config`: the run's config (default {"kind": "test"}; a trainer's config makes it a training run)."""
     tok = load_tokenizer("tiny-qwen3")
     engine = engine or ScriptedEngine.from_texts(tok, REPLIES, max_context=4096, model="tiny-qwen3")
     config = ProxyConfig()
-    run = store.create_run("captured", {"kind": "test"})
+    run = store.create_run("captured", run_config or {"kind": "test"})
     group = f"g-{run.id[:8]}"
     registered = store.register_rollouts(run.id, [RolloutSpec(group, "fix-a", "test-harness", 0)] * 2)
     loop, compacted = (r.token for r in registered)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from clawgym.records import Group
+from clawgym.records import Group, RolloutWithCalls
 from clawgym.trajectory import FlatTree, RadixTree, TreeStats, tree_from_calls
 
 
@@ -72,17 +72,26 @@ class Batch:
         return out
 
 
-def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
-    """The group's tree, or None when no rollout of it has a call."""
-    tree = RadixTree()
-    rewards, passed, harness = [], [], ""
+def trained_rollouts(group: Group, failed_reward: float = 0.0) -> list[tuple[RolloutWithCalls, float]]:
+    """The rollouts of the group the trainer trains, in the group's order, each with its reward: those
+    with a call that did not fail; one that ended without a reward gets `failed_reward`."""
+    trained = []
     for rollout in group.rollouts:
         r = rollout.rollout
         if not rollout.calls or r.status == "failed":
             # failed = an infrastructure failure (a sandbox pod lost, the orchestrator lost, ...): its
             # calls say nothing about the policy, so it is never trained, not even at failed_reward
             continue
-        reward = failed_reward if r.reward is None else float(r.reward)
+        trained.append((rollout, failed_reward if r.reward is None else float(r.reward)))
+    return trained
+
+
+def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
+    """The group's tree, or None when no rollout of it has a call."""
+    tree = RadixTree()
+    rewards, passed, harness = [], [], ""
+    for rollout, reward in trained_rollouts(group, failed_reward):
+        r = rollout.rollout
         tree_from_calls(rollout.calls, group_id=group.id, reward=reward, tree=tree)
         rewards.append(reward)
         passed.append(bool(r.passed))

@@ -8,18 +8,12 @@ comes from `--model`'s tokenizer, else from the model a run's config names, else
 It opens the store read-only, and answers only the Host names it is served by (`--allow-host` adds one).
 """
 
-import logging
-from collections.abc import Callable, Sequence
-from functools import cache
 from pathlib import Path
 
 import typer
 
 from clawgym.errors import ClawgymError
-from clawgym.records import Run
 from clawgym_app.config_options import set_option
-
-log = logging.getLogger(__name__)
 
 
 def command(
@@ -47,6 +41,7 @@ def command(
     """Browse a store's runs, groups, rollouts and prefix trees in a web page."""
     import uvicorn
 
+    from clawgym_app.decoding import decoders
     from clawgym_app.store_source import open_read_store
     from clawgym_services.store.browse import create_browse_app
 
@@ -61,24 +56,3 @@ def command(
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         s.close()
-
-
-def decoders(model: str) -> Callable[[Run], Callable[[Sequence[int]], str] | None]:
-    """Per run: `model`'s tokenizer, else the one its config names (`model` or `trainer.model`), else None."""
-
-    @cache
-    def load(spec: str) -> Callable[[Sequence[int]], str] | None:
-        from clawgym.policies import load_tokenizer
-
-        try:
-            tok = load_tokenizer(spec)
-        except Exception as e:  # an unknown or unreachable model: show ids, say why once
-            log.warning("cannot load the tokenizer of %r (%s); showing token ids", spec, e)
-            return None
-        return lambda ids: tok.decode(list(ids))
-
-    def for_run(run: Run) -> Callable[[Sequence[int]], str] | None:
-        spec = model or run.config.get("model") or (run.config.get("trainer") or {}).get("model") or ""
-        return load(spec) if isinstance(spec, str) and spec else None
-
-    return for_run
