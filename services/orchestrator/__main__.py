@@ -6,6 +6,7 @@ import sys
 
 from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
+from clawgym.log_noise import PROBE_LOGGERS, demote_routine
 from clawgym.rpc_server import serve_until_signal
 from clawgym_services.orchestrator.server import create_server
 
@@ -17,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         "orchestrator", argv, description="Runs batches of rollouts.", clients_of=("sandbox", "store")
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    demote_routine(PROBE_LOGGERS)  # its health check of the proxy, once per rollout, is a DEBUG line
     try:
         cfg.rpc.shared_secret()  # checked before anything starts
     except ClawgymError as e:
