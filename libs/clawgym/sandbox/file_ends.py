@@ -64,15 +64,21 @@ def output_limit(head: int, tail: int) -> int:
     return head + tail + SIZE_LINE_BYTES
 
 
-def from_output(result: ExecResult, path: str, head: int, tail: int) -> FileEnds:
-    """The ends `SCRIPT` printed. Output past what was asked (a container whose `head` was replaced)
-    is refused as unreadable, never kept."""
+def check_exit(result: ExecResult, path: str, missing: str = "no such file in the sandbox") -> None:
+    """The container file scripts' way of failing as typed errors: exit 2, nothing at `path`
+    (`missing` says so); exit 3, not a regular file (links are not followed); any other failure."""
     if result.exit_code == 2:
-        raise NotFound(f"{path}: no such file in the sandbox")
+        raise NotFound(f"{path}: {missing}")
     if result.exit_code == 3:
         raise InvalidArgument(f"{path} is not a regular file (links are not followed)")
     if result.timed_out or result.exit_code != 0:
         raise SandboxFailed(f"reading {path} failed: {result.stderr[-500:].decode(errors='replace').strip()}")
+
+
+def from_output(result: ExecResult, path: str, head: int, tail: int) -> FileEnds:
+    """The ends `SCRIPT` printed. Output past what was asked (a container whose `head` was replaced)
+    is refused as unreadable, never kept."""
+    check_exit(result, path)
     line, newline, data = result.stdout.partition(b"\n")
     digits = line.strip()
     if result.truncated or not newline or not digits.isdigit() or len(digits) > 19 or len(data) > head + tail:

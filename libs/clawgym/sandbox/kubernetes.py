@@ -507,12 +507,7 @@ class KubernetesSandbox:
         return self._checked(result, path, limit)
 
     def _checked(self, result: ExecResult, path: str, limit: int) -> bytes:
-        if result.exit_code == 2:
-            raise NotFound(f"{path}: nothing there in the sandbox")
-        if result.exit_code == 3:
-            raise InvalidArgument(f"{path} is not a regular file")
-        if result.timed_out or result.exit_code != 0:
-            raise SandboxFailed(f"reading {path} failed: {result.stderr.decode(errors='replace').strip()}")
+        file_ends.check_exit(result, path, missing="nothing there in the sandbox")
         if result.truncated:
             raise InvalidArgument(f"{path}: larger than max_get_bytes={limit}")
         return result.stdout
