@@ -121,8 +121,11 @@ class Runtime:
     def trainer(self, on_status: Callable[[RolloutStatus], None] | None = None) -> Trainer:
         """A trainer for `cfg.trainer` whose rollouts this runtime's rollout service runs (train split);
         closed with the runtime."""
+        from clawgym.trainer.distributed import init_world
+
         trainer = build_trainer(
             self.cfg,
+            world=init_world(),  # the GPU when there is one, as `serve trainer` does
             store=self.store,
             rollouts=self.rollouts,
             engines=[self.engine],
