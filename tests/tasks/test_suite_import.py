@@ -118,6 +118,28 @@ def test_the_text_report_names_each_status_and_ends_with_the_summary(tmp_path):
     assert "1 broken" in last and "1 unsupported" in last, last
 
 
+def test_the_text_report_says_each_distinct_caveat_once_with_its_task_count(tmp_path):
+    """Two TB1 tasks share "run-tests.sh is not run" and two tasks have no solution: one line each,
+    with the count and the tasks; --json keeps the caveats per task."""
+    src = mixed_source(tmp_path / "src")
+    result = runner.invoke(app, ["tasks", "import", str(src), "--root", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    runner_lines = [x for x in lines if "run-tests.sh is not run" in x]
+    assert len(runner_lines) == 1, f"a caveat shared by tasks is printed once: {runner_lines}"
+    assert runner_lines[0].startswith("caveat, 2 tasks (csv-total, needs-postgres): run-tests.sh"), (
+        runner_lines
+    )
+    solution_lines = [x for x in lines if "no reference solution" in x]
+    assert solution_lines == [
+        "caveat, 2 tasks (make-notes-dir, custom-image): no reference solution: the oracle cannot check "
+        "the verifier (nop only)"
+    ], solution_lines
+    per_task = runner.invoke(app, ["tasks", "import", str(src), "--root", str(tmp_path / "j"), "--json"])
+    caveats = {r["task"]: r["caveats"] for r in json_lines(per_task.output)[:-1]}
+    assert sum(any("run-tests.sh" in c for c in cs) for cs in caveats.values()) == 2, caveats
+
+
 def test_strict_imports_nothing_when_a_task_is_broken(tmp_path):
     src = mixed_source(tmp_path / "src")
     root = tmp_path / "r"

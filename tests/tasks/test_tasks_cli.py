@@ -135,3 +135,28 @@ def test_task_ids_with_markup_are_printed_as_written_and_the_summary_follows(tmp
     listed = runner.invoke(app, ["tasks", "list", str(suite)])
     assert listed.exit_code == 0, f"{listed.output} {listed.exception!r}"
     assert "x[/green]" in listed.output and "[bold]nope" in listed.output, listed.output
+
+
+def test_check_task_checks_only_the_named_tasks(tmp_path):
+    """--task (repeatable) checks those tasks alone: the good one in a real sandbox, the broken one by
+    its folder's name; an id the suite lacks is refused before anything runs."""
+    suite = suite_with_a_broken_task(tmp_path / "suite")
+    shutil.copytree(DATA / "clawgym" / "sum-scores", suite / "sum-scores")
+    result = runner.invoke(app, ["tasks", "check", str(suite), "--task", "write-greeting", "--json"])
+    *lines, summary = json_lines(result.output)
+    assert [line["task"] for line in lines] == ["write-greeting"], result.output
+    assert summary == {"tasks": 1, "ok": 1, "oracle_passed": 1, "nop_failed": 1, "errors": 0, "broken": 0}, (
+        result.output
+    )
+    assert result.exit_code == 0, "only the good task was checked"
+
+    both = runner.invoke(
+        app, ["tasks", "check", str(suite), "--task", "no-tests", "--task", "sum-scores", "--json"]
+    )
+    *lines, summary = json_lines(both.output)
+    assert sorted(line["task"] for line in lines) == ["no-tests", "sum-scores"], both.output
+    assert summary["tasks"] == 2 and summary["broken"] == 1, both.output
+
+    missing = runner.invoke(app, ["tasks", "check", str(suite), "--task", "write-greeting", "--task", "nope"])
+    assert missing.exit_code == 2 and "no task 'nope'" in missing.output, missing.output
+    assert "summary" not in missing.output, "nothing is checked when a named task is not in the suite"

@@ -4,8 +4,9 @@ One entry per format in `FORMATS` (name → detector, loader); `load_task` tries
 unless told the format. A folder is a task folder when a detector knows its marker file, first
 match wins: `data_entry.json` (clawgym), `task.yaml` (terminal-bench), `task.toml` or
 `instruction.md` (harbor). `load_tasks` stops at the first task that does not load; `scan_tasks`
-loads every task it can and says why each other one does not. Loading never runs anything from
-the task.
+loads every task it can and says why each other one does not. Both apply the split and family a
+suite folder's suite.json records (`splits`: an imported suite's held-out split). Loading never
+runs anything from the task.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from clawgym.tasks.clawgym_format import is_clawgym_task, load_clawgym_task
 from clawgym.tasks.harbor import is_harbor_task, load_harbor_task
 from clawgym.tasks.model import Task, TaskFormatError
+from clawgym.tasks.splits import read_recorded
 from clawgym.tasks.terminal_bench import is_terminal_bench_task, load_terminal_bench_task
 
 FORMATS: dict[str, tuple[Callable[[Path], bool], Callable[[Path], Task]]] = {
@@ -117,6 +119,7 @@ def scan_tasks(root: str | Path, fmt: str | None = None) -> list[FoundTask]:
     format of every other folder is detected per folder (the module docstring says how).
     """
     wanted = format_name(fmt) if fmt else None
+    recorded = read_recorded(Path(root))
     found = []
     for path in task_dirs(root):
         detected = detect_format(path) or ""
@@ -125,7 +128,7 @@ def scan_tasks(root: str | Path, fmt: str | None = None) -> list[FoundTask]:
             continue
         name = wanted or detected
         try:
-            found.append(FoundTask(path, name, task=load_task(path, name)))
+            found.append(FoundTask(path, name, task=recorded.apply(load_task(path, name))))
         except TaskFormatError as e:
             found.append(FoundTask(path, name, error=str(e)))
     return found
@@ -133,5 +136,6 @@ def scan_tasks(root: str | Path, fmt: str | None = None) -> list[FoundTask]:
 
 def load_tasks(root: str | Path, fmt: str | None = None, split: str | None = None) -> list[Task]:
     """Every task under `root`, optionally only one split; TaskFormatError on the first bad one."""
-    tasks = [load_task(path, fmt) for path in find_task_dirs(root, fmt)]
+    recorded = read_recorded(Path(root))
+    tasks = [recorded.apply(load_task(path, fmt)) for path in find_task_dirs(root, fmt)]
     return [t for t in tasks if split is None or t.split == split]

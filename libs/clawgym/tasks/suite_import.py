@@ -7,8 +7,9 @@ imported: the load error names the task's folder and file; a `.jsonl` row that i
 names its line) or `skipped` (another format than asked). A task the suite cannot hold safely (a
 second task with the same id, a symlink out of its folder or in a loop, a folder named like the
 suite's own file) is broken too; one bad task never stops the others. `write_suite` then copies
-the loadable ones; with `strict`, one broken task refuses the whole import. Nothing is written
-until every task has been read. Running tasks is not done here.
+the loadable ones and records their held-out split (`splits`: by family unless told otherwise,
+seeded by the suite's name) in suite.json; with `strict`, one broken task refuses the whole import.
+Nothing is written until every task has been read. Running tasks is not done here.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from clawgym.errors import AlreadyExists, InvalidArgument
 from clawgym.tasks.clawgym_jsonl import BadRow, convert_rows
 from clawgym.tasks.git_source import GIT_CACHE_DIR, checkout, parse_source
 from clawgym.tasks.loader import FoundTask, scan_tasks
+from clawgym.tasks.splits import SUITE_FILE, SplitRule, assign_split, suite_json_fields
 from clawgym.tasks.suites import BUNDLED, SUITES_DIR, SuiteInfo
 from clawgym.tasks.support import TaskReport, report_task
 
-SUITE_FILE = "suite.json"
 BAD_ROWS = ".bad-rows.json"  # in a converted .jsonl's folder: its rows that are not tasks
 MARKERS = "data_entry.json (clawgym), task.yaml (terminal-bench), task.toml or instruction.md (harbor)"
 
@@ -91,8 +92,10 @@ def write_suite(
     name: str | None = None,
     replace: bool = False,
     strict: bool = False,
+    split: SplitRule | None = SplitRule(),  # frozen: one shared default is safe
 ) -> SuiteInfo:
-    """Copies the plan's loadable tasks into the suite `name` under `root`, with `suite.json`.
+    """Copies the plan's loadable tasks into the suite `name` under `root`, with `suite.json`
+    recording their held-out split under `split` (None: none assigned; a task's own split is kept).
 
     InvalidArgument when nothing loads, or (strict) when any task is broken; AlreadyExists when
     the suite exists and not `replace`. The copy is made beside the suite and renamed into place,
@@ -125,6 +128,7 @@ def write_suite(
             except (OSError, shutil.Error) as e:  # a file that vanished or cannot be read since the plan
                 raise InvalidArgument(f"{found.path}: cannot be copied into the suite ({e})") from e
         formats = sorted({f.format for f in tasks})
+        held_out = assign_split([f.task for f in tasks if f.task is not None], name, split)
         meta = {
             "name": name,
             "format": formats[0] if len(formats) == 1 else "mixed",
@@ -134,6 +138,7 @@ def write_suite(
             "unsupported": sum(r.status == "unsupported" for r in plan.reports),
             "broken": len(broken),
             "report": [r.as_json() for r in plan.reports],
+            **suite_json_fields(held_out),
         }
         (staging / SUITE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if dest.exists():
@@ -142,7 +147,7 @@ def write_suite(
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    return SuiteInfo(name, dest, meta["format"], len(tasks))
+    return SuiteInfo(name, dest, meta["format"], len(tasks), held_out.as_json())
 
 
 def _converted_rows(src: Path, cache_dir: str | Path | None) -> tuple[Path, list[BadRow]]:

@@ -2,8 +2,8 @@
 
 An imported suite is `<suites root>/<name>/` holding a copy of each task folder that loaded (at
 its path under the source) and `suite.json` (name, format or `mixed`, task count, where it came
-from, the import's report per task); `suite_import` writes it. A suite can also be named by any
-folder path.
+from, the import's report per task, its held-out split and each task's family: `splits`);
+`suite_import` writes it. A suite can also be named by any folder path.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class SuiteInfo:
     path: Path
     format: str
     tasks: int
+    split: dict | None = None  # the held-out split's summary (`splits.SuiteSplit.as_json`), if recorded
 
 
 def resolve_suite(name: str, root: str | Path | None = None, cache_dir: str | Path | None = None) -> Path:
@@ -62,7 +63,8 @@ def suite_of(task_dir: Path) -> tuple[str, bool]:
 
 def _info(path: Path, name: str) -> SuiteInfo:
     meta = json.loads((path / "suite.json").read_text())
-    return SuiteInfo(name, path, meta.get("format", "?"), int(meta.get("tasks", 0)))
+    split = meta.get("split") if isinstance(meta.get("split"), dict) else None
+    return SuiteInfo(name, path, meta.get("format", "?"), int(meta.get("tasks", 0)), split)
 
 
 def list_suites(root: str | Path | None = None, cache_dir: str | Path | None = None) -> list[SuiteInfo]:

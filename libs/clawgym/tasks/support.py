@@ -15,7 +15,7 @@ This module only reads tasks; it starts no sandbox.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -85,6 +85,16 @@ class TaskReport:
             "reason": self.reason,
             "imported": self.imported,
         }
+
+
+def grouped_caveats(reports: Sequence[TaskReport]) -> dict[str, list[str]]:
+    """Each distinct caveat (in the order first met) → the tasks it applies to, for a report that
+    says each once."""
+    groups: dict[str, list[str]] = {}
+    for report in reports:
+        for note in report.caveats:
+            groups.setdefault(note, []).append(report.task)
+    return groups
 
 
 def report_task(found: FoundTask, path: str) -> TaskReport:

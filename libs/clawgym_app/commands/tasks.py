@@ -87,20 +87,34 @@ def import_cmd(
     git_cache: Path = typer.Option(
         None, help="where git repositories are fetched (default ~/.cache/clawgym/git)"
     ),
+    held_out: float = typer.Option(
+        0.25, "--held-out", help="the share of families (or tasks) held out of training: the test split"
+    ),
+    split_by: str = typer.Option(
+        "family",
+        "--split-by",
+        help="hold out whole families (a task's metadata.family, else its id without a trailing -N), "
+        "so no family is in both splits; or single tasks",
+    ),
+    no_split: bool = typer.Option(False, "--no-split", help="assign no split (a task's own is kept)"),
     as_json: bool = typer.Option(False, "--json", help="a JSON line per task, then the summary object"),
 ) -> None:
     """Import the tasks under SRC into a local suite, reporting each task.
 
     Every task folder is reported: ok, caveats (runs, but not as in its own image), unsupported
     (imported; per backend, why it cannot run), broken (not imported; the load error) or skipped
-    (another layout than --format). Broken tasks do not stop the import unless --strict.
+    (another layout than --format). Broken tasks do not stop the import unless --strict. Tasks
+    without a split of their own get one: --held-out of the families go to the test split, chosen
+    by a hash seeded by the suite's name (a re-import holds out the same), recorded in suite.json.
     """
     from clawgym.tasks.loader import format_name
+    from clawgym.tasks.splits import SplitRule
     from clawgym.tasks.suite_import import plan_import, write_suite
 
     try:
         if old_src is not None:
             fmt, src = format_name(src), old_src  # the older `tasks import FORMAT SRC`
+        rule = None if no_split else SplitRule(split_by, held_out)  # type: ignore[arg-type]
         plan = plan_import(src, fmt or None, git_cache)
     except ClawgymError as e:
         raise _fail(e) from e
@@ -110,14 +124,17 @@ def import_cmd(
         else:
             _show_report(report)
     try:
-        info = write_suite(plan, root, name or None, replace=replace, strict=strict)
+        info = write_suite(plan, root, name or None, replace=replace, strict=strict, split=rule)
     except ClawgymError as e:
         raise _fail(e) from e
     summary = plan.summary()
     if as_json:
         where = {"suite": info.name, "path": str(info.path), "source": plan.source, "commit": plan.commit}
-        print(json.dumps({**where, **summary}))
+        print(json.dumps({**where, **summary, "split": info.split}))
         return
+    _show_caveats(plan.reports)
+    if info.split is not None:
+        console.print(_split_line(info.split), markup=False)
     console.print(
         f"imported {summary['imported']} of {summary['found']} tasks as suite "
         f"[bold]{escape(info.name)}[/bold] "
@@ -141,14 +158,45 @@ def _show_report(report) -> None:
     for backend, reason in report.backends.items():
         if reason is not None:
             console.print(f"    not on {backend}: {reason}", markup=False)
-    for note in report.caveats:
-        console.print(f"    caveat: {note}", markup=False)
+    # caveats follow the whole report, each once (`_show_caveats`)
+
+
+def _show_caveats(reports) -> None:
+    """Each distinct caveat once, most tasks first, with how many tasks it applies to and the first
+    few of them (--json keeps them per task)."""
+    from clawgym.tasks.support import grouped_caveats
+
+    groups = sorted(grouped_caveats(reports).items(), key=lambda kv: -len(kv[1]))
+    for note, tasks in groups:
+        named = ", ".join(tasks[:3]) + (f" and {len(tasks) - 3} more" if len(tasks) > 3 else "")
+        console.print(f"caveat, {_count(len(tasks), 'task')} ({named}): {note}", markup=False)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _split_line(split: dict) -> str:
+    """The held-out split an import recorded, in one line."""
+    if split["by"] == "none":
+        return f"split: none assigned (--no-split); {_count(split['kept'], 'task')} keep their own"
+    held = ", ".join(split["test_families"][:8]) + (", …" if len(split["test_families"]) > 8 else "")
+    line = (
+        f"split by {split['by']} (seeded by the suite name {split['seed']!r}): {split['train']} train, "
+        f"{_count(split['test'], 'test task')}; held-out families: {held or 'none'}"
+    )
+    if split["kept"]:
+        line += f"; {_count(split['kept'], 'task')} kept its own split"
+    return line + (f"; {split['note']}" if split["note"] else "")
 
 
 @tasks_app.command("check")
 def check_cmd(
     suite: str = typer.Argument(..., help="a suite name or folder"),
     split: str = typer.Option("", help="only this split (train/test)"),
+    task_ids: list[str] = typer.Option(
+        [], "--task", help="check only this task (its id, or a broken task's folder name); repeatable"
+    ),
     limit: int = typer.Option(0, help="check at most this many tasks (0: all)"),
     concurrency: int = typer.Option(4, help="tasks checked at once"),
     root: Path = typer.Option(None, help="where imported suites live"),
@@ -184,6 +232,11 @@ def check_cmd(
         raise _fail(e) from e
     if not found:
         raise _fail(InvalidArgument(f"{folder}: no task folders"))
+    if task_ids:
+        missing = [t for t in dict.fromkeys(task_ids) if t not in {f.name for f in found}]
+        if missing:
+            raise _fail(InvalidArgument(f"{folder}: no task {', '.join(map(repr, missing))} in the suite"))
+        found = [f for f in found if f.name in task_ids]
     # A broken task's split is unknown: it is kept whatever the split asked for.
     found = [f for f in found if f.task is None or not split or f.task.split == split]
     found = found[:limit] if limit else found
