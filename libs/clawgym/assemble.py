@@ -133,7 +133,7 @@ def build_orchestrator(
 
     o = cfg.orchestrator
     cache = o.harness_cache_dir or str(DEFAULT_CACHE_DIR)
-    backend = make_sandbox_backend(o.sandbox_config(cfg.sandbox, ro_paths=[cache, str(PROVISION_DIR)]))
+    backend = make_sandbox_backend(cfg.sandbox.with_ro_paths([cache, str(PROVISION_DIR)]))
     return Orchestrator(o, store, backend, catalog=catalog)
 
 
@@ -170,7 +170,8 @@ def build_trainer(
     """A `Trainer` for `cfg.trainer`. Parts not given are opened from `cfg` and closed with the trainer
     (`store`, `runner`, the orchestrator client); given ones stay the caller's. Rollouts come from `rollouts` (or
     `open_rollouts(cfg)`), or from the toy source with `trainer.rollout_source: toy`. The engines the
-    trainer publishes checkpoints to: `engines`, else the inference service if one is named. Under
+    trainer publishes checkpoints to: `engines`, else the inference service if one is named. Batches name
+    `proxy_url` (an embedded run's own proxy), else none: the orchestrator's `orchestrator.proxy_url`. Under
     torchrun only rank 0 opens the store, bus, source and engines."""
     from clawgym.trainer.config import check_trainer_config
     from clawgym.trainer.distributed import World
@@ -180,12 +181,15 @@ def build_trainer(
     t = cfg.trainer
     check_trainer_config(t)
     world = world or World()
+    cache_dir = cfg.inference.cache_dir  # built-in policies: the trainer's and the engine's are one cache
     if tokenizer is None:
         from clawgym.policies import load_tokenizer
 
-        tokenizer = load_tokenizer(t.model, cache_dir=Path(t.cache_dir).expanduser())
+        tokenizer = load_tokenizer(t.model, cache_dir=Path(cache_dir).expanduser())
     if not world.is_main:
-        return Trainer(t, store=None, bus=None, source=None, tokenizer=tokenizer, world=world)
+        return Trainer(
+            t, store=None, bus=None, source=None, tokenizer=tokenizer, world=world, cache_dir=cache_dir
+        )
     owns_runner = runner is None
     runner = runner or LoopThread()
     if store is None:
@@ -208,6 +212,7 @@ def build_trainer(
         runner=runner,
         world=world,
         close_runner=owns_runner,
+        cache_dir=cache_dir,
     )
 
 
@@ -235,7 +240,7 @@ def _rollout_service_source(
         rollouts,
         runner,
         tasks,
-        proxy_url=proxy_url or t.proxy_url,
+        proxy_url=proxy_url,
         on_status=on_status,
         close_service=owned,
     )
@@ -249,6 +254,5 @@ def _toy_source(
 
     if not engines:
         t = cfg.trainer
-        engines = [open_local_engine(cfg.inference.model_copy(update={"model": t.model, "dtype": t.dtype,
-                                                                    "cache_dir": t.cache_dir}))]  # fmt: skip
+        engines = [open_local_engine(cfg.inference.model_copy(update={"model": t.model, "dtype": t.dtype}))]
     return ToyRolloutSource(store, engines[0], tokenizer, runner, seed=cfg.trainer.seed), engines

@@ -221,7 +221,7 @@ class Run:
             cfg.evaluation,
             cfg.trainer.suite,
             [h.name for h in cfg.trainer.harnesses],
-            cfg.orchestrator.sandbox_config(cfg.sandbox).task_images,
+            cfg.sandbox.task_images,
         )
         self.trainer: Trainer | None = None
         self.tracker = Tracker()  # opened once the trainer knows its run id

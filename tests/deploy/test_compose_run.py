@@ -115,7 +115,7 @@ def test_the_cluster_orchestrator_image_starts_healthy_as_its_user(docker_images
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     try:
         # this image has no bubblewrap: local sandboxes are unisolated, which must be allowed explicitly
-        local = ["-e", "CLAWGYM_ORCHESTRATOR__SANDBOX_BACKEND=local", "-e", "CLAWGYM_SANDBOX__LOCAL__ALLOW_UNISOLATED=true"]
+        local = ["-e", "CLAWGYM_SANDBOX__BACKEND=local", "-e", "CLAWGYM_SANDBOX__LOCAL__ALLOW_UNISOLATED=true"]
         subprocess.run(["docker", "run", "-d", "--name", name, *SECRET, *local, tag], check=True, capture_output=True)  # fmt: skip
         state = ""
         for _ in range(60):

@@ -8,7 +8,6 @@ import pytest
 
 from clawgym.errors import FailedPrecondition
 from clawgym.orchestrator.catalog import Catalog
-from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.orchestrator.interface import Batch, RolloutRequest
 from clawgym.sandbox import SandboxConfig
 
@@ -31,9 +30,7 @@ def test_services_besides_the_task_container_are_refused_by_every_backend():
         asyncio.run(Catalog(task_images=True).resolve(_batch("needs-postgres")))
 
 
-def test_the_orchestrator_section_can_choose_docker_and_docker_sandboxes_see_the_harness_cache():
-    cfg = OrchestratorConfig(sandbox_backend="docker").sandbox_config(
-        SandboxConfig(), ro_paths=["/opt/cache"]
-    )
+def test_docker_sandboxes_see_the_harness_cache():
+    cfg = SandboxConfig(backend="docker").with_ro_paths(["/opt/cache"])
     assert cfg.backend == "docker"
     assert cfg.docker.ro_paths[-1] == "/opt/cache" and cfg.local.ro_paths[-1] == "/opt/cache"

@@ -1,4 +1,4 @@
-"""The orchestrator config section: deployment overrides of the sandbox section, Kubernetes quantities."""
+"""The orchestrator config section: what the Helm chart sets through it, Kubernetes quantities."""
 
 from __future__ import annotations
 
@@ -6,37 +6,46 @@ import pytest
 
 from clawgym.config import load_config
 from clawgym.errors import InvalidArgument
-from clawgym.orchestrator.config import OrchestratorConfig, parse_cpu, parse_memory_mb
+from clawgym.orchestrator.config import parse_cpu, parse_memory_mb
 from clawgym.sandbox.config import SandboxConfig
 
 
 def test_chart_style_environment_variables_load_into_the_section(monkeypatch):
     """The variables the Helm chart sets (JSON maps, a bool string) become typed fields."""
-    monkeypatch.setenv("CLAWGYM_ORCHESTRATOR__SANDBOX_BACKEND", "kubernetes")
+    monkeypatch.setenv("CLAWGYM_SANDBOX__BACKEND", "kubernetes")
     monkeypatch.setenv(
         "CLAWGYM_ORCHESTRATOR__SANDBOX_IMAGES", '{"reference": "localhost/python-node:bookworm"}'
     )
     monkeypatch.setenv(
         "CLAWGYM_ORCHESTRATOR__SANDBOX_RESOURCES", '{"limits": {"cpu": "500m", "memory": "1Gi"}}'
     )
-    monkeypatch.setenv("CLAWGYM_ORCHESTRATOR__SANDBOX_HOST_NETWORK", "true")
+    monkeypatch.setenv("CLAWGYM_SANDBOX__KUBERNETES__HOST_NETWORK", "true")
     monkeypatch.setenv("CLAWGYM_ORCHESTRATOR__HARNESS_CONCURRENCY", '{"claude-code": 4}')
-    o = load_config().orchestrator
+    cfg = load_config()
+    o = cfg.orchestrator
     assert o.sandbox_images == {"reference": "localhost/python-node:bookworm"}, o.sandbox_images
     assert o.harness_concurrency == {"claude-code": 4}, o.harness_concurrency
     r = o.resources()
     assert (r.cpus, r.memory_mb) == (0.5, 1024), f"limits become the sandbox's Resources: {r}"
-    sandbox = o.sandbox_config(SandboxConfig())
-    assert sandbox.backend == "kubernetes" and sandbox.kubernetes.host_network is True, (
-        "the orchestrator's overrides win over the sandbox section"
+    assert cfg.sandbox.backend == "kubernetes" and cfg.sandbox.kubernetes.host_network is True, (
+        "the chart's sandbox variables reach the sandbox section"
     )
 
 
-def test_overrides_left_empty_keep_the_sandbox_section_and_extra_read_only_paths_are_added():
+@pytest.mark.parametrize("key", ["sandbox_backend", "namespace", "sandbox_host_network"])
+def test_the_sandbox_backend_is_named_in_the_sandbox_section_only(monkeypatch, key):
+    """The orchestrator section no longer restates the sandbox backend, its namespace or hostNetwork: a
+    deployment still setting them fails at start naming the key, not with another backend than it asked."""
+    monkeypatch.setenv(f"CLAWGYM_ORCHESTRATOR__{key.upper()}", "kubernetes")
+    with pytest.raises(InvalidArgument, match=f"unknown config key orchestrator.{key}"):
+        load_config()
+
+
+def test_extra_read_only_paths_are_added_once_and_the_section_is_kept():
     base = SandboxConfig(backend="local")
     base.kubernetes.namespace = "sbx"
-    out = OrchestratorConfig().sandbox_config(base, ro_paths=["/opt/cache", base.local.ro_paths[0]])
-    assert out.backend == "local" and out.kubernetes.namespace == "sbx", "empty overrides change nothing"
+    out = base.with_ro_paths(["/opt/cache", base.local.ro_paths[0]])
+    assert out.backend == "local" and out.kubernetes.namespace == "sbx", "only the read-only paths change"
     assert out.local.ro_paths == [*base.local.ro_paths, "/opt/cache"], (
         f"the harness/provision caches are added once: {out.local.ro_paths}"
     )

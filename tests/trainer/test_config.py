@@ -97,3 +97,32 @@ def test_the_trainer_falls_back_to_the_temperature_the_proxy_forces():
     # the trainer's own is only the fallback for calls recorded without one: set, it is kept
     explicit = load_config(proxy={"temperature": 0.7}, trainer={"algorithm": {"temperature": 1.0}})
     assert explicit.trainer.algorithm.temperature == 1.0
+
+
+def test_the_trainer_builds_its_policy_in_the_engines_model_cache(tmp_path):
+    """One cache of built-in policies per process (`inference.cache_dir`): the trainer's tokenizer, its
+    policy and a toy run's engine are all built there, so a deployment that moves the cache moves all
+    three (there is no trainer.cache_dir left to forget)."""
+    from clawgym.assemble import build_trainer
+    from clawgym.config import ClawgymConfig
+    from clawgym.trainer.policy import build_policy
+
+    models = tmp_path / "models"
+    cfg = ClawgymConfig(
+        store={"url": f"sqlite:///{tmp_path / 'store.db'}"},
+        inference={"cache_dir": str(models)},
+        trainer={"model": "tiny-qwen3", "rollout_source": "toy", "checkpoint_uri": str(tmp_path / "ckpt")},
+    )
+    trainer = build_trainer(cfg)
+    try:
+        assert [p.name for p in models.iterdir() if p.is_dir()], (
+            "tokenizer and toy engine built into inference.cache_dir"
+        )
+        assert trainer.cache_dir == str(models), "the trainer is given the inference section's cache"
+    finally:
+        trainer.close()
+    other = tmp_path / "other"
+    build_policy(cfg.trainer, cache_dir=str(other))
+    assert [p.name for p in other.iterdir() if p.is_dir()], (
+        "build_policy builds a built-in policy where it is told"
+    )

@@ -175,7 +175,7 @@ redis://:$(REDIS_PASSWORD)@{{ include "clawgym.host" (dict "root" . "component" 
   value: {{ include "clawgym.storeUrl" . | quote }}
 - name: CLAWGYM_STORE__BUS_URL
   value: {{ include "clawgym.busUrl" . | quote }}
-{{- range $name := list "store" "inference" "orchestrator" "trainer" }}
+{{- range $name := list "store" "inference" "orchestrator" }}
 {{- $c := index $.Values $name }}
 {{- if $c.enabled }}
 - name: CLAWGYM_{{ upper $name }}__GRPC_URL

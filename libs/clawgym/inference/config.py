@@ -55,7 +55,9 @@ class InferenceConfig(Section):
         "out of it) or a URI prefix (s3://bucket/prefix, https://host/prefix); empty = LoadWeights refused",
     )
     cache_dir: str = Field(
-        "~/.cache/clawgym/models", description="where built-in policies are built once and cached"
+        "~/.cache/clawgym/models",
+        description="where built-in policies are built once and cached: by the engine, the tokenizer and the "
+        "trainer of this process alike",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="weights and compute dtype"

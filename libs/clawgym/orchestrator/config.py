@@ -1,22 +1,20 @@
 """The `orchestrator` config section (`ClawgymConfig.orchestrator`, env `CLAWGYM_ORCHESTRATOR__…`).
 
 Owns what the orchestrator service is told: where it listens, where harnesses reach the proxy,
-concurrency limits, retries, and the per-deployment overrides of the `sandbox` section that
-compose and the Helm chart set (backend, namespace, images per harness, labels, resources,
-hostNetwork). How those overrides combine with the `sandbox` section is `sandbox_config()`.
+concurrency limits, retries, and what the Helm chart sets per harness and sandbox (images, labels,
+resources). The sandbox backend itself (which one, its namespace, hostNetwork) is the `sandbox`
+section's alone.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from pydantic import Field, field_validator
 
 from clawgym.errors import InvalidArgument
 from clawgym.harnesses.config import HarnessSettings
 from clawgym.judge.config import JudgeConfig
-from clawgym.sandbox.config import SandboxConfig
 from clawgym.sandbox.interface import Resources
 from clawgym.section import Section
 
@@ -95,14 +93,7 @@ class OrchestratorConfig(Section):
     suites_dir: str = Field(
         "", description="where imported task suites live; empty = ~/.local/share/clawgym/suites"
     )
-    # --- deployment overrides of the `sandbox` section (set by compose and the Helm chart) ---
-    sandbox_backend: Literal["", "local", "kubernetes", "docker"] = Field(
-        "", description="overrides sandbox.backend; empty = keep it"
-    )
-    namespace: str = Field("", description="overrides sandbox.kubernetes.namespace; empty = keep it")
-    sandbox_host_network: bool | None = Field(
-        None, description="overrides sandbox.kubernetes.host_network; None = keep it"
-    )
+    # --- per harness and sandbox (set by the Helm chart) ---
     sandbox_images: dict[str, str] = Field(
         default_factory=dict, description="kubernetes: image per harness name (else sandbox.kubernetes.image)"
     )
@@ -138,30 +129,6 @@ class OrchestratorConfig(Section):
                 raise ValueError(f"harness {adapter.name} takes no {', '.join(unknown)}")
             out[adapter.name] = s
         return out
-
-    def sandbox_config(self, sandbox: SandboxConfig, ro_paths: list[str] | None = None) -> SandboxConfig:
-        """`sandbox` with this section's overrides applied, plus host paths local and docker sandboxes
-        must see (read-only)."""
-        k8s = sandbox.kubernetes.model_copy(
-            update={
-                **({"namespace": self.namespace} if self.namespace else {}),
-                **(
-                    {"host_network": self.sandbox_host_network}
-                    if self.sandbox_host_network is not None
-                    else {}
-                ),
-            }
-        )
-
-        def with_extra(paths: list[str]) -> list[str]:
-            return [*paths, *(p for p in ro_paths or [] if p not in paths)]
-
-        local = sandbox.local.model_copy(update={"ro_paths": with_extra(list(sandbox.local.ro_paths))})
-        docker = sandbox.docker.model_copy(update={"ro_paths": with_extra(list(sandbox.docker.ro_paths))})
-        backend = self.sandbox_backend or sandbox.backend
-        return sandbox.model_copy(
-            update={"backend": backend, "kubernetes": k8s, "local": local, "docker": docker}
-        )
 
     def resources(self) -> Resources:
         """The per-sandbox limits `sandbox_resources` names (defaults where it names none)."""

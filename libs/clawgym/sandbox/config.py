@@ -219,6 +219,16 @@ class SandboxConfig(Section):
     )
     docker: DockerSandboxConfig = Field(default_factory=DockerSandboxConfig, description="docker backend")
 
+    def with_ro_paths(self, paths: list[str]) -> "SandboxConfig":
+        """This section with `paths` added (once) to what local and docker sandboxes see read-only."""
+
+        def extended(ro: list[str]) -> list[str]:
+            return [*ro, *(p for p in paths if p not in ro)]
+
+        local = self.local.model_copy(update={"ro_paths": extended(self.local.ro_paths)})
+        docker = self.docker.model_copy(update={"ro_paths": extended(self.docker.ro_paths)})
+        return self.model_copy(update={"local": local, "docker": docker})
+
     @property
     def task_images(self) -> bool:
         """Whether the backend runs a task that has its own image in that image (`Task.unsupported_by`)."""

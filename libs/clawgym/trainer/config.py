@@ -155,7 +155,6 @@ class TrainerConfig(Section):
     """What `clawgym serve trainer` (and the embedded runtime's trainer) runs."""
 
     # --- the service ---
-    grpc_url: str = Field("", description="address of the trainer service (host:port), for status clients")
     host: str = Field(
         "127.0.0.1",
         description="address `clawgym serve trainer` and its /metrics listen on; deployments: 0.0.0.0",
@@ -175,12 +174,16 @@ class TrainerConfig(Section):
         "`clawgym train`: its --run-dir, else runs/<timestamp>",
     )
     model: str = Field(
-        "", description="policy model spec: tiny-qwen3, smollm2-135m or a local HF folder (required)"
+        "",
+        description="policy model spec the trainer loads: tiny-qwen3, smollm2-135m or a local HF folder "
+        "(required); the engine serves inference.model, which a run sets to this (a deployment may name "
+        "the same policy by the engine's own path)",
     )
-    cache_dir: str = Field(
-        "~/.cache/clawgym/models", description="where built-in policies are built and cached"
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="dtype of the trained parameters (the engine serves at inference.dtype, which may differ: "
+        "float32 training, bfloat16 serving); built-in policies are cached in inference.cache_dir",
     )
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter dtype")
     algorithm: AlgorithmConfig = Field(
         default_factory=AlgorithmConfig, description="RL algorithm and optimiser"
     )
@@ -231,7 +234,6 @@ class TrainerConfig(Section):
         description="orchestrator: the orchestrator service runs tasks through harnesses; "
         "toy: an in-process engine generates toy-task rollouts (tests, demos; training.toy)",
     )
-    proxy_url: str = Field("", description="where harnesses reach the proxy (passed to the orchestrator)")
     rollout_timeout_s: float = Field(
         1800.0, gt=0, description="give up a step when no group completes for this long"
     )

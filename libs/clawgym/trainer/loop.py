@@ -80,9 +80,11 @@ class Trainer:
         world: World | None = None,
         metrics: TrainerMetrics | None = None,
         close_runner: bool = False,
+        cache_dir: str | None = None,
     ) -> None:
         check_trainer_config(cfg)
         self.cfg = cfg
+        self.cache_dir = cache_dir  # where a built-in policy is built (`inference.cache_dir`)
         self.store, self.bus, self.source = store, bus, source
         self.tokenizer = tokenizer
         self.engines = list(engines or [])
@@ -126,7 +128,11 @@ class Trainer:
                 self.version = latest.version
             weights = str(folder) if folder is not None and not self.cfg.lora.enabled else None
             self.policy = build_policy(
-                self.cfg, weights=weights, value_head_state=state.get("value_head"), device=self.world.device
+                self.cfg,
+                weights=weights,
+                value_head_state=state.get("value_head"),
+                device=self.world.device,
+                cache_dir=self.cache_dir,
             )
             if state.get("adapters"):
                 self.policy.module.lm.load_state_dict(state["adapters"], strict=False)

@@ -89,9 +89,10 @@ def build_policy(
     weights: str | None = None,
     value_head_state: dict | None = None,
     device: torch.device | str = "cpu",
+    cache_dir: str | None = None,
 ) -> BuiltPolicy:
-    """The policy of `cfg.model`, or the weights of checkpoint folder `weights` (a full HF folder),
-    for training on `device`.
+    """The policy of `cfg.model` (a built-in one built into `cache_dir`, `inference.cache_dir`), or the
+    weights of checkpoint folder `weights` (a full HF folder), for training on `device`.
 
     Attention: eager and flex_attention are kept as the model's config sets them; anything else
     becomes block-sparse tree attention (`rl.tree_attention`) on the CPU, where it computes the
@@ -107,7 +108,7 @@ def build_policy(
     dtype = getattr(torch, cfg.dtype)
 
     def load(spec: str, strict: bool) -> nn.Module:
-        lm = load_model(spec, dtype=dtype, cache_dir=cfg.cache_dir, strict=strict)
+        lm = load_model(spec, dtype=dtype, cache_dir=cache_dir, strict=strict)
         if lm.config._attn_implementation not in ("eager", "flex_attention"):
             # tree packing needs a backend that takes a mask or a block layout (rl/forward.py)
             lm.set_attn_implementation(TREE_ATTENTION if torch.device(device).type == "cpu" else "sdpa")

@@ -153,9 +153,8 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
             "evaluation": e.model_copy(update=update),
         }
     )
-    sandbox = cfg.orchestrator.sandbox_config(cfg.sandbox)
     harnesses = [h.name for h in cfg.trainer.harnesses]
-    return cfg, eval_spec(cfg.evaluation, cfg.trainer.suite, harnesses, sandbox.task_images)
+    return cfg, eval_spec(cfg.evaluation, cfg.trainer.suite, harnesses, cfg.sandbox.task_images)
 
 
 def results_store(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, str]:

@@ -98,7 +98,6 @@ class ServiceStack:
                 "orchestrator": c.orchestrator.model_copy(
                     update={"grpc_url": f"127.0.0.1:{p['orchestrator']}", "proxy_url": proxy_url}
                 ),
-                "trainer": c.trainer.model_copy(update={"proxy_url": proxy_url}),
                 "rpc": c.rpc.model_copy(update={"secret_file": str(self.secret_file)}),
             }
         )
