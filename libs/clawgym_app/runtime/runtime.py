@@ -8,7 +8,7 @@ Owns the deployment modes of ARCHITECTURE.md §8 from the app's side:
   interfaces as the services, in-process implementations.
 - services (compose, cluster, or `runtime.services.ServiceStack` on loopback): the store, engine and
   orchestrator are gRPC clients (`StoreClient`, `GrpcEngine`, `OrchestratorClient`); the proxy is
-  the one the harnesses reach at `trainer.proxy_url`; this process runs the trainer loop (and
+  the one the harnesses reach at `orchestrator.proxy_url`; this process runs the trainer loop (and
   evaluations) against them.
 
 The trainer loop, the rollout source and the eval runner see only the interfaces, so both modes run
@@ -93,7 +93,7 @@ class Runtime:
             )
             self.rollouts = self.loop.run(open_rollouts(cfg, self.store))
         else:
-            self.proxy_url = cfg.trainer.proxy_url or cfg.orchestrator.proxy_url
+            self.proxy_url = cfg.orchestrator.proxy_url
             self.rollouts = self.loop.run(open_rollouts(cfg))
         self._closers.append(lambda: self.loop.run(self.rollouts.close(), timeout_s=60))
 
