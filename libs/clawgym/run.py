@@ -24,21 +24,26 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from clawgym.config import ClawgymConfig
 from clawgym.config_report import hide
+from clawgym.errors import ClawgymError, InvalidArgument
 from clawgym.evaluation.runner import EvalResult, EvalSpec, recorded_results
 from clawgym.evaluation.select import HeldOut, eval_spec, held_out
+from clawgym.evaluation.shared import describe
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
 from clawgym.report.run_folder import CHECKPOINTS_DIR, CONFIG_FILE, store_url, write_summary
 from clawgym.report.summary import before_after, per_family
 from clawgym.store.interface import TrajectoryStore
 from clawgym.tracking import Tracker, eval_scalars, step_scalars
-from clawgym.trainer.loop import Trainer
+from clawgym.trainer.source import train_task_ids
+
+if TYPE_CHECKING:
+    from clawgym.trainer.loop import Trainer  # torch: imported by whoever builds the trainer
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +186,53 @@ def write_run_config(folder: Path, cfg: ClawgymConfig) -> Path:
     return path
 
 
+def run_eval_spec(cfg: ClawgymConfig) -> EvalSpec:
+    """The held-out evaluation `cfg` asks for (`evaluation.select.eval_spec`), with its sandbox's rule
+    for which tasks run."""
+    t = cfg.trainer
+    return eval_spec(cfg.evaluation, t.suite, [h.name for h in t.harnesses], cfg.sandbox.task_images)
+
+
+def refuse_trained_evaluation(cfg: ClawgymConfig, spec: EvalSpec | None = None) -> None:
+    """InvalidArgument when the run would evaluate a task it trains on: the training tasks are
+    `trainer.tasks`, else the suite's train split (every task where it has none), the evaluated
+    ones `evaluation.task_ids`, else its split (every task where the suite has none). Reads the
+    suite only: called before any model loads. A run that evaluates nothing, or trains on toy
+    tasks, passes."""
+    e, t = cfg.evaluation, cfg.trainer
+    if t.rollout_source == "toy" or not (e.at_start or e.at_end or e.every_steps):
+        return
+    spec = spec or run_eval_spec(cfg)
+    if not _same_suite(spec.suite, t.suite):
+        return
+    train = set(t.tasks or train_task_ids(t.suite))
+    both = [i for i in spec.task_ids if i in train]
+    if not both:
+        return
+    shown = ", ".join(both[:5]) + (f" and {len(both) - 5} more" if len(both) > 5 else "")
+    evaluated = "evaluation.task_ids" if e.task_ids else f"the suite's {e.split!r} split"
+    trained = "trainer.tasks" if t.tasks else "its 'train' split"
+    fallback = "" if e.task_ids and t.tasks else " (a split the suite lacks is every task)"
+    raise InvalidArgument(
+        f"evaluation: {len(both)} of the {len(spec.task_ids)} evaluated tasks of suite {t.suite!r} are "
+        f"trained on too ({shown}): evaluated = {evaluated}, trained = {trained}{fallback}. Give the "
+        "suite a held-out split (`clawgym tasks import SRC` assigns one by family) or make "
+        "evaluation.task_ids and trainer.tasks disjoint"
+    )
+
+
+def _same_suite(a: str, b: str) -> bool:
+    """Whether two suite names name one folder (a name that does not resolve is only itself)."""
+    from clawgym.tasks.suites import resolve_suite
+
+    if a == b:
+        return True
+    try:
+        return resolve_suite(a).resolve() == resolve_suite(b).resolve()
+    except ClawgymError:
+        return False
+
+
 class _Relay:
     """Forwards rollout statuses to whichever callback is current (the trainer's is fixed)."""
 
@@ -217,12 +269,8 @@ class Run:
         self.stop = stop or threading.Event()
         self.clock = Stopwatch()
         self.relay = _Relay()
-        self.spec = eval_spec(
-            cfg.evaluation,
-            cfg.trainer.suite,
-            [h.name for h in cfg.trainer.harnesses],
-            cfg.sandbox.task_images,
-        )
+        self.spec = run_eval_spec(cfg)
+        refuse_trained_evaluation(cfg, self.spec)  # every driver: `clawgym train` checks it earlier too
         self.trainer: Trainer | None = None
         self.tracker = Tracker()  # opened once the trainer knows its run id
         self.main = True  # the rank that evaluates, tracks and reports
@@ -367,7 +415,8 @@ class Run:
         """Headline figures (`clawgym.report.summary`): steps, minutes, Pass@1 before/after per
         harness with 95% CIs and the paired difference, for the held-out instances of the trained
         families (the plain keys) and for the families never trained on (`_unseen_families`), what
-        each set shares with training, Pass@1 per family, the evaluation's size."""
+        each set shares with training (read off the suite: `evaluation.shared`), Pass@1 per family,
+        the evaluation's size."""
         out: dict[str, Any] = {"steps": outcome.version, "minutes": round(self.clock.elapsed / 60, 2)}
         first = next((e.result for e in outcome.evals if e.label == "before"), None)
         last = next((e.result for e in reversed(outcome.evals) if e.label == "after"), None)
@@ -380,14 +429,12 @@ class Run:
         if unseen:
             out["eval_tasks_unseen_families"] = len(unseen)
         out["eval_samples"] = self.spec.samples
+        trained_through = {h.name for h in self.cfg.trainer.harnesses}
+        untrained = [h for h in self.spec.harnesses if h not in trained_through]
         out["held_out"] = {
-            "": f"new instances of the {len(parts.trained)} task families trained on: "
-            "their templates, phrasings and vocabulary, and the harness prompt, are shared with training; "
-            "no instruction or solution is",
-            **({"_unseen_families": f"tasks of {len(parts.families('unseen'))} families with no training "
-                f"task ({', '.join(parts.families('unseen'))}): only the harness prompt and the suite's "
-                "vocabulary are shared with training"} if unseen else {}),
-        }  # fmt: skip
+            ("" if kind == "trained" else "_unseen_families"): describe(kind, shared, untrained)
+            for kind, shared in sorted(parts.shared.items(), key=lambda kv: kv[0] != "trained")
+        }
         out["per_family"] = per_family(
             self.spec.harnesses, {"before": first, "after": last}, parts.family_of, parts.kind_of
         )

@@ -15,11 +15,17 @@ class EvaluationConfig(Section):
 
 
     suite: str = Field("", description="task suite to evaluate on; empty = trainer.suite")
-    split: str = Field("test", description="the suite's split of held-out tasks (all tasks if it has none)")
+    split: str = Field(
+        "test",
+        description="the suite's split of held-out tasks (all tasks if it has none; a training run then "
+        "refuses to start, as it would evaluate tasks it trains on: `clawgym tasks import` gives a suite a "
+        "held-out split)",
+    )
     tasks: int = Field(0, ge=0, description="evaluate on this many tasks, spread over task families; 0 = all")
     task_ids: list[str] = Field(
         default_factory=list,
-        description="evaluate exactly these tasks of the suite (overrides split and tasks)",
+        description="evaluate exactly these tasks of the suite (overrides split and tasks); a training run "
+        "refuses ids it also trains on (trainer.tasks, else the suite's train split)",
     )
     samples: int = Field(1, ge=1, description="rollouts per (task, harness): n of the Pass@k estimator")
     ks: list[int] = Field(default_factory=lambda: [1], description="report Pass@k for each k (k <= samples)")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from clawgym.errors import InvalidArgument
 from clawgym.evaluation.runner import EvalSpec
+from clawgym.evaluation.shared import Shared, compare
 from clawgym.tasks.model import Task
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class HeldOut:
     family_of: dict[str, str]  # evaluated task id → family
     kind_of: dict[str, str]  # evaluated task id → "trained" | "unseen"
     trained: frozenset[str] = frozenset()  # every family the run trains on
+    shared: dict[str, Shared] = field(default_factory=dict)  # kind → what it shares with training
 
     def ids(self, kind: str) -> list[str]:
         return [t for t, k in self.kind_of.items() if k == kind]
@@ -117,8 +119,10 @@ def held_out(suite: str, train_ids: Sequence[str], eval_ids: Sequence[str]) -> H
     train = list(train_ids) or [t.id for t in tasks.values() if t.split == "train"] or list(tasks)
     trained = {family[t] for t in train if t in family}
     known = [t for t in eval_ids if t in family]
-    return HeldOut(
-        {t: family[t] for t in known},
-        {t: "trained" if family[t] in trained else "unseen" for t in known},
-        frozenset(trained),
-    )
+    kind_of = {t: "trained" if family[t] in trained else "unseen" for t in known}
+    train_tasks, named = [tasks[t] for t in train if t in tasks], any(family.values())
+    shared = {
+        kind: compare(train_tasks, [tasks[t] for t in known if kind_of[t] == kind], family, named)
+        for kind in dict.fromkeys(kind_of.values())
+    }
+    return HeldOut({t: family[t] for t in known}, kind_of, frozenset(trained), shared)

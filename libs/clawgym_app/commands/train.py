@@ -56,7 +56,7 @@ def command(
     TensorBoard events, the report, run.log. Ctrl-C stops after the current step and writes the report
     of what was done; `clawgym train RUN --resume` goes on in the same folder."""
     from clawgym.report.run_folder import LOG_FILE
-    from clawgym.run import in_folder, write_run_config
+    from clawgym.run import in_folder, refuse_trained_evaluation, write_run_config
     from clawgym.tracking.writers import check_available
     from clawgym_app.logs import log_to_file, quiet_libraries
     from clawgym_app.resume import check_resume, find_prior_run, named_run
@@ -73,6 +73,7 @@ def command(
             cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"steps": steps})})
         cfg = in_folder(cfg, folder)
         check_available(cfg.tracking)
+        refuse_trained_evaluation(cfg)  # before any model loads: never score a task the run trains on
         if resume and not named_run(cfg.trainer)[0]:
             check_resume(cfg.trainer, None, resume)  # no run recorded at all: say so before loading anything
         created = not folder.exists()
