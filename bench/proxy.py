@@ -104,10 +104,10 @@ def serve(a) -> None:
     import uvicorn
 
     from clawgym.assemble import open_sql_store
+    from clawgym.proxy.app import create_app
     from clawgym.proxy.config import ProxyConfig
     from clawgym.proxy.serving import uvicorn_config
     from clawgym.store.config import StoreConfig
-    from clawgym_services.proxy.server import create_app
 
     tok = load_tokenizer("tiny-qwen3")
     engine = make_engine(tok, 64, a.token_delay)

@@ -93,13 +93,28 @@ def test_the_library_importing_the_app_breaks_the_library_contract(copy: Path):
 
 def test_one_service_importing_another_breaks_the_services_contract(copy: Path):
     """`from clawgym_services.store import server` in the proxy service: services are independent."""
-    line = plant(copy / "pkgs/clawgym_services/proxy/server.py", "from clawgym_services.store import server")
+    planted = "from clawgym_services.store import server"
+    line = plant(copy / "pkgs/clawgym_services/proxy/__main__.py", planted)
     result = lint_copy(copy)
     assert result.returncode != 0, f"lint-imports let the proxy service import the store's:\n{result.stdout}"
     assert broken("services-independent", result), (
         f"the services contract was not reported broken by proxy -> store:\n{result.stdout}"
     )
-    assert f"clawgym_services.proxy.server -> clawgym_services.store.server (l.{line})" in result.stdout, (
+    assert f"clawgym_services.proxy.__main__ -> clawgym_services.store.server (l.{line})" in result.stdout, (
+        f"the planted import is not reported, so lint-imports did not analyse the copy:\n{result.stdout}"
+    )
+
+
+def test_the_app_importing_a_service_outside_serve_breaks_the_app_contract(copy: Path):
+    """`from clawgym_services.proxy import __main__` in the browse command: only `clawgym serve` imports a
+    service. The serve command's own imports stay allowed (the repository test above holds them)."""
+    line = plant(copy / "pkgs/clawgym_app/commands/browse.py", "from clawgym_services.proxy import __main__")
+    result = lint_copy(copy)
+    assert result.returncode != 0, f"lint-imports let the browse command import a service:\n{result.stdout}"
+    assert broken("app-imports-services-only-in-serve", result), (
+        f"the app contract was not reported broken by clawgym_app -> clawgym_services:\n{result.stdout}"
+    )
+    assert f"clawgym_app.commands.browse -> clawgym_services.proxy.__main__ (l.{line})" in result.stdout, (
         f"the planted import is not reported, so lint-imports did not analyse the copy:\n{result.stdout}"
     )
 

@@ -9,6 +9,9 @@ Owns the choice between an in-process part and a client of its service, for each
                            a `ReplicatedEngine` that keeps a rollout on one replica
     open_local_engine(i)   the in-process engine alone (what the inference service serves)
     open_tokenizer(cfg)    the served policy's tokenizer (the proxy renders with it)
+    proxy_app(cfg, …)      the proxy's HTTP app on given parts (what the proxy service serves)
+    start_embedded_proxy   that app on a loopback port in this process (an embedded run)
+    run_config(cfg)        `cfg` as a run sees it: the served policy is the trained one
     open_rollouts(cfg)     the in-process `Orchestrator` (sandboxes of `sandbox`), or the
                            orchestrator service at `orchestrator.grpc_url`
     build_trainer(cfg)     a `Trainer` whose rollouts come from `open_rollouts` (or the toy source)
@@ -30,6 +33,8 @@ from clawgym.inference.config import InferenceConfig
 from clawgym.store.config import StoreConfig
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from clawgym.inference.interface import Engine
     from clawgym.orchestrator.catalog import Catalog
     from clawgym.orchestrator.interface import RolloutService, RolloutStatus
@@ -115,6 +120,41 @@ def open_tokenizer(cfg: ClawgymConfig) -> Any:
     from clawgym.policies import load_tokenizer
 
     return load_tokenizer(cfg.inference.model, cache_dir=Path(cfg.inference.cache_dir).expanduser())
+
+
+def is_embedded(cfg: ClawgymConfig) -> bool:
+    """Embedded when no orchestrator service is named: everything then runs in this process."""
+    return not cfg.orchestrator.grpc_url
+
+
+def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
+    """`cfg` as a run sees it: the served policy is the trained one (`trainer.model`, when named), and
+    in one process (embedded) the engine is in-process."""
+    if not cfg.trainer.model:
+        return cfg
+    update = {"model": cfg.trainer.model, **({"grpc_url": ""} if is_embedded(cfg) else {})}
+    return cfg.model_copy(update={"inference": cfg.inference.model_copy(update=update)})
+
+
+def proxy_app(cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokenizer: Any) -> FastAPI:
+    """The proxy's HTTP app (`clawgym.proxy.app`) on these parts, rendering tools as the served policy
+    (`inference.model`) does."""
+    from clawgym.policies import policy_spec
+    from clawgym.proxy.app import create_app
+
+    supports_tools = policy_spec(cfg.inference.model).supports_tools
+    return create_app(cfg.proxy, engine, store, tokenizer, supports_tools=supports_tools)
+
+
+def start_embedded_proxy(
+    cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokenizer: Any
+) -> tuple[str, Callable[[], None]]:
+    """`proxy_app` served in this process on a free loopback port (`ServerThread`, with the read deadline
+    of `cfg.proxy`): its root URL, and the function that stops it."""
+    from clawgym.proxy.serving import ServerThread
+
+    server = ServerThread(proxy_app(cfg, engine, store, tokenizer), cfg.proxy)
+    return server.start(), server.stop
 
 
 def build_orchestrator(

@@ -1,14 +1,17 @@
-"""`clawgym serve proxy`: the capturing proxy, with an in-process engine or the inference service."""
+"""`clawgym serve proxy`: the capturing proxy, with an in-process engine or the inference service.
+
+The process only (flags, logs, uvicorn and its signals, the shared port): the app is the library's
+(`clawgym.proxy.app`, assembled by `clawgym.assemble.proxy_app`)."""
 
 import logging
 import sys
 
 import uvicorn
 
+from clawgym.assemble import open_engine, open_store, open_tokenizer, proxy_app
 from clawgym.flags import service_config
 from clawgym.log_noise import PROBE_LOGGERS, demote_routine
 from clawgym.proxy.serving import shared_port_socket, uvicorn_config
-from clawgym_services.proxy.server import create_app_from_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     # health checks and metric scrapes are DEBUG in the access log; each call's acknowledgement stays INFO:
     # deploy/compose_stack.py checks the database against them
     demote_routine(PROBE_LOGGERS)
-    server = uvicorn.Server(uvicorn_config(create_app_from_config(cfg), cfg.proxy, log_level="info"))
+    app = proxy_app(cfg, open_engine(cfg), open_store(cfg), open_tokenizer(cfg))
+    server = uvicorn.Server(uvicorn_config(app, cfg.proxy, log_level="info"))
     sockets = None
     if cfg.proxy.reuse_port:
         try:

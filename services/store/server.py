@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from clawgym.assemble import open_sql_store
+from clawgym.browse.app import BrowseServer, create_browse_app
 from clawgym.generated.v1 import store_pb2 as pb
 from clawgym.generated.v1 import store_pb2_grpc
 from clawgym.records import Checkpoint
@@ -26,7 +27,6 @@ from clawgym.store import convert
 from clawgym.store.config import StoreConfig
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.metrics import StoreMetrics
-from clawgym_services.store.browse import BrowseServer, create_browse_app
 
 log = logging.getLogger(__name__)
 

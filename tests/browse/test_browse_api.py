@@ -1,4 +1,4 @@
-"""The rollout browser's JSON reads and page files (`clawgym_services.store.browse`), on a captured run
+"""The rollout browser's JSON reads and page files (`clawgym.browse.app`), on a captured run
 in each backend, read in process and through the store service."""
 
 from collections.abc import Iterator
@@ -6,12 +6,12 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from clawgym.browse.app import create_browse_app
 from clawgym.config import StoreConfig
 from clawgym.records import Checkpoint
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
 from clawgym.store.sql import SqlStore
-from clawgym_services.store.browse import create_browse_app
 from clawgym_services.store.server import create_server
 from tests.export.capture import (
     HARNESS_STDERR,

@@ -30,13 +30,13 @@ from clawgym.config import ClawgymConfig
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.runner import Orchestrator
 from clawgym.policies import load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.model import Task
 from clawgym.tasks.suites import resolve_suite
-from clawgym_services.proxy.server import create_app
 
 REPO = Path(__file__).resolve().parents[2]
 WRITE_WORD = re.compile(r"^Create a file named (\S+) containing the text (\S+)\.$")

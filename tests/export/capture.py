@@ -18,11 +18,11 @@ from clawgym.evaluation.runner import eval_run
 from clawgym.inference.interface import Engine
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.interface import TrajectoryStore
-from clawgym_services.proxy.server import create_app
 
 HOSTILE = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
 TASK = f"Fix the bug in a.py {HOSTILE}"

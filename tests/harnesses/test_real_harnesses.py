@@ -1,7 +1,7 @@
 """Harnesses end to end through the real proxy: a scripted engine plays the policy, a real local
 sandbox runs the harness, the task's verifier gives the reward, the store holds the calls.
 
-The proxy is the real app (`clawgym_services.proxy.server.create_app`) under uvicorn on a loopback
+The proxy is the real app (`clawgym.proxy.app.create_app`) under uvicorn on a loopback
 port, with the real tiny-qwen3 tokenizer and a real SQLite store; only the engine is scripted.
 """
 
@@ -21,13 +21,13 @@ from clawgym.harnesses.registry import get_harness
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.attempt import run_task
 from clawgym.policies import load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.records import RolloutSpec
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.generate import mini_suite_dir
-from clawgym_services.proxy.server import create_app
 
 
 class Proxy:

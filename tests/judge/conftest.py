@@ -12,11 +12,11 @@ import pytest
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.judge.config import JudgeConfig
 from clawgym.policies import load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.server import create_app
 
 
 class JudgeEndpoint:

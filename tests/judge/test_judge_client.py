@@ -12,12 +12,12 @@ from clawgym.judge.client import Judge
 from clawgym.judge.config import JudgeConfig
 from clawgym.judge.evidence import Evidence
 from clawgym.policies import load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.rubric import Rubric, RubricRule
-from clawgym_services.proxy.server import create_app
 
 RUBRIC = Rubric((RubricRule("Clarity", "a.md", {"0": "bad", "1": "good"}),))
 

@@ -26,13 +26,13 @@ from clawgym.inference.scripted import ScriptedEngine
 from clawgym.inference.torch_engine import TorchEngine
 from clawgym.orchestrator.interface import Batch, RolloutRequest, collect
 from clawgym.policies import load_model, load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
 from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.server import create_app
 from clawgym_services.store.server import create_server
 
 FIXTURE = Path(__file__).parents[1] / "judge" / "data" / "hybrid-summary"

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.records import RegisteredRollout, RolloutSpec
 from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.server import create_app
 
 TOOL_CALL_REPLY = 'ok <tool_call>\n{"name": "t", "arguments": {}}\n</tool_call>'
 

@@ -14,12 +14,12 @@ import pytest
 
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.policies import load_tokenizer
+from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.live import make_live_state
 from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
-from clawgym_services.proxy.server import create_app
 
 WRITE_FILE_TOOL = {
     "name": "write_file",

@@ -134,9 +134,9 @@ def test_the_proxy_opens_its_store_connections_before_its_first_call_and_starts_
     assert len(p.store._pg_calls._idle) == 2, "the call took a warmed connection, opened none"
 
     from clawgym.inference.scripted import ScriptedEngine
+    from clawgym.proxy.app import create_app
     from clawgym.proxy.config import ProxyConfig
     from clawgym.proxy.serving import ServerThread
-    from clawgym_services.proxy.server import create_app
 
     engine = ScriptedEngine.from_texts(tokenizer, [CALL], max_context=8192, model="tiny-qwen3")
     with StoreClient(f"127.0.0.1:{free_port}", secret="x" * 32, timeout_s=1) as down:

@@ -3,7 +3,7 @@ one run (its steps as a table, checkpoints, evaluation runs, groups with their r
 rollout's tree (`clawgym.trajectory.view`) with its verifier output and harness stderr, read
 through any `TrajectoryStore`.
 
-Owns choosing and shaping the fields a page shows; not HTTP (`clawgym_services.store.browse` serves
+Owns choosing and shaping the fields a page shows; not HTTP (`clawgym.browse.app` serves
 these with the static page in `static/`), not the tree view's shape. Agent output is untrusted: the
 values stay data here, and the page only ever puts them into the DOM as text.
 """

@@ -3,6 +3,6 @@
 `gateway` runs a call (identity → prompt → engine → reply), `generation` is one call in flight
 (streaming, parsing, recording before the last byte), `live` holds what replicas share in Redis
 (token cache, generated turns, seq numbers), `identity` resolves API keys to rollouts,
-`metrics` the Prometheus series, `config` the `proxy` config section. The HTTP shell is
-`clawgym_services.proxy`.
+`metrics` the Prometheus series, `config` the `proxy` config section. `app` is the FastAPI app
+over the gateway and `serving` how uvicorn serves it; the process is `clawgym_services.proxy`.
 """

@@ -4,7 +4,7 @@ Owns the order of a call (ARCHITECTURE.md §5): resolve the API key to a rollout
 into a canonical conversation, build the prompt (splicing the rollout's generated turns),
 clamp the generation budget to what fits, start the engine, and hand back either JSON or an
 SSE stream; typed errors become the protocol's error shape with the right HTTP status. It is
-framework-free: the HTTP shell (`clawgym_services.proxy`) turns `JsonReply` / `StreamReply`
+framework-free: the HTTP app (`clawgym.proxy.app`) turns `JsonReply` / `StreamReply`
 into responses. Nothing is recorded for a request refused here.
 
 The edge's order is the cheap checks first: the API key before the body is read (an unknown

@@ -1,7 +1,7 @@
 """`clawgym browse [--run-dir D | --store.url URL | --store.grpc-url HOST:PORT] [--port P] [--model SPEC]
 [--allow-host H]`.
 
-Serves the rollout browser (`clawgym_services.store.browse`) on loopback: runs → a run's steps,
+Serves the rollout browser (`clawgym.browse.app`) on loopback: runs → a run's steps,
 groups and rollouts → one rollout's calls as the prefix tree, shared and generated tokens
 coloured, each call's request, response, temperature, version and logprobs on hover. Token text
 comes from `--model`'s tokenizer, else from the model a run's config names, else ids are shown.
@@ -41,9 +41,9 @@ def command(
     """Browse a store's runs, groups, rollouts and prefix trees in a web page."""
     import uvicorn
 
+    from clawgym.browse.app import create_browse_app
     from clawgym_app.decoding import decoders
     from clawgym_app.store_source import open_read_store
-    from clawgym_services.store.browse import create_browse_app
 
     try:
         s = open_read_store(store, store_service, run or run_dir, sets)

@@ -4,8 +4,8 @@ Owns the deployment modes of ARCHITECTURE.md §8 from the app's side:
 
 - embedded (`orchestrator.grpc_url` empty): one process. SqlStore (SQLite by default) with its bus
   (in-memory by default), the torch engine, the proxy app served by uvicorn on a loopback port in
-  a thread, the in-process `Orchestrator` with local sandboxes, and the trainer loop. Same
-  interfaces as the services, in-process implementations.
+  a thread (`clawgym.assemble.start_embedded_proxy`), the in-process `Orchestrator` with local
+  sandboxes, and the trainer loop. Same interfaces as the services, in-process implementations.
 - services (compose, cluster, or `runtime.services.ServiceStack` on loopback): the store, engine and
   orchestrator are gRPC clients (`StoreClient`, `GrpcEngine`, `OrchestratorClient`); the proxy is
   the one the harnesses reach at `orchestrator.proxy_url`; this process runs the trainer loop (and
@@ -21,31 +21,25 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from clawgym.assemble import build_trainer, open_engine, open_rollouts, open_store, open_tokenizer
+from clawgym.assemble import (
+    build_trainer,
+    is_embedded,
+    open_engine,
+    open_rollouts,
+    open_store,
+    open_tokenizer,
+    run_config,
+    start_embedded_proxy,
+)
 from clawgym.config import ClawgymConfig
 from clawgym.evaluation.runner import EvalResult, EvalSpec, evaluate
 from clawgym.inference.interface import Engine
 from clawgym.orchestrator.interface import RolloutService, RolloutStatus
-from clawgym.proxy.serving import ServerThread
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.loop import Trainer
 from clawgym.trainer.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
-
-
-def is_embedded(cfg: ClawgymConfig) -> bool:
-    """Embedded when no orchestrator service is named: everything then runs in this process."""
-    return not cfg.orchestrator.grpc_url
-
-
-def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
-    """`cfg` as a run sees it: the served policy is the trained one (`trainer.model`, when named), and
-    in one process (embedded) the engine is in-process."""
-    if not cfg.trainer.model:
-        return cfg
-    update = {"model": cfg.trainer.model, **({"grpc_url": ""} if is_embedded(cfg) else {})}
-    return cfg.model_copy(update={"inference": cfg.inference.model_copy(update=update)})
 
 
 class Runtime:
@@ -98,14 +92,8 @@ class Runtime:
         self._closers.append(lambda: self.loop.run(self.rollouts.close(), timeout_s=60))
 
     def _start_proxy(self) -> str:
-        from clawgym.policies import policy_spec
-        from clawgym_services.proxy.server import create_app
-
-        supports_tools = policy_spec(self.cfg.inference.model).supports_tools
-        app = create_app(self.cfg.proxy, self.engine, self.store, self.tokenizer, supports_tools=supports_tools)
-        server = ServerThread(app, self.cfg.proxy)
-        url = server.start()
-        self._closers.append(server.stop)
+        url, stop = start_embedded_proxy(self.cfg, self.engine, self.store, self.tokenizer)
+        self._closers.append(stop)
         log.info("embedded proxy on %s", url)
         return url
 

@@ -1,9 +1,11 @@
-"""The proxy service: `create_app(cfg, engine, store, tokenizer)` → a FastAPI app.
+"""The proxy's HTTP app: `create_app(cfg, engine, store, tokenizer)` → a FastAPI app.
 
 A thin shell around `clawgym.proxy.gateway.Gateway`: each route hands the gateway the raw body
 as it arrives (the gateway checks the API key and the size before reading it; malformed bodies
 are the protocol's 400, never FastAPI's 422), calls one gateway method and turns its
-`JsonReply` / `StreamReply` into a response. How it is served (read deadline): `clawgym.proxy.serving`. Routes exist with and without the `/v1`
+`JsonReply` / `StreamReply` into a response. How it is served (read deadline): `clawgym.proxy.serving`;
+who serves it: `clawgym serve proxy` (`clawgym_services.proxy`) and the embedded run
+(`clawgym.assemble.start_embedded_proxy`). Routes exist with and without the `/v1`
 prefix because harnesses differ in how they join base URL and path (HARNESSES.md).
 """
 
@@ -16,7 +18,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.requests import ClientDisconnect
 from transformers import PreTrainedTokenizerBase
 
-from clawgym.config import ClawgymConfig
 from clawgym.errors import InvalidArgument
 from clawgym.inference.interface import Engine
 from clawgym.protocols.anthropic_messages import AnthropicMessages
@@ -124,20 +125,3 @@ def create_app(
         return {"status": "ok"}
 
     return app
-
-
-def create_app_from_config(cfg: ClawgymConfig) -> FastAPI:
-    """The app with its parts built by the composition root: the served policy's tokenizer, the
-    engine (the inference service when `inference.grpc_url` names one, else in-process), the store
-    (the store service when `store.grpc_url` names one, else SQL)."""
-    from clawgym.assemble import open_engine, open_store, open_tokenizer
-    from clawgym.policies import policy_spec
-
-    model = cfg.inference.model
-    return create_app(
-        cfg.proxy,
-        open_engine(cfg),
-        open_store(cfg),
-        open_tokenizer(cfg),
-        supports_tools=policy_spec(model).supports_tools,
-    )

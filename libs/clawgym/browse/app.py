@@ -25,16 +25,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from clawgym.browse import pages
+from clawgym.browse.host_check import AllowedHosts, HostCheck
 from clawgym.errors import ClawgymError, Unavailable
 from clawgym.store.interface import TrajectoryStore
-from clawgym_services.store.host_check import AllowedHosts, HostCheck
 
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
 }
-MEDIA = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
+MEDIA = {
+    "html": "text/html; charset=utf-8",
+    "js": "text/javascript; charset=utf-8",
+    "css": "text/css; charset=utf-8",
+}
 
 
 def create_browse_app(
