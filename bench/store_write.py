@@ -1,24 +1,20 @@
-"""Store write throughput with 20k-token calls, PostgreSQL vs SQLite, batched vs one transaction per call.
+"""Store write throughput with 20k-token calls, PostgreSQL vs SQLite, with batches in flight 2 vs 1.
 
     .venv/bin/python bench/store_write.py [--writers 16] [--calls 50] [--prompt-tokens 20000] [--rounds 1]
-        [--paths prepared,prepared1,statement,core,single]
 
-Each backend and write path gets a fresh database (a throwaway PostgreSQL schema, a temp SQLite
-file) and an in-process bus; `--writers` threads share one SqlStore and record `--calls` calls
-each, all starting together. Five write paths in the same run (`store.pg_batch`): `prepared`
-(group commit, each batch one execution of a prepared PostgreSQL statement, rows encoded by their
-callers, two batches in flight: the default), `prepared1` (the same, one batch in flight),
-`statement` (the statement adapted by psycopg per batch, one in flight: the previous default), `core` (group commit, each batch a SQLAlchemy Core transaction: SQLite's batched path)
-and `single` (one transaction per call, `store.batch_writes: false`); SQLite runs `core` and
-`single`. With `--rounds N` they run N times, in alternating order, and each figure is the median,
-so a loaded machine skews all alike (compare the ratios: `new_vs_statement_*`, new being the
-default path, also per round). Per call: the latency of one `record_call` (what the proxy waits
-on before the harness's last byte), mean, p50 and p99, and this process's CPU time (client side:
-validation, adaptation, the threads); per run: calls/s, MB/s, the mean batch size and the peak
-growth of this process's RSS while writing. A call's bytes are its packed arrays plus
-its JSON; reads are one `get_group` of everything written. The size ratio compares one call's
-packed arrays with the same arrays as JSON lists (what the store must never do). The last line
-is one JSON object of the figures.
+Each run gets a fresh database (a throwaway PostgreSQL schema, a temp SQLite file) and an in-process
+bus; `--writers` threads share one SqlStore and record `--calls` calls each, all starting together.
+The store's one write path (group commit): on PostgreSQL each batch is one execution of a prepared
+statement, rows encoded by their callers, `store.pg_batches_in_flight` batches at once (`pg`: 2, the
+default; `pg_prepared1`: 1); on SQLite each batch a Core transaction (`sqlite`). With `--rounds N`
+they run N times, in alternating order, and each figure is the median, so a loaded machine skews
+all alike (compare the ratios, also per round). Per call: the latency of one `record_call` (what the
+proxy waits on before the harness's last byte), mean, p50 and p99, and this process's CPU time
+(client side: validation, encoding, the threads); per run: calls/s, MB/s, the mean batch size and
+the peak growth of this process's RSS while writing. A call's bytes are its packed arrays plus its
+JSON; reads are one `get_group` of everything written. The size ratio compares one call's packed
+arrays with the same arrays as JSON lists (what the store must never do). The last line is one JSON
+object of the figures.
 """
 
 import argparse
@@ -108,22 +104,14 @@ class PeakRss:
         self.growth = max(self.peak, rss_bytes()) - self.start
 
 
-# A write path: (store.batch_writes, store.pg_batch, store.pg_batches_in_flight); SQLite runs
-# only those its batches take.
-PATHS = {
-    "prepared": (True, "prepared", 2), "prepared1": (True, "prepared", 1), "statement": (True, "statement", 1),
-    "core": (True, "core", 1), "single": (False, "core", 1),
-}  # fmt: skip
-SQLITE_PATHS = ("core", "single")
+# A run: (backend, store.pg_batches_in_flight), by its tag in the figures.
+RUNS = {"pg": ("postgresql", 2), "pg_prepared1": ("postgresql", 1), "sqlite": ("sqlite", 1)}
 
 
 def bench_backend(
-    url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int, path: str
+    url: str, writers: int, calls: int, prompt_tokens: int, output_tokens: int, inflight: int
 ) -> dict[str, float]:
-    batched, pg_batch, inflight = PATHS[path]
-    config = StoreConfig(
-        url=url, pool_size=writers, batch_writes=batched, pg_batch=pg_batch, pg_batches_in_flight=inflight
-    )
+    config = StoreConfig(url=url, pool_size=writers, pg_batches_in_flight=inflight)
     store = open_sql_store(config)  # bus: memory://
     latencies: list[float] = []
     try:
@@ -211,61 +199,37 @@ def main() -> None:
         default=os.environ.get("CLAWGYM_TEST_PG_URL", DEFAULT_PG_URL),
         help="a database to bench in",
     )
-    parser.add_argument("--rounds", type=int, default=1, help="alternate the paths N times; medians")
-    parser.add_argument(
-        "--paths",
-        default=",".join(PATHS),
-        help=f"comma-separated, of {', '.join(PATHS)}; prepared and statement always",
-    )
+    parser.add_argument("--rounds", type=int, default=1, help="alternate the runs N times; medians")
     args = parser.parse_args()
     shape = (args.writers, args.calls, args.prompt_tokens, args.output_tokens)
-    chosen = {"prepared", "statement", *args.paths.split(",")}
-    if chosen - set(PATHS):
-        parser.error(f"unknown paths: {', '.join(sorted(chosen - set(PATHS)))}")
 
-    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    results: dict[str, list[dict[str, float]]] = {}
     for round_ in range(args.rounds):
-        paths = [p for p in PATHS if p in chosen]
-        for path in paths if round_ % 2 == 0 else paths[::-1]:  # none always runs first
-            results.setdefault(("postgresql", path), []).append(
-                with_pg_schema(args.pg_url, lambda url, p=path: bench_backend(url, *shape, p))
-            )
-            if path not in SQLITE_PATHS:
-                continue  # SQLite batches through Core: its "core" run is its batched path
-            with tempfile.TemporaryDirectory() as tmp:
-                results.setdefault(("sqlite", path), []).append(
-                    bench_backend(f"sqlite:///{tmp}/bench.db", *shape, path)
-                )
-    r = {key: median_of(runs) for key, runs in results.items()}
+        for tag in RUNS if round_ % 2 == 0 else list(RUNS)[::-1]:  # none always runs first
+            backend, inflight = RUNS[tag]
+            if backend == "postgresql":
+                run = with_pg_schema(args.pg_url, lambda url, n=inflight: bench_backend(url, *shape, n))
+            else:
+                with tempfile.TemporaryDirectory() as tmp:
+                    run = bench_backend(f"sqlite:///{tmp}/bench.db", *shape, inflight)
+            results.setdefault(tag, []).append(run)
+    r = {tag: median_of(runs) for tag, runs in results.items()}
     packed, as_json = size_ratio(args.prompt_tokens, args.output_tokens)
 
     print(
         f"{args.writers} writers × {args.calls} calls, {args.prompt_tokens}-token prompts, {args.output_tokens} out"
         f", median of {args.rounds} round(s)"
     )
-    for (backend, path), x in r.items():
+    for tag, x in r.items():
         print(
-            f"  {backend:10s} {path:9s} {x['calls_per_s']:7.1f} calls/s {x['mb_per_s']:6.1f} MB/s"
+            f"  {tag:12s} {x['calls_per_s']:7.1f} calls/s {x['mb_per_s']:6.1f} MB/s"
             f"  record_call mean {x['mean_ms']:6.1f} p50 {x['p50_ms']:6.1f} p99 {x['p99_ms']:6.1f} ms"
             f"  CPU {x['cpu_ms']:4.2f} ms/call  batch {x['mean_batch']:4.1f}  RSS +{x['rss_growth_mb']:5.0f} MB"
             f"  group read {x['read_mb_per_s']:6.1f} MB/s ({x['write_s']:.1f} s)"
         )
     print(f"  one call's arrays: packed {packed / 1e3:.0f} kB, as JSON lists {as_json / 1e3:.0f} kB")
     figures: dict[str, float | int | list[float]] = {}
-    # pg: the default path (a prepared statement per batch, two in flight), pg_prepared1: the same
-    # with one in flight, pg_statement: the statement adapted per batch (the previous default),
-    # pg_core: batches in a Core transaction, *_single: one transaction per call; SQLite batches
-    # through Core.
-    tags = {
-        ("postgresql", "prepared"): "pg", ("postgresql", "prepared1"): "pg_prepared1",
-        ("postgresql", "statement"): "pg_statement",
-        ("postgresql", "core"): "pg_core", ("postgresql", "single"): "pg_single",
-        ("sqlite", "core"): "sqlite", ("sqlite", "single"): "sqlite_single",
-    }  # fmt: skip
-    for key, tag in tags.items():
-        if key not in r:
-            continue
-        x = r[key]
+    for tag, x in r.items():
         figures |= {
             f"{tag}_calls_per_s": round(x["calls_per_s"], 1),
             f"{tag}_mb_per_s": round(x["mb_per_s"], 1),
@@ -277,40 +241,13 @@ def main() -> None:
             f"{tag}_rss_growth_mb": round(x["rss_growth_mb"]),
             f"{tag}_group_read_mb_per_s": round(x["read_mb_per_s"], 1),
         }
-    new, statement = r[("postgresql", "prepared")], r[("postgresql", "statement")]
-    # new vs the previous default, from the medians and round by round (the runs of a round are adjacent)
-    for name, k in (
-        ("calls_s", "calls_per_s"),
-        ("mean_ms", "mean_ms"),
-        ("p50_ms", "p50_ms"),
-        ("p99_ms", "p99_ms"),
-        ("cpu_ms", "cpu_ms"),
-    ):
-        figures[f"new_vs_statement_{name}"] = round(new[k] / statement[k], 2)
-    figures["new_vs_statement_calls_s_by_round"] = [
+    # two batches in flight vs one, from the medians and round by round (a round's runs are adjacent)
+    figures["pg_vs_prepared1_calls_s"] = round(r["pg"]["calls_per_s"] / r["pg_prepared1"]["calls_per_s"], 2)
+    figures["pg_vs_prepared1_calls_s_by_round"] = [
         round(a["calls_per_s"] / b["calls_per_s"], 2)
-        for a, b in zip(
-            results[("postgresql", "prepared")], results[("postgresql", "statement")], strict=True
-        )
+        for a, b in zip(results["pg"], results["pg_prepared1"], strict=True)
     ]
-    if ("postgresql", "prepared1") in r:
-        one = r[("postgresql", "prepared1")]
-        figures["prepared1_vs_statement_calls_s"] = round(one["calls_per_s"] / statement["calls_per_s"], 2)
-        figures["new_vs_prepared1_calls_s"] = round(new["calls_per_s"] / one["calls_per_s"], 2)
-    if ("postgresql", "core") in r:
-        figures["new_vs_core_calls_s"] = round(
-            new["calls_per_s"] / r[("postgresql", "core")]["calls_per_s"], 2
-        )
-    if ("postgresql", "single") in r:
-        figures["new_vs_single_calls_s"] = round(
-            new["calls_per_s"] / r[("postgresql", "single")]["calls_per_s"], 2
-        )
-    if ("sqlite", "core") in r and ("sqlite", "single") in r:
-        figures["sqlite_batched_vs_single_calls"] = round(
-            r[("sqlite", "core")]["calls_per_s"] / r[("sqlite", "single")]["calls_per_s"], 2
-        )
-    if ("sqlite", "core") in r:
-        figures["pg_vs_sqlite_calls"] = round(new["calls_per_s"] / r[("sqlite", "core")]["calls_per_s"], 2)
+    figures["pg_vs_sqlite_calls"] = round(r["pg"]["calls_per_s"] / r["sqlite"]["calls_per_s"], 2)
     figures |= {
         "packed_vs_json_size": round(packed / as_json, 3),
         "writers": args.writers,

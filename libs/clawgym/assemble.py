@@ -69,8 +69,6 @@ def open_sql_store(s: StoreConfig, *, writable: bool = True) -> SqlStore:
         make_bus(s.bus_url),
         max_call_bytes=s.max_call_mb * 2**20,
         pool_size=s.pool_size,
-        batch_writes=s.batch_writes,
-        pg_batch=s.pg_batch,
         pg_batches_in_flight=s.pg_batches_in_flight,
         writable=writable,
     )

@@ -1,9 +1,8 @@
 """Group commit of calls (`store.group_commit`, `SqlStore` rule 7): concurrent `record_call`s share
 transactions, every one is committed when it returns, and each caller gets its own outcome.
 
-On PostgreSQL a batch is written by one execution of a prepared statement (`store.pg_prepared`, the
-default), by the same statement adapted per batch (`store.pg_calls`, `pg_batch="statement"`) or in a
-Core transaction (`pg_batch="core"`); all are tested, SQLite has the last."""
+On PostgreSQL a batch is written by one execution of a prepared statement (`store.pg_prepared`), on
+SQLite in a Core transaction; both are tested."""
 
 import os
 import signal
@@ -24,7 +23,6 @@ from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.config import StoreConfig
 from clawgym.store.group_commit import GroupCommit, Pending
 from clawgym.store.models import RolloutRow
-from clawgym.store.pg_calls import PgCallWriter
 from clawgym.store.pg_prepared import PgPreparedWriter
 from clawgym.store.sql import SqlStore
 from tests.store.batches import hold_first_batch
@@ -32,38 +30,24 @@ from tests.store.batches import hold_first_batch
 WRITERS = 16
 CALLS_PER_WRITER = 20
 
-# A write path of calls: (batch_writes, pg_batch); SQLite has neither "prepared" nor "statement".
-PATHS = {
-    "prepared": (True, "prepared"),
-    "statement": (True, "statement"),
-    "core": (True, "core"),
-    "single": (False, "core"),
-}
-STATEMENT_PATHS = ("prepared", "statement")  # a batch is one statement of a `_pg_calls` writer
-BATCH_PATHS = [
-    ("postgresql", "prepared"),
-    ("postgresql", "statement"),
-    ("postgresql", "core"),
-    ("sqlite", "core"),
-]
+BACKENDS = ["postgresql", "sqlite"]  # a batch: one prepared statement; one Core transaction
 
 
 def path_url(request: pytest.FixtureRequest, backend: str) -> str:
     return request.getfixturevalue("pg_url" if backend == "postgresql" else "sqlite_url")
 
 
-@pytest.fixture(params=BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
+@pytest.fixture(params=BACKENDS)
 def batched_store(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """A group-committing SqlStore on each backend and batch path, with an in-process bus."""
-    backend, path = request.param
-    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch=PATHS[path][1])
-    assert (store._pg_calls is not None) == (path in STATEMENT_PATHS)
+    """A group-committing SqlStore on each backend, with an in-process bus."""
+    store = SqlStore(path_url(request, request.param), MemoryBus())
+    assert (store._pg_calls is not None) == (request.param == "postgresql")
     yield store
     store.close()
 
 
 def count_statements(store: SqlStore) -> list[set[str]]:
-    """What each statement of the store's statement paths inserted (ids), as it goes."""
+    """What each statement of the store's PostgreSQL writer inserted (ids), as it goes."""
     inserted: list[set[str]] = []
     writer = store._pg_calls
     if writer is not None:
@@ -77,18 +61,13 @@ def count_statements(store: SqlStore) -> list[set[str]]:
     return inserted
 
 
-@pytest.mark.parametrize(
-    "backend,path",
-    [*BATCH_PATHS, ("postgresql", "single"), ("sqlite", "single")],
-    ids=[*("-".join(p) for p in BATCH_PATHS), "postgresql-single", "sqlite-single"],
-)
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sixteen_threads_of_calls_are_all_committed_and_readable(
-    request: pytest.FixtureRequest, make_call, backend: str, path: str
+    request: pytest.FixtureRequest, make_call, backend: str
 ) -> None:
-    """16 threads at once, batched (either path) or one transaction per call: every call is there,
-    in seq order, with its own arrays; batched, they shared transactions."""
-    batched, pg_batch = PATHS[path]
-    store = SqlStore(path_url(request, backend), MemoryBus(), batch_writes=batched, pg_batch=pg_batch)
+    """16 threads at once: every call is there, in seq order, with its own arrays, and they shared
+    transactions."""
+    store = SqlStore(path_url(request, backend), MemoryBus())
     statements = count_statements(store)
     try:
         run = store.create_run("group-commit")
@@ -116,17 +95,14 @@ def test_sixteen_threads_of_calls_are_all_committed_and_readable(
                     f"writer {w} call {c.seq} mixed up"
                 )
                 assert c.temperature == want.temperature and c.headers == want.headers
-        if path in STATEMENT_PATHS:
+        if backend == "postgresql":
             assert sum(map(len, statements)) == WRITERS * CALLS_PER_WRITER, (
                 "every call went in by the statement"
             )
-        if batched:
-            assert store.call_batcher.items == WRITERS * CALLS_PER_WRITER
-            assert store.call_batcher.batches < store.call_batcher.items, (
-                "16 concurrent writers never shared a transaction"
-            )
-        else:
-            assert store.call_batcher.batches == 0, "batch_writes=False must take the one-transaction path"
+        assert store.call_batcher.items == WRITERS * CALLS_PER_WRITER
+        assert store.call_batcher.batches < store.call_batcher.items, (
+            "16 concurrent writers never shared a transaction"
+        )
     finally:
         store.close()
 
@@ -243,7 +219,7 @@ import numpy as np
 from clawgym.records import Call, RolloutSpec
 from clawgym.store.sql import SqlStore
 
-store = SqlStore(sys.argv[1], pg_batch=sys.argv[2])
+store = SqlStore(sys.argv[1])
 run = store.create_run("crash")
 rollouts = [r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")] * 8)]
 lock = threading.Lock()
@@ -265,15 +241,15 @@ threading.Event().wait()
 """
 
 
-@pytest.mark.parametrize("backend,path", BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_every_acknowledged_call_survives_the_store_process_being_killed(
-    request: pytest.FixtureRequest, backend: str, path: str
+    request: pytest.FixtureRequest, backend: str
 ) -> None:
     """A store process killed (SIGKILL) while 8 threads write batches: every call whose record_call
     had returned is in the database, opened afresh by another process."""
     store_url = path_url(request, backend)
     writer = subprocess.Popen(
-        [sys.executable, "-c", CRASH_WRITER, store_url, path], stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", CRASH_WRITER, store_url], stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     acked: list[str] = []
@@ -343,44 +319,29 @@ def test_no_more_batches_than_max_inflight_are_written_at_once(max_inflight: int
     assert commit.items == 200 and commit.batches == len(sizes) < 200
 
 
-def test_store_batch_writes_reaches_the_store(sqlite_url: str) -> None:
-    """`store.batch_writes` (config, env, flag) is what open_sql_store gives SqlStore."""
-    for flag in (True, False):
-        store = open_sql_store(StoreConfig(url=sqlite_url, batch_writes=flag))
-        try:
-            assert store.batch_writes is flag
-        finally:
-            store.close()
-    assert StoreConfig().batch_writes is True, "batching is the default"
-
-
-def test_store_pg_batch_reaches_the_store(pg_url: str) -> None:
-    """`store.pg_batch` picks the batch path on PostgreSQL, the prepared statement by default;
-    `store.pg_batches_in_flight` is how many batches it writes at once (the others: one)."""
-    for path, writer, inflight in (
-        ("prepared", PgPreparedWriter, 3), ("statement", PgCallWriter, 1), ("core", type(None), 1)
-    ):  # fmt: skip
-        store = open_sql_store(StoreConfig(url=pg_url, pg_batch=path, pg_batches_in_flight=3))
+def test_store_pg_batches_in_flight_reaches_the_store(pg_url: str, sqlite_url: str) -> None:
+    """PostgreSQL writes a batch by the prepared statement, `store.pg_batches_in_flight` batches at once;
+    SQLite, a single writer, one at a time."""
+    for url, writer, inflight in ((pg_url, PgPreparedWriter, 3), (sqlite_url, type(None), 1)):
+        store = open_sql_store(StoreConfig(url=url, pg_batches_in_flight=3))
         try:
             assert type(store._pg_calls) is writer
             assert store.call_batcher.max_inflight == inflight
         finally:
             store.close()
-    assert StoreConfig().pg_batch == "prepared" and StoreConfig().pg_batches_in_flight == 2
-    with pytest.raises(InvalidArgument, match="pg_batch"):
-        SqlStore(pg_url, MemoryBus(), pg_batch="copy")
+    assert StoreConfig().pg_batches_in_flight == 2
     with pytest.raises(InvalidArgument, match="pg_batches_in_flight"):
         SqlStore(pg_url, MemoryBus(), pg_batches_in_flight=0)
 
 
-@pytest.mark.parametrize("backend,path", BATCH_PATHS, ids=["-".join(p) for p in BATCH_PATHS])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_calls_racing_the_end_of_their_rollout_are_all_committed_before_it_or_refused(
-    request: pytest.FixtureRequest, make_call, backend: str, path: str
+    request: pytest.FixtureRequest, make_call, backend: str
 ) -> None:
     """8 threads record calls while the rollout is finished (rule 4): each call is either
     acknowledged and stored, written before the rollout ended, or refused (FailedPrecondition)
     and not stored; nothing is acknowledged yet lost, nothing stored after the end."""
-    store = SqlStore(path_url(request, backend), MemoryBus(), pg_batch=PATHS[path][1])
+    store = SqlStore(path_url(request, backend), MemoryBus())
     try:
         run = store.create_run("race")
         (rollout,) = (r.rollout_id for r in store.register_rollouts(run.id, [RolloutSpec("g", "t", "h")]))
@@ -419,19 +380,16 @@ def test_calls_racing_the_end_of_their_rollout_are_all_committed_before_it_or_re
 
 
 def idle_connection(store: SqlStore) -> psycopg.Connection:
-    """The one idle connection of the store's statement path (the prepared path wraps its own)."""
+    """The one idle connection of the store's PostgreSQL writer."""
     assert store._pg_calls is not None
     (idle,) = store._pg_calls._idle
-    return idle.conn if isinstance(store._pg_calls, PgPreparedWriter) else idle
+    return idle.conn
 
 
-@pytest.mark.parametrize("path", STATEMENT_PATHS)
-def test_a_broken_statement_connection_costs_one_batch_its_fast_path(
-    pg_url: str, make_call, path: str
-) -> None:
-    """The statement path's connection dies (the server ended it): the next call is still recorded
-    (written again alone), and the call after it goes in by a statement on a fresh connection."""
-    store = SqlStore(pg_url, MemoryBus(), pg_batch=path)
+def test_a_broken_statement_connection_costs_one_batch_its_fast_path(pg_url: str, make_call) -> None:
+    """The statement's connection dies (the server ended it): the next call is still recorded
+    (written again alone), and the call after it goes in by the statement on a fresh connection."""
+    store = SqlStore(pg_url, MemoryBus())
     try:
         statements = count_statements(store)
         run = store.create_run("broken")

@@ -3,8 +3,6 @@
 Owns the fields and their defaults; `clawgym.config.ClawgymConfig.store` holds one.
 """
 
-from typing import Literal
-
 from pydantic import Field
 
 from clawgym.section import Section
@@ -47,22 +45,12 @@ class StoreConfig(Section):
     pool_size: int = Field(
         16, ge=1, description="database connections per store process (one per concurrent writer)"
     )
-    batch_writes: bool = Field(
-        True,
-        description="group-commit concurrent calls (several per transaction); false: one transaction per call",
-    )
-    pg_batch: Literal["prepared", "statement", "core"] = Field(
-        "prepared",
-        description="PostgreSQL: how a batch of calls is written. prepared: one execution of a prepared INSERT … "
-        "FROM unnest, each call's row encoded by its caller, the GIL released for the round trip; statement: "
-        "the same INSERT adapted by psycopg per batch (the earlier default; prepared needs named server-side "
-        "statements, which a transaction-pooling proxy may not keep); core: a SQLAlchemy transaction",
-    )
     pg_batches_in_flight: int = Field(
         2,
         ge=1,
-        description="PostgreSQL, pg_batch prepared: batches of calls written at once (one's commit overlaps the "
-        "next one's insert); the other paths write one at a time",
+        description="PostgreSQL: batches of concurrent calls written at once, each one execution of a prepared "
+        "INSERT (one's commit overlaps the next one's insert; a transaction-pooling proxy in front must keep "
+        "named prepared statements); SQLite writes one batch at a time",
     )
     grpc_max_message_mb: int = Field(
         1024,

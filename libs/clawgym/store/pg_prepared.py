@@ -1,11 +1,20 @@
-"""A batch of calls in one round trip of a prepared statement: `SqlStore.record_call`'s default path on PostgreSQL.
+"""A batch of calls in one round trip of a prepared statement: `SqlStore.record_call` on PostgreSQL.
 
-Owns the prepared statements and their connections; not the encoding (`pg_encode`), batching
+Owns the statement, its preparation and its connections; not the encoding (`pg_encode`), batching
 (`group_commit`) or errors (`sql`).
 
-The statement is `pg_calls`' `INSERT … SELECT` (rollouts share-locked in heartbeat order, calls
-of unknown or ended rollouts and repeated (rollout, seq) left out, the ids it inserted returned),
-with the same outcome per call; what differs is how it travels:
+One autocommitted `INSERT … SELECT` per batch, on a psycopg connection of its own (no pool checkout,
+ping, BEGIN or COMMIT round trips, no SQLAlchemy per-row work). In the same statement, so in the
+same transaction:
+
+- the batch's open rollouts are share-locked in the order `orchestrator_heartbeat` takes its
+  exclusive locks (group, id), so none can end before the calls commit (`SqlStore` rule 4);
+  calls of unknown or ended rollouts are left out;
+- `ON CONFLICT DO NOTHING` leaves out a call whose (rollout, seq) is recorded already, or repeats
+  an earlier call of the batch (rows go in queue order, so the first one wins).
+
+It returns the ids it inserted; the caller writes each call left out again on its own, whose
+outcome names why (`NotFound`, `FailedPrecondition`, `AlreadyExists`). How it travels:
 
 - the calls come as `VALUES` rows of one binary parameter per column, so the packed arrays are
   sent as they are (no array to build around them, on either side);
@@ -17,8 +26,9 @@ with the same outcome per call; what differs is how it travels:
   megabytes, the server's insert and its commit), so other threads validate and encode the
   next batch meanwhile.
 
-Autocommitted, and it returns only after the commit (synchronous_commit stays on): a returned id
-is durable.
+The statement returns only after its commit (synchronous_commit stays on): a returned id is
+durable. Prepared statements are named and live on their server connection, so a
+transaction-pooling proxy in front of PostgreSQL must keep them (PgBouncer: max_prepared_statements).
 """
 
 import threading
@@ -30,10 +40,26 @@ from sqlalchemy import Engine
 
 from clawgym.records import ENDED_ROLLOUT_STATES
 from clawgym.store import pg_encode
-from clawgym.store.pg_calls import insert_statement
 
 ENDED = pg_encode.text_array(sorted(ENDED_ROLLOUT_STATES))
 WIDTH = len(pg_encode.COLUMNS)
+
+
+def insert_statement(rows: str, rollout_ids: str, ended: str) -> str:
+    """`INSERT INTO calls … SELECT … FROM rows` with the rollout locks and filters above.
+
+    `rows`: a FROM item of the calls, one column per column of the model (in its order) then
+    `ord`, their queue order; `rollout_ids` and `ended`: the two `text[]` parameters."""
+    names = ", ".join(pg_encode.COLUMNS)
+    return (
+        f"WITH v AS (SELECT * FROM {rows} AS v({names}, ord)),"
+        " open AS MATERIALIZED (SELECT id FROM rollouts"
+        f"   WHERE id = ANY({rollout_ids}::text[]) AND status <> ALL({ended}::text[])"
+        "   ORDER BY group_id, id FOR SHARE)"
+        f" INSERT INTO calls ({names})"
+        f" SELECT {names} FROM v WHERE rollout_id IN (SELECT id FROM open) ORDER BY ord"
+        " ON CONFLICT DO NOTHING RETURNING id"
+    )
 
 
 def statement(n: int) -> bytes:

@@ -28,9 +28,10 @@ Rules it keeps:
    transaction holding its call committed, so a returned call is durable as before. Batching never
    changes an outcome: a call is checked before it joins a batch, and a batch whose transaction
    fails is written again one call per transaction, so each caller gets its own error. On
-   PostgreSQL a batch is one statement (`pg_calls`; by default prepared, each call's row encoded
-   in its caller's thread: `pg_prepared`): a call it leaves out (its rollout unknown or ended, its
-   seq recorded already) is written again alone, for the same reason.
+   PostgreSQL a batch is one execution of a prepared statement, each call's row encoded in its
+   caller's thread (`pg_prepared`): a call it leaves out (its rollout unknown or ended, its seq
+   recorded already) is written again alone, for the same reason. On SQLite a batch is one Core
+   transaction.
 """
 
 import hashlib
@@ -82,12 +83,10 @@ from clawgym.store.models import (
     RunRow,
     TrainStepRow,
 )
-from clawgym.store.pg_calls import PgCallWriter
 from clawgym.store.pg_prepared import PgPreparedWriter
 
 log = logging.getLogger(__name__)
 
-PG_BATCH_PATHS = ("prepared", "statement", "core")  # how a batch of calls goes to PostgreSQL
 CALL_BATCH_BYTES = 64 * 2**20  # packed arrays per batch of calls (a batch holds one call at least)
 TOKEN_PREFIX = "cg-"  # makes a leaked key recognisable in logs and secret scanners
 
@@ -119,8 +118,6 @@ class SqlStore:
         *,
         max_call_bytes: int = validate.DEFAULT_MAX_CALL_BYTES,
         pool_size: int = 16,
-        batch_writes: bool = True,
-        pg_batch: str = "prepared",
         pg_batches_in_flight: int = 2,
         writable: bool = True,
     ) -> None:
@@ -130,31 +127,22 @@ class SqlStore:
         creates anything; a missing, foreign, older or newer database is refused in one line
         (`database.read_only_url`, `migrations.require_current`), and every write fails.
 
-        `batch_writes`: concurrent `record_call`s share transactions (rule 7); False writes each
-        in its own (the old path, kept for the bench). `pg_batch`, how a batch goes to PostgreSQL:
-        "prepared", one execution of a prepared statement with rows encoded by their callers
-        (`pg_prepared`); "statement", the same statement adapted by psycopg per batch
-        (`pg_calls`, the earlier default); "core", a SQLAlchemy Core transaction, the path SQLite
-        always takes. `pg_batches_in_flight`: batches the prepared path writes at once.
+        Concurrent `record_call`s share transactions (rule 7): on PostgreSQL one execution of a prepared
+        statement per batch (`pg_prepared`), `pg_batches_in_flight` batches at once; on SQLite a Core
+        transaction per batch, one at a time.
         """
-        if pg_batch not in PG_BATCH_PATHS:
-            raise InvalidArgument(f"pg_batch must be one of {', '.join(PG_BATCH_PATHS)}; got {pg_batch!r}")
         if pg_batches_in_flight < 1:
             raise InvalidArgument(f"pg_batches_in_flight must be at least 1, got {pg_batches_in_flight}")
         self.bus: EventBus = bus if bus is not None else MemoryBus()
         self.max_call_bytes = max_call_bytes
         self._engine = create_store_engine(url, pool_size=pool_size, writable=writable)
-        self.batch_writes = batch_writes
-        writers = {"prepared": PgPreparedWriter, "statement": PgCallWriter}
-        self._pg_calls: PgPreparedWriter | PgCallWriter | None = None
-        if writable and self._engine.dialect.name == "postgresql" and pg_batch in writers:
-            self._pg_calls = writers[pg_batch](self._engine)
-        # The prepared path keeps `pg_batches_in_flight` batches in flight, so one batch's commit
-        # (its WAL flush) overlaps the next one's insert; the others keep one (with their per-batch
-        # client work, two lost throughput on a loaded machine: bench/store_write.py, 16
-        # writers); SQLite has a single writer anyway. `.batches` and `.items` say how much
-        # batching happened (the bench, the tests).
-        inflight = pg_batches_in_flight if isinstance(self._pg_calls, PgPreparedWriter) else 1
+        self._pg_calls: PgPreparedWriter | None = None
+        if writable and self._engine.dialect.name == "postgresql":
+            self._pg_calls = PgPreparedWriter(self._engine)
+        # PostgreSQL keeps `pg_batches_in_flight` batches in flight, so one batch's commit (its WAL
+        # flush) overlaps the next one's insert; SQLite has a single writer anyway. `.batches` and
+        # `.items` say how much batching happened (the bench, the tests).
+        inflight = pg_batches_in_flight if self._pg_calls is not None else 1
         self.call_batcher = GroupCommit(self._write_calls, max_bytes=CALL_BATCH_BYTES, max_inflight=inflight)
         self._reader = read_only(self._engine)
         try:
@@ -172,7 +160,7 @@ class SqlStore:
         connections, opened before the first call needs them (a proxy's first call: ~5 ms)."""
         with suppress(NotFound):
             self.resolve_token("warm-up")
-        if isinstance(self._pg_calls, PgPreparedWriter):
+        if self._pg_calls is not None:
             self._pg_calls.warm_up(self.call_batcher.max_inflight)
 
     def close(self) -> None:
@@ -391,15 +379,13 @@ class SqlStore:
     def record_call(self, call: Call) -> str:
         values = validate.call_values(call, self.max_call_bytes)  # a bad call never joins a batch
         values["id"] = _new_id()
-        if not self.batch_writes:
-            return self._write_call(values)
         size = sum(len(values[f]) for f in ("prompt_ids", "output_ids", "output_logprobs", "output_versions"))
         # encoded here, while the batch ahead is written, not by the leader of the next one
         encoded = self._pg_calls.encode(values) if self._pg_calls is not None else None
         return self.call_batcher.submit(QueuedCall(values, encoded), size)
 
     def _write_call(self, values: dict[str, Any]) -> str:
-        """One call in its own transaction: the old path, and the fallback of a batch that failed."""
+        """One call in its own transaction: a call its batch left out, or one of a batch that failed."""
         try:
             with self._write() as s:
                 status = s.scalar(
@@ -462,7 +448,7 @@ class SqlStore:
             p.settle(error=e)
 
     def _write_calls_pg(self, batch: list[Pending]) -> None:
-        """A batch in one PostgreSQL statement (`pg_prepared` or `pg_calls`); each call it left out
+        """A batch in one prepared PostgreSQL statement (`pg_prepared`); each call it left out
         (refused, a duplicate) or a batch that failed is written again alone, for the caller's own
         outcome."""
         assert self._pg_calls is not None
