@@ -222,10 +222,15 @@ def test_hovering_a_generated_token_shows_its_calls_request_temperature_version_
         assert not driver.find_element(By.ID, "detail").is_displayed(), "the panel opens on hover only"
         for seq in (0, 1):
             token = driver.find_elements(By.CSS_SELECTOR, f'.span-generated[data-call="{seq}"] .tok')[0]
-            ActionChains(driver).move_to_element(token).perform()
             detail = driver.find_element(By.ID, "detail")
             title = f"call {seq} · token"  # not just its span: the pointer crosses that on its way
-            WebDriverWait(driver, 10).until(lambda d, t=title: d.find_element(By.ID, "detail-title").text.startswith(t))
+
+            def hovered(d, token=token, t=title) -> bool:
+                # hover again on each poll: on a loaded machine one move can land before the page listens
+                ActionChains(d).move_to_element(token).perform()
+                return d.find_element(By.ID, "detail-title").text.startswith(t)
+
+            WebDriverWait(driver, 30, poll_frequency=1.0).until(hovered)
             field = {e.get_attribute("data-field"): e.text for e in detail.find_elements(By.CSS_SELECTOR, "dd")}
             temperature = f"{round(calls[seq].temperature, 4):g}"
             assert (field["temperature"], field["policy_version"]) == (temperature, str(calls[seq].policy_version)), field
