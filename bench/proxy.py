@@ -21,14 +21,11 @@ Part 1 also reports the proxy server's CPU per call (its process's user + system
 run, divided by calls), its server-side latency, and the mean of each step of a call from its
 `clawgym_proxy_stage_seconds` metric (identity, read_body, json, validate, chain_keys, turn_fetch,
 render = waiting for and running the render thread, build_* = inside it, record, put_turn).
-`--compare-old` first runs each size the way the proxy worked before issue #18 (no token-run
-cache, the record built on the event loop, and none of part 3's fast paths); `--compare-part3`
-first runs each size with only part 3's per-call fast paths off (`proxy.lean_calls=false`: stdlib
-JSON + surrogate scan, three Redis round trips for a seq, transformers' decode per streamed token;
-`proxy.held_turns_mb=0`: each call fetches and joins its chain of turns from the live state);
-`--profile` prints the event loop's cProfile.
+`--baseline-tree DIR` first runs each size served by another checkout with its own install (an
+earlier commit: the proxy before a change, side by side with today's); `--profile` prints the
+event loop's cProfile.
 
-    .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--compare-old | --compare-part3] [--profile]
+    .venv/bin/python bench/proxy.py [--calls 6] [--embedded] [--baseline-tree DIR] [--profile]
 
 The last line is one JSON object of the figures.
 """
@@ -111,14 +108,7 @@ def serve(a) -> None:
 
     tok = load_tokenizer("tiny-qwen3")
     engine = make_engine(tok, 64, a.token_delay)
-    cfg = ProxyConfig(
-        redis_url=a.redis,
-        redis_prefix=a.prefix,
-        record_off_loop=not a.old_path,
-        token_run_cache=0 if a.old_path else 64,
-        lean_calls=not (a.old_path or a.before_part3),
-        held_turns_mb=0 if (a.old_path or a.before_part3) else 256,
-    )
+    cfg = ProxyConfig(redis_url=a.redis, redis_prefix=a.prefix)
     app = create_app(cfg, engine, open_sql_store(StoreConfig(url=a.store)), tok, supports_tools=True)
     # served exactly as `clawgym serve proxy` serves it (h11 with the read deadline, keep-alive 75 s)
     config = uvicorn_config(app, cfg, port=a.port, log_level="warning")
@@ -308,9 +298,9 @@ async def rollout_direct(engine, prompt_len, calls, lat):
         lat.append(time.perf_counter() - t0)
 
 
-def latency_run(a, tok, system, tools, concurrency: int, old_path: str = "", tree: str = "") -> dict:
-    """One size through the proxy; `old_path`: "" (today's), "--old-path" or "--before-part3";
-    `tree`: serve with that checkout's own install (`tree/.venv`, `tree/bench/proxy.py --serve`)."""
+def latency_run(a, tok, system, tools, concurrency: int, tree: str = "") -> dict:
+    """One size through the proxy; `tree`: served by that checkout's own install (`tree/.venv`,
+    `tree/bench/proxy.py --serve`)."""
     from clawgym.records import RolloutSpec
 
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -336,7 +326,6 @@ def latency_run(a, tok, system, tools, concurrency: int, old_path: str = "", tre
     proc = subprocess.Popen(
         [python, script, "--serve", *serve_args, "--token-delay", str(a.token_delay)]
         + (["--profile"] if a.profile else [])
-        + ([old_path] if old_path else [])
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -452,18 +441,6 @@ def main() -> None:
         "--profile", action="store_true", help="print the proxy's event-loop cProfile (top 25 by own time)"
     )
     ap.add_argument("--serve-floor", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--old-path", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--before-part3", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--compare-part3",
-        action="store_true",
-        help="also run each size with issue #18 part 3's per-call fast paths off (proxy.lean_calls=false), old then new",
-    )
-    ap.add_argument(
-        "--compare-old",
-        action="store_true",
-        help="also run each size the way before #18 (no token-run cache, record built on the event loop), old then new",
-    )
     ap.add_argument(
         "--baseline-tree",
         default="",
@@ -497,17 +474,9 @@ def main() -> None:
           f"  ({render['full_render_ms_per_prompt_ktok']:.2f} ms per prompt 1k tokens)")  # fmt: skip
     runs, old_runs = {}, {}
     for conc in a.concurrency:
-        if a.compare_old or a.compare_part3 or a.baseline_tree:
-            flag = "--old-path" if a.compare_old else "--before-part3" if a.compare_part3 else ""
-            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, old_path=flag, tree=a.baseline_tree)
-            what = (
-                "no token-run cache, record built on the event loop"
-                if a.compare_old
-                else "proxy.lean_calls=false"
-                if a.compare_part3
-                else f"the proxy of {a.baseline_tree}"
-            )
-            print(f"[old path: {what}] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
+        if a.baseline_tree:
+            r = old_runs[conc] = latency_run(a, tok, system, tools, conc, tree=a.baseline_tree)
+            print(f"[baseline: the proxy of {a.baseline_tree}] {conc} rollouts: added p50 {r['added_p50_ms']:.1f} / "
                   f"p99 {r['added_p99_ms']:.1f} ms, proxy-measured overhead p50 {r['server_overhead_p50_ms']:.1f} / "
                   f"p99 {r['server_overhead_p99_ms']:.1f} ms, server-side latency p50 {r['server_latency_p50_ms']:.1f} / "
                   f"p99 {r['server_latency_p99_ms']:.1f} ms, server CPU {r['server_cpu_ms_per_call']:.1f} ms per call; "
@@ -557,11 +526,7 @@ def main() -> None:
     if old_runs:
         oh, ol = old_runs[max(old_runs)], old_runs[min(old_runs)]
         figures.update(
-            old_path="pre-#18"
-            if a.compare_old
-            else "before part 3 (proxy.lean_calls=false)"
-            if a.compare_part3
-            else f"{a.baseline_tree} at {baseline_commit(a.baseline_tree)}",
+            old_path=f"{a.baseline_tree} at {baseline_commit(a.baseline_tree)}",
             old_overhead_p50_ms_1=round(ol["added_p50_ms"], 2),
             old_overhead_p99_ms_1=round(ol["added_p99_ms"], 2),
             old_server_cpu_ms_per_call_1=round(ol["server_cpu_ms_per_call"], 2),

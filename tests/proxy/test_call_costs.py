@@ -4,7 +4,6 @@ record built in the store thread (off the event loop) is the same record as the 
 import itertools
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 TOOL = {
@@ -46,10 +45,10 @@ def test_every_step_of_a_call_is_timed_once_per_call(proxy_factory):
     assert {"identity_s", "json_s", "validate_s", "build_tokenize_s"} <= set(timings), timings
 
 
-@pytest.mark.parametrize("record_off_loop", [True, False])
-def test_the_record_built_off_the_loop_is_the_old_paths_record(proxy_factory, tokenizer, record_off_loop):
-    """Both paths record the same ids and keep the same turn: later calls splice onto it."""
-    p = proxy_factory([CALL] * 3, record_off_loop=record_off_loop)
+def test_the_record_built_off_the_loop_keeps_the_turn_later_calls_splice_onto(proxy_factory, tokenizer):
+    """The record and the kept turn, built in the store thread, hold the call's ids: later calls
+    splice onto it."""
+    p = proxy_factory([CALL] * 3)
     conversation(p, 3)
     calls = p.calls()
     assert [c.seq for c in calls] == [0, 1, 2]

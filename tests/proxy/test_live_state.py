@@ -13,14 +13,12 @@ from clawgym.rendering.splice import GeneratedTurn
 ROLLOUT = Rollout("r1", "run", "g", "t", "claude-code", "running", None, None, "", 0, "", {}, 1.0)
 
 
-@pytest.fixture(params=["memory", "redis", "redis-three-trip-seq"])
+@pytest.fixture(params=["memory", "redis"])
 def live(request):
-    """A fresh live state; the Redis one lives in the test's own key namespace (deleted afterwards).
-    `redis-three-trip-seq`: seq numbers as before issue #18 part 3 (EXISTS, INCR, PEXPIRE)."""
+    """A fresh live state; the Redis one lives in the test's own key namespace (deleted afterwards)."""
     if request.param == "memory":
         return MemoryLiveState()
-    one_trip = request.param == "redis"
-    return RedisLiveState(request.getfixturevalue("redis_url"), prefix="live", one_trip_seq=one_trip)
+    return RedisLiveState(request.getfixturevalue("redis_url"), prefix="live")
 
 
 def test_generated_turns_round_trip_exactly(live):
@@ -56,7 +54,7 @@ def test_seq_is_seeded_once_from_the_store_then_counts(live):
 
 
 def test_seq_keeps_its_counter_alive_for_the_turn_ttl(redis_url):
-    """Each seq handed out renews the counter's expiry (the one-trip script as the three trips did)."""
+    """Each seq handed out renews the counter's expiry (the script's PEXPIRE)."""
     live = RedisLiveState(redis_url, prefix="live", turn_ttl_s=100.0)
 
     async def floor():

@@ -10,7 +10,7 @@ and sandbox teardown are never interrupted halfway by a cancel: a cancel waits f
 Leases: each orchestrator instance (one per process start) heartbeats in the store and its
 rollouts name it. At start, and at every heartbeat, the store fails the unended rollouts of lost
 instances (a predecessor of the same name, or any whose lease ran out) as infrastructure failures,
-never rewarded, so their groups complete: a killed orchestrator's rollouts no longer stay
+never rewarded, so their groups complete: a killed orchestrator's rollouts do not stay
 'running' forever. The name is the backend's `lease_name`: a configured `sandbox.owner`, which one
 process holds at a time (a successor takes over at once), else the host name with the process's
 own part (processes on one host never take each other's live rollouts; a dead one's are taken

@@ -74,9 +74,7 @@ def create_app(
     """The proxy app; `live` defaults to Redis when `cfg.redis_url` is set, else in-process."""
     metrics = ProxyMetrics(registry)
     if live is None:
-        live = make_live_state(
-            cfg.redis_url, cfg.redis_prefix, cfg.turn_cache_ttl_s, cfg.memory_max_rollouts, cfg.lean_calls
-        )
+        live = make_live_state(cfg.redis_url, cfg.redis_prefix, cfg.turn_cache_ttl_s, cfg.memory_max_rollouts)
     gateway = Gateway(cfg, engine, store, tokenizer, live, metrics, supports_tools=supports_tools)
     anthropic, chat, responses = AnthropicMessages(), OpenAIChat(), OpenAIResponses()
 

@@ -95,7 +95,7 @@ class ProxyConfig(Section):
         64,
         ge=0,
         description="long text runs (a harness's system prompt + tools) kept tokenized, shared by every "
-        "rollout; 0 = off (each rollout's first call tokenizes them anew, as before issue #18)",
+        "rollout; 0 = off (each rollout's first call tokenizes them anew)",
     )
     token_run_cache_mb: int = Field(
         32,
@@ -119,22 +119,12 @@ class ProxyConfig(Section):
         "arguments it carries as JSON text; deeper is a 400 before anything recurses over it "
         "(rendering a few hundred levels overflowed the escaping's recursion: HTTP 500)",
     )
-    record_off_loop: bool = Field(
-        True,
-        description="build a call's record (arrays of the whole prompt) in the store thread; false: "
-        "on the event loop, as before issue #18 (kept to measure the two side by side)",
-    )
-    lean_calls: bool = Field(
-        True,
-        description="the per-call fast paths of issue #18 part 3 (bodies parsed by pydantic-core, a call's "
-        "seq in one Redis round trip); false: as before them (kept to measure the two side by side)",
-    )
     held_turns_mb: int = Field(
         256,
         ge=0,
         description="memory for the whole prompt + output ids of turns this replica generated, so a "
         "rollout's next call here splices without fetching and joining its history from the live "
-        "state (least recently used dropped); 0 = off (as before issue #18 part 3)",
+        "state (least recently used dropped); 0 = off (every call fetches its history from the live state)",
     )
     retry_after_s: int = Field(
         2, ge=0, description="Retry-After seconds sent with 503 while the engine is down"

@@ -101,31 +101,29 @@ async def read_body(body: Body, headers: Mapping[str, str], limit: int) -> bytes
     return data
 
 
-def parse_body(body: bytes | bytearray, fast: bool = True) -> Any:
+def parse_body(body: bytes | bytearray) -> Any:
     """The JSON value of a body; InvalidArgument if it is not JSON or holds text that is not
     Unicode (a lone UTF-16 surrogate, which no tokenizer, store or reply can encode).
 
-    `fast`: pydantic-core's parser first (~10x the stdlib's speed on a 100 kB body, and it refuses
-    lone surrogates itself, so no scan of the body follows). It gives the stdlib's values wherever
-    it accepts (NaN/Infinity and big integers included); anything it refuses (surrogates, a BOM,
-    UTF-16, deep nesting, bad JSON) goes through the stdlib path below for the very same answer.
-    An object it parsed comes back as an `EncodedJSON` holding the body's own text, the request as
-    recorded: a ~100 kB request is never encoded again (one that holds NaN or Infinity, which the
-    store refuses, is left to the store's check)."""
-    if fast:
-        try:
-            value = from_json(body, allow_inf_nan=True)
-        except ValueError:
-            pass  # rare: the stdlib path decides, with its own error messages
-        else:
-            if isinstance(value, dict) and b"NaN" not in body and b"Infinity" not in body:
-                return EncodedJSON(value, body.decode())
-            return value
-    return _parse_body_stdlib(body)
+    pydantic-core's parser first (~10x the stdlib's speed on a 100 kB body, and it refuses lone
+    surrogates itself, so no scan of the body follows). It gives the stdlib's values wherever it
+    accepts (NaN/Infinity and big integers included); anything it refuses (surrogates, a BOM,
+    UTF-16, deep nesting, bad JSON) goes through `parse_body_stdlib` for the error message the
+    stdlib gives. An object it parsed comes back as an `EncodedJSON` holding the body's own text,
+    the request as recorded: a ~100 kB request is never encoded again (one that holds NaN or
+    Infinity, which the store refuses, is left to the store's check)."""
+    try:
+        value = from_json(body, allow_inf_nan=True)
+    except ValueError:
+        return parse_body_stdlib(body)  # rare: the stdlib decides, with its own error messages
+    if isinstance(value, dict) and b"NaN" not in body and b"Infinity" not in body:
+        return EncodedJSON(value, body.decode())
+    return value
 
 
-def _parse_body_stdlib(body: bytes | bytearray) -> Any:
-    """`parse_body` as before issue #18 part 3: json.loads, then a scan for surrogates."""
+def parse_body_stdlib(body: bytes | bytearray) -> Any:
+    """The stdlib's parse of a body: json.loads, then a scan for surrogates (what pydantic-core
+    refuses is answered here)."""
     try:
         value = json.loads(body)
     except (ValueError, RecursionError) as e:
@@ -211,7 +209,7 @@ class Gateway:
             t0 = time.perf_counter()
             raw = await read_body(body, headers, self.cfg.max_body_bytes)
             t1 = time.perf_counter()
-            request = parse_body(raw, self.cfg.lean_calls)
+            request = parse_body(raw)
             check_body_depth(raw, request, self.cfg.max_json_depth)  # before anything recurses over it
             del raw  # the request holds its text: the body's bytes are not held while the call runs
             t2 = time.perf_counter()
@@ -315,14 +313,13 @@ class Gateway:
         run = CallRun(
             setup,
             self.engine,
-            IncrementalDetokenizer(self.tokenizer, fast=self.cfg.lean_calls),
+            IncrementalDetokenizer(self.tokenizer),
             self.store,
             self.live,
             self.metrics,
             self.template.info.stop_token_ids,
             self.background,
             self.pools,
-            self.cfg.record_off_loop,
             self.instance,
             self.held,
         )
@@ -346,7 +343,7 @@ class Gateway:
         try:
             rollout = await self.resolver.resolve(api_key(headers))
             raw = await read_body(body, headers, self.cfg.max_body_bytes)
-            request = parse_body(raw, self.cfg.lean_calls)
+            request = parse_body(raw)
             check_body_depth(raw, request, self.cfg.max_json_depth)
             del raw
             conv = protocol.parse_count_tokens(request)

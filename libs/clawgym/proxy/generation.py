@@ -95,13 +95,11 @@ class CallRun:
         stop_token_ids: tuple[int, ...],
         background: set[asyncio.Task],
         pools: WorkerPools,
-        record_off_loop: bool = True,
         instance: str = "",
         held: HeldTurns | None = None,
     ) -> None:
         self.setup = setup
         self._held = held
-        self._record_off_loop = record_off_loop
         self._instance = instance
         self._engine = engine
         self._detok = detokenizer
@@ -380,13 +378,8 @@ class CallRun:
             **{f"build_{k}_s": v for k, v in s.prompt.step_s.items()},
         }
         r0 = time.perf_counter()
-        if self._record_off_loop:
-            # the arrays and the turn are O(prompt): built in the store thread, not on the event loop
-            turn = await self._pools.store(self._store_sync, completion, response, latency)
-        else:  # the path before issue #18, kept for bench/proxy.py's side-by-side
-            call = self._call_of(completion, response, latency)
-            await self._pools.store(self._store.record_call, call)
-            turn = self._turn_of(completion)
+        # the arrays and the turn are O(prompt): built in the store thread, not on the event loop
+        turn = await self._pools.store(self._store_sync, completion, response, latency)
         r1 = time.perf_counter()
         acks.info("recorded %s#%d %s", s.rollout.id, self.seq, completion.finish_reason)
         if turn is not None:

@@ -137,19 +137,16 @@ return seq
 class RedisLiveState:
     """Live state in Redis: `{prefix}:token:{hash}`, `{prefix}:turns:{rollout}` (hash), `{prefix}:seq:{rollout}`.
 
-    `one_trip_seq`: a call's seq in one round trip (a script) instead of three (EXISTS, INCR,
-    PEXPIRE); false is the path before issue #18 part 3, kept for bench/proxy.py."""
+    A call's seq is one round trip (`NEXT_SEQ_SCRIPT`) once its rollout's counter is seeded."""
 
-    def __init__(
-        self, url: str, prefix: str = "clawgym", turn_ttl_s: float = 86400.0, one_trip_seq: bool = True
-    ) -> None:
+    def __init__(self, url: str, prefix: str = "clawgym", turn_ttl_s: float = 86400.0) -> None:
         import redis.asyncio as aioredis
 
         base, url_prefix = split_prefix(url)  # `?prefix=ns:` namespaces keys, as for the event bus
         self._redis = aioredis.from_url(base)
         self._prefix = url_prefix + prefix
         self._turn_ttl_ms = int(turn_ttl_s * 1000)
-        self._next_seq = self._redis.register_script(NEXT_SEQ_SCRIPT) if one_trip_seq else None
+        self._next_seq = self._redis.register_script(NEXT_SEQ_SCRIPT)
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self._prefix}:{kind}:{name}"
@@ -179,10 +176,9 @@ class RedisLiveState:
 
     async def next_seq(self, rollout_id: str, floor: SeqFloor) -> int:
         key = self._key("seq", rollout_id)
-        if self._next_seq is not None:
-            seq = await self._next_seq(keys=[key], args=[self._turn_ttl_ms])
-            if seq is not None:
-                return int(seq)
+        seq = await self._next_seq(keys=[key], args=[self._turn_ttl_ms])
+        if seq is not None:
+            return int(seq)
         if not await self._redis.exists(key):
             # SET NX: of replicas seeding at once, one wins; all read the same floor from the store
             await self._redis.set(key, await floor() - 1, nx=True, px=self._turn_ttl_ms)
@@ -200,12 +196,10 @@ class RedisLiveState:
         await self._redis.aclose()
 
 
-def make_live_state(
-    redis_url: str, prefix: str, turn_ttl_s: float, max_rollouts: int, one_trip_seq: bool = True
-) -> LiveState:
+def make_live_state(redis_url: str, prefix: str, turn_ttl_s: float, max_rollouts: int) -> LiveState:
     """Redis live state when a URL is given, else the in-process twin."""
     if redis_url:
-        return RedisLiveState(redis_url, prefix, turn_ttl_s, one_trip_seq)
+        return RedisLiveState(redis_url, prefix, turn_ttl_s)
     return MemoryLiveState(max_rollouts, turn_ttl_s)
 
 

@@ -17,11 +17,11 @@ from transformers import PreTrainedTokenizerBase
 REPLACEMENT = "\ufffd"
 
 
-def window_decoder(tokenizer: PreTrainedTokenizerBase, fast: bool = True) -> Callable[[list[int]], str]:
-    """ids → text with special tokens kept and no clean-up of spaces; `fast`: the Rust backend's
-    own decode where the tokenizer has one (false: through transformers, as before issue #18 part 3)."""
+def window_decoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[int]], str]:
+    """ids → text with special tokens kept and no clean-up of spaces: the Rust backend's own decode
+    where the tokenizer has one, else transformers' (a slow tokenizer)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if fast and isinstance(backend, Tokenizer):
+    if isinstance(backend, Tokenizer):
         return lambda ids: backend.decode(ids, skip_special_tokens=False)
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
@@ -29,8 +29,8 @@ def window_decoder(tokenizer: PreTrainedTokenizerBase, fast: bool = True) -> Cal
 class IncrementalDetokenizer:
     """Feed ids with `push`; each call returns the newly completed text (possibly "")."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, fast: bool = True) -> None:
-        self._decode = window_decoder(tokenizer, fast)
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        self._decode = window_decoder(tokenizer)
         self._ids: list[int] = []
         self._prefix = 0  # start of the decode window
         self._read = 0  # ids up to here have been released as text

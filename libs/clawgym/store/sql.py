@@ -25,7 +25,7 @@ Rules it keeps:
    its row, under that row's lock (SKIP LOCKED), so two survivors never fail the same rollouts twice.
 7. Calls are group-committed (`group_commit`): `record_call`s that arrive while a transaction of
    calls is in flight are written together in the next one, and each returns only once the
-   transaction holding its call committed, so a returned call is durable as before. Batching never
+   transaction holding its call committed, so a returned call is durable. Batching never
    changes an outcome: a call is checked before it joins a batch, and a batch whose transaction
    fails is written again one call per transaction, so each caller gets its own error. On
    PostgreSQL a batch is one execution of a prepared statement, each call's row encoded in its
