@@ -122,9 +122,8 @@ class InferenceServer(HoldsServer):
         if self._refresher is not None:
             self._refresher.cancel()
         await self._rpc.stop(grace)
-        aclose = getattr(self.engine, "aclose", None)
-        if close_engine and aclose is not None:
-            await aclose()
+        if close_engine:
+            await self.engine.aclose()
 
 
 def create_server(cfg: InferenceConfig, engine: Engine | None = None, *, secret: str) -> InferenceServer:

@@ -112,8 +112,3 @@ def _of_run(r: Run) -> str | None:
 def _run(r: Run) -> dict[str, Any]:
     return {"id": r.id, "name": r.name, "status": r.status, "created_at": r.created_at, "config": r.config,
             "of_run": _of_run(r)}  # fmt: skip
-
-
-def decode_with(decode: Callable[[Sequence[int]], str]) -> DecoderFor:
-    """One decoder for every run (`clawgym browse --model`)."""
-    return lambda _run: decode

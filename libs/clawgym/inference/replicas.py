@@ -342,10 +342,7 @@ class ReplicatedEngine:
             self._watch = None
         self._loop = None
         for engine in self.engines:
-            if (aclose := getattr(engine, "aclose", None)) is not None:
-                await aclose()
-            elif (close := getattr(engine, "close", None)) is not None:
-                close()
+            await engine.aclose()
 
     def _raise_failures(self, results: list, what: str, succeeded: str) -> None:
         """Raises the first refusal's typed class (else Unavailable), naming every replica that failed and every other."""

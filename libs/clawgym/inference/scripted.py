@@ -146,3 +146,6 @@ class ScriptedEngine:
             running=self.running,
             ready=self.available,
         )
+
+    async def aclose(self) -> None:
+        """Nothing to release: a script holds no thread, channel or memory of its own."""

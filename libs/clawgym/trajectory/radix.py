@@ -112,14 +112,6 @@ class TreeStats:
         return self.path_tokens / max(self.unique_tokens, 1)
 
 
-@dataclass
-class _Seq:
-    """A sequence being inserted with its per-token annotations for one rollout."""
-
-    ids: np.ndarray
-    generated: Generated | None
-
-
 class RadixTree:
     """A radix tree over token ids shared by any number of rollouts (a call, a rollout, a group, a batch)."""
 
@@ -139,12 +131,6 @@ class RadixTree:
             self.rollouts.append(info)
             self._rollout_index[info.id] = index
         return index
-
-    def rollout_index(self, rollout_id: str) -> int:
-        try:
-            return self._rollout_index[rollout_id]
-        except KeyError:
-            raise InvalidArgument(f"rollout {rollout_id!r} is not in this tree") from None
 
     # --- insertion ---
 

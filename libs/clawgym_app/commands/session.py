@@ -56,9 +56,7 @@ def new(
         registered = s.register_rollouts(run.id, [spec])[0]
         s.start_rollout(registered.rollout_id, sandbox="manual")
     finally:
-        close = getattr(s, "close", None)
-        if close is not None:
-            close()
+        s.close()
     typer.echo(
         f"run {run.id}, rollout {registered.rollout_id} ({harness}); use the key below as the API key:"
     )

@@ -76,7 +76,7 @@ class Runtime:
         cfg = self.cfg
         self.tokenizer = open_tokenizer(cfg)  # the served policy's, which is the trained one
         self.store = open_store(cfg)
-        self._closers.append(getattr(self.store, "close", lambda: None))
+        self._closers.append(self.store.close)
         self.engine = engine if engine is not None else open_engine(cfg)
         if engine is None:
             self._closers.append(self._close_engine)
@@ -98,11 +98,7 @@ class Runtime:
         return url
 
     def _close_engine(self) -> None:
-        close = getattr(self.engine, "aclose", None) or getattr(self.engine, "close", None)
-        if close is not None:
-            result = close()
-            if hasattr(result, "__await__"):
-                self.loop.run(result, timeout_s=60)
+        self.loop.run(self.engine.aclose(), timeout_s=60)
 
     # --- what commands use ---
 
