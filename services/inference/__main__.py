@@ -6,8 +6,8 @@ import sys
 
 from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
+from clawgym.preflight import Listen, preflight
 from clawgym.rpc_server import serve_until_signal
-from clawgym_services.inference.server import create_server
 
 log = logging.getLogger("clawgym.inference")
 
@@ -17,8 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config.inference
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        server = create_server(cfg, secret=config.rpc.shared_secret())
-    except ClawgymError as e:  # no secret: say so, no traceback
+        secret = config.rpc.shared_secret()  # first: a config error, before any port or database is tried
+        listens = [Listen.of(config, "inference", port) for port in ("port", "metrics_port")]
+        preflight(config, models=["inference.model"], listens=listens)  # before the model loads
+        from clawgym_services.inference.server import create_server  # torch: only once the config passed
+
+        server = create_server(cfg, secret=secret)
+    except ClawgymError as e:  # a bad model spec, a port in use, no secret: say so, no traceback
         print(f"clawgym serve inference: {e}", file=sys.stderr)
         return 2
     asyncio.run(serve_until_signal(server, lambda port: log.info(

@@ -7,6 +7,7 @@ import sys
 from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
 from clawgym.log_noise import PROBE_LOGGERS, demote_routine
+from clawgym.preflight import Listen, preflight
 from clawgym.rpc_server import serve_until_signal
 from clawgym_services.orchestrator.server import create_server
 
@@ -21,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     demote_routine(PROBE_LOGGERS)  # its health check of the proxy, once per rollout, is a DEBUG line
     try:
         cfg.rpc.shared_secret()  # checked before anything starts
+        listens = [Listen.of(cfg, "orchestrator", port) for port in ("port", "metrics_port")]
+        preflight(cfg, store="open_store", listens=listens)
     except ClawgymError as e:
         print(f"clawgym serve orchestrator: {e}", file=sys.stderr)
         return 2

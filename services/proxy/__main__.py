@@ -11,6 +11,7 @@ import uvicorn
 from clawgym.assemble import open_engine, open_store, open_tokenizer, proxy_app
 from clawgym.flags import service_config
 from clawgym.log_noise import PROBE_LOGGERS, demote_routine
+from clawgym.preflight import Listen, preflight
 from clawgym.proxy.serving import shared_port_socket, uvicorn_config
 
 
@@ -25,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     # health checks and metric scrapes are DEBUG in the access log; each call's acknowledgement stays INFO:
     # deploy/compose_stack.py checks the database against them
     demote_routine(PROBE_LOGGERS)
+    # before the tokenizer and engine load; `clawgym serve` prints a refusal as one line, exit 2
+    listen = Listen.of(cfg, "proxy", "port", shared=cfg.proxy.reuse_port)
+    preflight(
+        cfg, models=["inference.model"], store="open_store", buses=["proxy.redis_url"], listens=[listen]
+    )
     app = proxy_app(cfg, open_engine(cfg), open_store(cfg), open_tokenizer(cfg))
     server = uvicorn.Server(uvicorn_config(app, cfg.proxy, log_level="info"))
     sockets = None
@@ -32,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sockets = [shared_port_socket(cfg.proxy.host, cfg.proxy.port)]
         except OSError as e:
-            print(f"clawgym serve proxy: cannot listen on {cfg.proxy.host}:{cfg.proxy.port}: {e}", file=sys.stderr)
+            print(
+                f"clawgym serve proxy: cannot listen on {cfg.proxy.host}:{cfg.proxy.port}: {e}",
+                file=sys.stderr,
+            )
             return 3
     server.run(sockets=sockets)  # handles SIGINT/SIGTERM itself
     return 0 if server.started else 3  # 3: uvicorn's STARTUP_FAILURE (the port was taken, …)

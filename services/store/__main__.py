@@ -6,6 +6,7 @@ import sys
 
 from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
+from clawgym.preflight import Listen, preflight
 from clawgym_services.store.server import create_server
 
 log = logging.getLogger("clawgym.store")
@@ -16,8 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config.store
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        server = create_server(cfg, secret=config.rpc.shared_secret())
-    except ClawgymError as e:  # no secret: say so, no traceback
+        secret = config.rpc.shared_secret()  # first: a config error, before any port or database is tried
+        listens = [Listen.of(config, "store", port) for port in ("port", "metrics_port", "browse_port")]
+        preflight(config, store="open_sql_store", listens=listens)
+        server = create_server(cfg, secret=secret)
+    except ClawgymError as e:  # a port in use, an unreachable database, no secret: say so, no traceback
         print(f"clawgym serve store: {e}", file=sys.stderr)
         return 2
     port = server.start()

@@ -1,12 +1,13 @@
 """`clawgym serve trainer`: runs the RL loop of a run config until it finishes (or SIGTERM/SIGINT)."""
 
 import logging
+import os
 import signal
 import sys
 
 from clawgym.errors import ClawgymError
 from clawgym.flags import service_config
-from clawgym_services.trainer.server import create_server
+from clawgym.preflight import Listen, preflight
 
 log = logging.getLogger("clawgym.trainer")
 
@@ -20,6 +21,18 @@ def main(argv: list[str] | None = None) -> int:
             description="The RL trainer (torchrun for FSDP2).",
             clients_of=("store", "inference", "orchestrator"),
         )
+        main_rank = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 listens and opens the store
+        ports = [Listen.of(cfg, "trainer", port) for port in ("port", "metrics_port")]
+        preflight(
+            cfg,
+            models=["trainer.model"],
+            suites=["trainer.suite", "evaluation.suite"],
+            store="open_store" if main_rank else "",
+            buses=["store.bus_url"] if main_rank else [],
+            listens=ports if main_rank else [],
+        )
+        from clawgym_services.trainer.server import create_server  # torch: only once the config passed
+
         server = create_server(cfg)
     except ClawgymError as e:  # a bad config or an unreachable service: say which, no traceback
         print(f"clawgym serve trainer: {e}", file=sys.stderr)

@@ -29,6 +29,7 @@ ROLLOUTS_DONE = "rollouts.done"
 GROUPS_READY = "groups.ready"
 CHECKPOINTS = "checkpoints"
 STREAMS = (ROLLOUTS_DONE, GROUPS_READY, CHECKPOINTS)
+REDIS_SCHEMES = ("redis", "rediss", "unix")  # the URL schemes redis-py connects by
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def make_bus(url: str, prefix: str = "") -> EventBus:
         from clawgym.store.bus_memory import MemoryBus
 
         return MemoryBus()
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in REDIS_SCHEMES:
         from clawgym.store.bus_redis import RedisBus
 
         return RedisBus(base, prefix=prefix + url_prefix)

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
-from clawgym.errors import InvalidArgument, NotFound
+from clawgym.errors import InvalidArgument, NotFound, Unavailable
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
 READ_ONLY = "clawgym_read_only"  # execution option: a read transaction (plain BEGIN on SQLite)
@@ -77,6 +77,8 @@ def create_store_engine(url: str, pool_size: int = 16, *, writable: bool = True)
     if not writable:
         u = read_only_url(u)
     if u.get_backend_name() == "sqlite":
+        if writable and not u.query.get("uri"):
+            _make_folder(Path(u.database or "").parent)
         engine = create_engine(
             u,
             pool_size=pool_size,
@@ -88,6 +90,14 @@ def create_store_engine(url: str, pool_size: int = 16, *, writable: bool = True)
         event.listen(engine, "begin", _sqlite_begin if writable else _sqlite_begin_read_only)
         return engine
     return create_engine(u, pool_size=pool_size, max_overflow=max(2, pool_size // 4), pool_pre_ping=True)
+
+
+def _make_folder(folder: Path) -> None:
+    """The SQLite file's folder: SQLite creates the file but not the folders above it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Unavailable(f"store database unavailable: cannot create {folder}: {e.strerror}") from e
 
 
 def read_only(engine: Engine) -> Engine:

@@ -42,10 +42,12 @@ def command(
     import uvicorn
 
     from clawgym.browse.app import create_browse_app
+    from clawgym.preflight import Listen, check_port
     from clawgym_app.decoding import decoders
     from clawgym_app.store_source import open_read_store
 
     try:
+        check_port(Listen(host, port, "port", "--port"))  # before the store opens and a tokenizer loads
         s = open_read_store(store, store_service, run or run_dir, sets)
     except ClawgymError as e:
         typer.echo(f"clawgym browse: {e}", err=True)

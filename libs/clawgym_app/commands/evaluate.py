@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from clawgym.errors import ClawgymError, InvalidArgument
@@ -113,7 +114,8 @@ def command(
                               store_service=store_service)  # fmt: skip
         result, recorded = run_eval(cfg, request, console)
     except ClawgymError as e:
-        console.print(f"[red]clawgym eval:[/red] {e}")
+        # one line (grep-able, whatever the terminal's width); the message may quote a file's text
+        console.print(f"[red]clawgym eval:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from e
     console.print(f"recorded in {recorded.store} as eval run {recorded.run_id}")
     if as_json:
@@ -160,8 +162,8 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
 def results_store(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, str]:
     """`cfg` with its store replaced by the one `--store.url`/`--store.grpc-url` names (if any), and that
     store as printed ("the config's store sqlite:///…")."""
+    from clawgym.assemble import is_embedded  # not clawgym_app.runtime, whose Runtime imports torch
     from clawgym.errors import InvalidArgument
-    from clawgym_app.runtime import is_embedded
 
     if req.store and req.store_service:
         raise InvalidArgument("name one results store: --store.url URL or --store.grpc-url HOST:PORT")
@@ -248,15 +250,20 @@ def run_eval(cfg: ClawgymConfig, req: EvalRequest, console: Console) -> tuple[Ev
     as an eval run of its own; returns the result and where it was recorded."""
     from clawgym.errors import FailedPrecondition
     from clawgym.evaluation.runner import eval_run
+    from clawgym.preflight import preflight
     from clawgym_app.logs import quiet_libraries
     from clawgym_app.progress import RolloutBar, make_progress
-    from clawgym_app.runtime import Runtime
 
     quiet_libraries()
     cfg, spec = configure(cfg, req)
+    results_cfg, where = results_store(cfg, req)
+    preflight(results_cfg, models=["trainer.model"], store="open_store")
+    # torch and the rest only once the config passed: a refusal above comes in about a second
+    from clawgym_app.runtime import Runtime
+
     version, uri = requested_checkpoint(cfg, req.checkpoint) if req.checkpoint else (None, "")
     of_run = training_run(cfg)
-    cfg, where = results_store(cfg, req)
+    cfg = results_cfg
     console.print(f"clawgym eval: results go to {where}")
     with console.status("starting the runtime (store, engine, proxy, orchestrator)"):
         runtime = Runtime.open(cfg)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from clawgym.errors import ClawgymError
@@ -203,7 +204,8 @@ def command(
     try:
         outcome = run_quickstart(opts, console, sets)
     except ClawgymError as e:
-        console.print(f"[red]clawgym quickstart:[/red] {e}")
+        # one line (grep-able, whatever the terminal's width); the message may quote a file's text
+        console.print(f"[red]clawgym quickstart:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from e
     if as_json:
         print(json_line(outcome), file=sys.stdout, flush=True)
@@ -218,16 +220,20 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     """The whole quickstart (its config with `sets`, `--set` items, over it); progress on `console`;
     returns the outcome (summary, report path)."""
     from clawgym.config import with_sets
+    from clawgym.preflight import preflight
     from clawgym.report.run_folder import LOG_FILE, fresh_run_dir, write_summary
     from clawgym.run import in_folder, write_run_config
     from clawgym_app.commands.train import forget_folder
     from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
-    from clawgym_app.runtime import Runtime
-    from clawgym_app.training_run import run_with_progress
 
     started = time.monotonic()
     run_dir = Path(opts.run_dir) if opts.run_dir else fresh_run_dir()
     cfg = in_folder(with_sets(opts.config(run_dir), sets), run_dir)
+    preflight(cfg, models=["trainer.model"], store="open_store", buses=["store.bus_url"])
+    # torch and the rest only once the config passed: a refusal above comes in about a second
+    from clawgym_app.runtime import Runtime
+    from clawgym_app.training_run import run_with_progress
+
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     log_to_file(run_dir / LOG_FILE)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -63,7 +64,8 @@ def command(
         )
         shown = run_one(cfg, harness, task, suite, console)
     except ClawgymError as e:
-        console.print(f"[red]clawgym rollout:[/red] {e}")
+        # one line (grep-able, whatever the terminal's width); the message may quote a file's text
+        console.print(f"[red]clawgym rollout:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(2) from e
     if as_json:
         print(json.dumps(shown.as_json()))
@@ -116,12 +118,17 @@ class ShownRollout:
 def run_one(cfg: ClawgymConfig, harness: str, task: str, suite: str, console: Console) -> ShownRollout:
     """Runs `task` (a folder, or an id of `suite`) once through `harness` in a run of its own."""
     from clawgym.orchestrator.interface import Batch, RolloutRequest, collect
+    from clawgym.preflight import check_suite, preflight
     from clawgym.tasks.suites import resolve_task
     from clawgym_app.logs import quiet_libraries
-    from clawgym_app.runtime import Runtime
 
     quiet_libraries()
     suite, task_id = resolve_task(task, suite)
+    check_suite(suite, "--suite")
+    preflight(cfg, models=["trainer.model"], store="open_store")
+    # torch and the rest only once the config passed: a refusal above comes in about a second
+    from clawgym_app.runtime import Runtime
+
     with console.status(f"starting the runtime ({cfg.trainer.model})"):
         runtime = Runtime.open(cfg)
     with runtime:

@@ -55,14 +55,11 @@ def command(
     a timestamp>): config.yaml, the SQLite store and checkpoints unless the config puts them elsewhere,
     TensorBoard events, the report, run.log. Ctrl-C stops after the current step and writes the report
     of what was done; `clawgym train RUN --resume` goes on in the same folder."""
+    from clawgym.preflight import preflight
     from clawgym.report.run_folder import LOG_FILE
     from clawgym.run import in_folder, refuse_trained_evaluation, write_run_config
     from clawgym.tracking.writers import check_available
     from clawgym_app.logs import log_to_file, quiet_libraries
-    from clawgym_app.resume import check_resume, find_prior_run, named_run
-    from clawgym_app.runtime import Runtime, is_embedded
-    from clawgym_app.runtime.services import ServiceStack
-    from clawgym_app.training_run import run_with_progress
 
     console = Console(stderr=True) if as_json else Console()
     folder: Path | None = None
@@ -74,6 +71,14 @@ def command(
         cfg = in_folder(cfg, folder)
         check_available(cfg.tracking)
         refuse_trained_evaluation(cfg)  # before any model loads: never score a task the run trains on
+        preflight(cfg, models=["trainer.model"], suites=["trainer.suite", "evaluation.suite"],
+                  store="open_store", buses=["store.bus_url"])  # fmt: skip
+        # torch and the rest only once the config passed: a refusal above comes in about a second
+        from clawgym_app.resume import check_resume, find_prior_run, named_run
+        from clawgym_app.runtime import Runtime, is_embedded
+        from clawgym_app.runtime.services import ServiceStack
+        from clawgym_app.training_run import run_with_progress
+
         if resume and not named_run(cfg.trainer)[0]:
             check_resume(cfg.trainer, None, resume)  # no run recorded at all: say so before loading anything
         created = not folder.exists()
