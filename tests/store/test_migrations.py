@@ -8,6 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from clawgym.errors import NotFound
 from clawgym.store.database import create_store_engine
 from clawgym.store.migrations import current_revision, head_revision, migrate
 from clawgym.store.models import Base
@@ -91,3 +92,20 @@ def test_a_read_only_store_reads_what_was_written_and_the_database_refuses_its_w
         assert [r.id for r in check.list_runs()] == [run.id], "the refused write left nothing behind"
     finally:
         check.close()
+
+
+def test_a_writable_sqlite_store_makes_the_folder_its_file_is_in(tmp_path: Path) -> None:
+    """SQLite creates a missing file but not its folder: the store makes the folder (what
+    `clawgym.preflight` lets through as a folder that can be made), a read-only store never does."""
+    db = tmp_path / "runs" / "new" / "clawgym.db"
+    store = SqlStore(f"sqlite:///{db}")
+    try:
+        run = store.create_run("in a new folder")
+        assert store.get_run(run.id) == run, "the store in the folder it made keeps what was written"
+    finally:
+        store.close()
+    assert db.is_file(), "the store's file is in the folder it made"
+    elsewhere = tmp_path / "other" / "clawgym.db"
+    with pytest.raises(NotFound):
+        SqlStore(f"sqlite:///{elsewhere}", writable=False)
+    assert not elsewhere.parent.exists(), "a read-only store makes nothing"
