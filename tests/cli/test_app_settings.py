@@ -121,3 +121,17 @@ def test_eval_names_its_results_store_and_refuses_a_store_it_cannot_record_into(
         results_store(services, EvalRequest(store="sqlite:////tmp/results.db"))
     with pytest.raises(InvalidArgument, match="name one results store"):
         results_store(cfg, EvalRequest(store="sqlite:////tmp/results.db", store_service="127.0.0.1:50051"))
+
+
+def test_the_default_policy_is_the_served_one_when_the_config_names_no_trained_one():
+    """One default policy: what inference.model defaults to, what the quickstart runs, and what eval
+    evaluates (and rollout runs) when neither --model nor trainer.model names one. A config that
+    names only inference.model is evaluated on that policy, not on a second default of the command."""
+    from clawgym.policies.specs import DEFAULT_POLICY
+    from clawgym_app.commands.evaluate import EvalRequest, configure
+
+    assert ClawgymConfig().inference.model == QuickstartOptions().model == DEFAULT_POLICY
+    served, _ = configure(ClawgymConfig(inference={"model": "tiny-qwen3"}), EvalRequest())
+    assert served.trainer.model == "tiny-qwen3", "eval runs the config's served policy"
+    named, _ = configure(ClawgymConfig(inference={"model": "tiny-qwen3"}), EvalRequest(model=DEFAULT_POLICY))
+    assert named.trainer.model == DEFAULT_POLICY, "--model wins"

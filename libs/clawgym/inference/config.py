@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from clawgym.policies.specs import DEFAULT_POLICY
 from clawgym.section import Section
 
 
@@ -15,7 +16,7 @@ class InferenceConfig(Section):
     """What `clawgym serve inference` serves, and how an in-process engine or a client is built."""
 
     model: str = Field(
-        "smollm2-135m", description="model spec: smollm2-135m, tiny-qwen3, or a local HF folder"
+        DEFAULT_POLICY, description="model spec: smollm2-135m, tiny-qwen3, or a local HF folder"
     )
     engine: Literal["torch", "vllm"] = Field(
         "torch", description="torch (in-process, CPU or one CUDA device: `device`) or vllm (GPU)"

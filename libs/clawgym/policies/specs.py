@@ -13,6 +13,7 @@ from clawgym.errors import InvalidArgument
 
 TINY_QWEN3 = "tiny-qwen3"
 SMOLLM2_135M = "smollm2-135m"
+DEFAULT_POLICY = SMOLLM2_135M  # served (inference.model) and run by the quickstart when none is named
 
 
 @dataclass(frozen=True)

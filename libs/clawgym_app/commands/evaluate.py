@@ -87,7 +87,7 @@ def command(
     ),
     suite: str = typer.Option("", help="suite (default evaluation.suite or trainer.suite)"),
     split: str = typer.Option("", help="split (default evaluation.split)"),
-    model: str = typer.Option("", help="policy model spec (default trainer.model, else smollm2-135m)"),
+    model: str = typer.Option("", help="policy model spec (default trainer.model, else inference.model)"),
     store: str = typer.Option(
         "",
         "--store.url",
@@ -136,7 +136,6 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
     and the evaluation to run."""
     from clawgym.errors import InvalidArgument
     from clawgym.evaluation.select import eval_spec
-    from clawgym.policies.specs import SMOLLM2_135M
 
     if req.k < 1:
         raise InvalidArgument(f"--k must be >= 1, got {req.k}")
@@ -148,7 +147,7 @@ def configure(cfg: ClawgymConfig, req: EvalRequest) -> tuple[ClawgymConfig, Eval
         update["tasks"] = req.tasks
     if req.tasks >= 0 or req.split or req.suite:
         update["task_ids"] = []  # a new choice of tasks replaces the config's own list
-    model = req.model or cfg.trainer.model or SMOLLM2_135M
+    model = req.model or cfg.trainer.model or cfg.inference.model  # the default policy: inference.model's
     cfg = cfg.model_copy(
         update={
             "trainer": cfg.trainer.model_copy(update={"model": model}),

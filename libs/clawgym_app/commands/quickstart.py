@@ -29,6 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clawgym.errors import ClawgymError
+from clawgym.policies.specs import DEFAULT_POLICY
 from clawgym_app.config_options import set_option
 
 COMMAND_TIMEOUT_S = 5.0  # reference harness: seconds one shell command of the policy may run
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 class QuickstartOptions:
     """Every knob of the quickstart (the CLI's options); defaults take 10-12 minutes on 2 AVX-512 cores."""
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_POLICY
     suite: str = "mini"
     max_level: int = 2
     # 60, measured beside 24 and 48 (clean clones, seeds 0 and 1, 2 AVX-512 cores): unseen families moved

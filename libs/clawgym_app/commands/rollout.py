@@ -37,7 +37,7 @@ def command(
     ),
     task: str = typer.Option(..., "--task", "-t", help="a task folder, or a task id of --suite"),
     suite: str = typer.Option("mini", help="the suite a task id belongs to (ignored for a folder)"),
-    model: str = typer.Option("", help="policy model spec (default trainer.model, else smollm2-135m)"),
+    model: str = typer.Option("", help="policy model spec (default trainer.model, else inference.model)"),
     config: Path = typer.Option(None, "--config", "-c", help="run config YAML; default: embedded defaults"),
     max_new_tokens: int = typer.Option(0, help="cap generated tokens per call (0 = the config's)"),
     temperature: float = typer.Option(None, help="force this sampling temperature (default: the request's)"),
@@ -47,7 +47,6 @@ def command(
 ) -> None:
     """Run one task through one harness; print the captured calls and the prefix tree."""
     from clawgym.config import load_config
-    from clawgym.policies.specs import SMOLLM2_135M
 
     console = Console(stderr=True) if as_json else Console()
     try:
@@ -58,7 +57,7 @@ def command(
                 **({"temperature": temperature} if temperature is not None else {}),
             }
         )
-        model = model or cfg.trainer.model or SMOLLM2_135M
+        model = model or cfg.trainer.model or cfg.inference.model  # the default policy: inference.model's
         cfg = cfg.model_copy(
             update={"proxy": proxy, "trainer": cfg.trainer.model_copy(update={"model": model})}
         )
