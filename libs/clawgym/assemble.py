@@ -1,20 +1,24 @@
 """The composition root: every part of clawgym built from one `ClawgymConfig`, one way.
 
-Owns the choice between an in-process part and a client of its service, for each part:
+Owns the choice between an in-process part and a client of its service, for each part. One verb
+per kind: `open_` gives a part ready to use that its caller closes (a store, a bus, an engine, a
+started orchestrator, a served proxy); `build_` one constructed but not started, or with nothing to
+release (an orchestrator to start, a trainer, an app to serve, a tokenizer).
 
-    open_store(cfg)        SqlStore on `store.url`, or the store service at `store.grpc_url`
-    open_bus(cfg, store)   the store's own bus, or the one `store.bus_url` names
-    open_engine(cfg)       the in-process engine (`inference.engine`), or the inference service at
-                           `inference.grpc_url`: one replica, or several (comma-separated) behind
-                           a `ReplicatedEngine` that keeps a rollout on one replica
-    open_local_engine(i)   the in-process engine alone (what the inference service serves)
-    open_tokenizer(cfg)    the served policy's tokenizer (the proxy renders with it)
-    proxy_app(cfg, …)      the proxy's HTTP app on given parts (what the proxy service serves)
-    start_embedded_proxy   that app on a loopback port in this process (an embedded run)
-    run_config(cfg)        `cfg` as a run sees it: the served policy is the trained one
-    open_rollouts(cfg)     the in-process `Orchestrator` (sandboxes of `sandbox`), or the
-                           orchestrator service at `orchestrator.grpc_url`
-    build_trainer(cfg)     a `Trainer` whose rollouts come from `open_rollouts` (or the toy source)
+    open_store(cfg)          SqlStore on `store.url`, or the store service at `store.grpc_url`
+    open_bus(cfg, store)     the store's own bus, or the one `store.bus_url` names
+    open_engine(cfg)         the in-process engine (`inference.engine`), or the inference service at
+                             `inference.grpc_url`: one replica, or several (comma-separated) behind
+                             a `ReplicatedEngine` that keeps a rollout on one replica
+    open_local_engine(i)     the in-process engine alone (what the inference service serves)
+    build_tokenizer(cfg)     the served policy's tokenizer (the proxy renders with it)
+    build_proxy_app(cfg, …)  the proxy's HTTP app on given parts (what the proxy service serves)
+    open_embedded_proxy      that app on a loopback port in this process (an embedded run)
+    run_config(cfg)          `cfg` as a run sees it: the served policy is the trained one
+    build_orchestrator(cfg)  the in-process `Orchestrator` on the sandboxes of `sandbox`, not started
+    open_rollouts(cfg)       that orchestrator started, or the orchestrator service at
+                             `orchestrator.grpc_url`
+    build_trainer(cfg)       a `Trainer` whose rollouts come from `open_rollouts` (or the toy source)
 
 Every service's `__main__`, the embedded runtime, `clawgym session new`, the benches and the tests
 build parts through these functions and nothing else. Heavy imports (torch, transformers,
@@ -113,7 +117,7 @@ def open_local_engine(i: InferenceConfig) -> Engine:
     return create_engine(i)
 
 
-def open_tokenizer(cfg: ClawgymConfig) -> Any:
+def build_tokenizer(cfg: ClawgymConfig) -> Any:
     """The served policy's tokenizer (`inference.model`): the proxy renders prompts with it."""
     from clawgym.policies import load_tokenizer
 
@@ -134,7 +138,7 @@ def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
     return cfg.model_copy(update={"inference": cfg.inference.model_copy(update=update)})
 
 
-def proxy_app(cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokenizer: Any) -> FastAPI:
+def build_proxy_app(cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokenizer: Any) -> FastAPI:
     """The proxy's HTTP app (`clawgym.proxy.app`) on these parts, rendering tools as the served policy
     (`inference.model`) does."""
     from clawgym.policies import policy_spec
@@ -144,14 +148,14 @@ def proxy_app(cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokeni
     return create_app(cfg.proxy, engine, store, tokenizer, supports_tools=supports_tools)
 
 
-def start_embedded_proxy(
+def open_embedded_proxy(
     cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokenizer: Any
 ) -> tuple[str, Callable[[], None]]:
-    """`proxy_app` served in this process on a free loopback port (`ServerThread`, with the read deadline
-    of `cfg.proxy`): its root URL, and the function that stops it."""
+    """`build_proxy_app` served in this process on a free loopback port (`ServerThread`, with the read
+    deadline of `cfg.proxy`): its root URL, and the function that stops it."""
     from clawgym.proxy.serving import ServerThread
 
-    server = ServerThread(proxy_app(cfg, engine, store, tokenizer), cfg.proxy)
+    server = ServerThread(build_proxy_app(cfg, engine, store, tokenizer), cfg.proxy)
     return server.start(), server.stop
 
 

@@ -1,14 +1,14 @@
 """`clawgym serve proxy`: the capturing proxy, with an in-process engine or the inference service.
 
 The process only (flags, logs, uvicorn and its signals, the shared port): the app is the library's
-(`clawgym.proxy.app`, assembled by `clawgym.assemble.proxy_app`)."""
+(`clawgym.proxy.app`, assembled by `clawgym.assemble.build_proxy_app`)."""
 
 import logging
 import sys
 
 import uvicorn
 
-from clawgym.assemble import open_engine, open_store, open_tokenizer, proxy_app
+from clawgym.assemble import build_proxy_app, build_tokenizer, open_engine, open_store
 from clawgym.flags import service_config
 from clawgym.log_noise import PROBE_LOGGERS, demote_routine
 from clawgym.preflight import Listen, preflight
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     preflight(
         cfg, models=["inference.model"], store="open_store", buses=["proxy.redis_url"], listens=[listen]
     )
-    app = proxy_app(cfg, open_engine(cfg), open_store(cfg), open_tokenizer(cfg))
+    app = build_proxy_app(cfg, open_engine(cfg), open_store(cfg), build_tokenizer(cfg))
     server = uvicorn.Server(uvicorn_config(app, cfg.proxy, log_level="info"))
     sockets = None
     if cfg.proxy.reuse_port:

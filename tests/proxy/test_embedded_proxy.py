@@ -1,11 +1,11 @@
-"""The proxy an embedded run serves (`clawgym.assemble.start_embedded_proxy`) and the app the proxy service
-serves (`clawgym.assemble.proxy_app`): one assembly, real HTTP on a loopback port, a real SQLite store, the
-real tiny-qwen3 tokenizer; only the engine is scripted."""
+"""The proxy an embedded run serves (`clawgym.assemble.open_embedded_proxy`) and the app the proxy
+service serves (`clawgym.assemble.build_proxy_app`): one assembly, real HTTP on a loopback port, a real
+SQLite store, the real tiny-qwen3 tokenizer; only the engine is scripted."""
 
 import httpx
 import pytest
 
-from clawgym.assemble import proxy_app, start_embedded_proxy
+from clawgym.assemble import build_proxy_app, open_embedded_proxy
 from clawgym.config import ClawgymConfig
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.records import RolloutSpec
@@ -23,7 +23,7 @@ def test_the_embedded_proxy_records_a_call_on_loopback_and_stop_closes_its_port(
     engine = ScriptedEngine.from_texts(tokenizer, [script.final], model="tiny-qwen3")
     run = store.create_run("embedded")
     (rollout,) = store.register_rollouts(run.id, [RolloutSpec(group_id="g", task_id="t", harness="h")])
-    url, stop = start_embedded_proxy(
+    url, stop = open_embedded_proxy(
         ClawgymConfig(inference={"model": "tiny-qwen3"}), engine, store, tokenizer
     )
     try:
@@ -49,7 +49,7 @@ def test_the_proxy_app_renders_tools_as_the_served_policy_does(tokenizer, store,
     """The served policy's spec decides, not a probe of the tokenizer's template: tiny-qwen3's template
     would render tools either way, so a proxy that stopped asking the spec would render them for smollm2."""
     engine = ScriptedEngine.from_texts(tokenizer, ["ok"], model=model)
-    app = proxy_app(ClawgymConfig(inference={"model": model}), engine, store, tokenizer)
+    app = build_proxy_app(ClawgymConfig(inference={"model": model}), engine, store, tokenizer)
     assert app.state.gateway.template.info.renders_tools is renders_tools, (
         f"{model}'s spec says {renders_tools}"
     )

@@ -5,7 +5,7 @@ as it arrives (the gateway checks the API key and the size before reading it; ma
 are the protocol's 400, never FastAPI's 422), calls one gateway method and turns its
 `JsonReply` / `StreamReply` into a response. How it is served (read deadline): `clawgym.proxy.serving`;
 who serves it: `clawgym serve proxy` (`clawgym_services.proxy`) and the embedded run
-(`clawgym.assemble.start_embedded_proxy`). Routes exist with and without the `/v1`
+(`clawgym.assemble.open_embedded_proxy`). Routes exist with and without the `/v1`
 prefix because harnesses differ in how they join base URL and path (HARNESSES.md).
 """
 

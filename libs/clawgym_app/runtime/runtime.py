@@ -4,7 +4,7 @@ Owns the deployment modes of ARCHITECTURE.md §8 from the app's side:
 
 - embedded (`orchestrator.grpc_url` empty): one process. SqlStore (SQLite by default) with its bus
   (in-memory by default), the torch engine, the proxy app served by uvicorn on a loopback port in
-  a thread (`clawgym.assemble.start_embedded_proxy`), the in-process `Orchestrator` with local
+  a thread (`clawgym.assemble.open_embedded_proxy`), the in-process `Orchestrator` with local
   sandboxes, and the trainer loop. Same interfaces as the services, in-process implementations.
 - services (compose, cluster, or `runtime.services.ServiceStack` on loopback): the store, engine and
   orchestrator are gRPC clients (`StoreClient`, `GrpcEngine`, `OrchestratorClient`); the proxy is
@@ -22,14 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from clawgym.assemble import (
+    build_tokenizer,
     build_trainer,
     is_embedded,
+    open_embedded_proxy,
     open_engine,
     open_rollouts,
     open_store,
-    open_tokenizer,
     run_config,
-    start_embedded_proxy,
 )
 from clawgym.config import ClawgymConfig
 from clawgym.evaluation.runner import EvalResult, EvalSpec, evaluate
@@ -74,7 +74,7 @@ class Runtime:
 
     def _open(self, engine: Engine | None) -> None:
         cfg = self.cfg
-        self.tokenizer = open_tokenizer(cfg)  # the served policy's, which is the trained one
+        self.tokenizer = build_tokenizer(cfg)  # the served policy's, which is the trained one
         self.store = open_store(cfg)
         self._closers.append(self.store.close)
         self.engine = engine if engine is not None else open_engine(cfg)
@@ -92,7 +92,7 @@ class Runtime:
         self._closers.append(lambda: self.loop.run(self.rollouts.close(), timeout_s=60))
 
     def _start_proxy(self) -> str:
-        url, stop = start_embedded_proxy(self.cfg, self.engine, self.store, self.tokenizer)
+        url, stop = open_embedded_proxy(self.cfg, self.engine, self.store, self.tokenizer)
         self._closers.append(stop)
         log.info("embedded proxy on %s", url)
         return url
