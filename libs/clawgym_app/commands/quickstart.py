@@ -230,17 +230,22 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     started = time.monotonic()
     run_dir = Path(opts.run_dir) if opts.run_dir else fresh_run_dir()
     cfg = in_folder(with_sets(opts.config(run_dir), sets), run_dir)
-    preflight(cfg, models=["trainer.model"], store="open_store", buses=["store.bus_url"])
-    # torch and the rest only once the config passed: a refusal above comes in about a second
-    from clawgym_app.runtime import Runtime
-    from clawgym_app.training_run import run_with_progress
-
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     log_to_file(run_dir / LOG_FILE)
     quiet_libraries()
-    threads = set_threads(opts.threads)
     write_run_config(run_dir, cfg)
+    try:
+        preflight(cfg, models=["trainer.model"], store="open_store", buses=["store.bus_url"])
+    except ClawgymError:
+        if created:
+            forget_folder(run_dir)  # a refused start leaves no folder behind
+        raise
+    # torch and the rest only once the config passed: a refusal above comes in about a second
+    from clawgym_app.runtime import Runtime
+    from clawgym_app.training_run import run_with_progress
+
+    threads = set_threads(opts.threads)
     levels = f", levels <= {opts.max_level}" if opts.max_level else ""
     train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
     console.print(
