@@ -1,8 +1,8 @@
 """Command-line flags generated from config sections: a flag is a field, its help the field's doc.
 
 `service_config(...)` is how every `clawgym serve X` reads its config: `-c FILE`, then one flag per
-field of its own section (`--port`, `--metrics-port`, `--kubernetes.namespace` for nested
-sections) and of the sections it is a client of, prefixed (`--store.url`). Values given on the
+field of its own section (`--port`, `--metrics-port`, dotted for nested sections) and of the
+sections it is a client of, prefixed (`--store.url`, `--sandbox.kubernetes.namespace`). Values given on the
 command line win over CLAWGYM_* variables, the YAML file and the defaults (`clawgym.config`);
 `--set KEY=VALUE` (any field, by dotted path, as every other `clawgym` command takes it) wins over
 them all. An unknown flag is an InvalidArgument naming the nearest one.
