@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import RPC_SECRET
 
@@ -52,21 +51,12 @@ def timed(clawgym: Callable[..., subprocess.CompletedProcess]) -> Callable[..., 
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Callable[..., Path]:
-    """A run config on tiny-qwen3 whose model cache is the test's own folder; `**sections` merge over it."""
+def config(run_config: Callable[..., Path], tmp_path: Path) -> Callable[..., Path]:
+    """`run_config` whose model cache is the test's own folder (so a test sees that no model loaded)."""
 
     def write(**sections: dict) -> Path:
-        cache = str(tmp_path / "models")
-        data: dict = {
-            "store": {"url": f"sqlite:///{tmp_path / 'store.db'}"},
-            "inference": {"cache_dir": cache},
-            "trainer": {"model": "tiny-qwen3", "checkpoint_uri": str(tmp_path / "ck")},
-        }
-        for name, values in sections.items():
-            data[name] = {**data.get(name, {}), **values}
-        path = tmp_path / "run.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return path
+        inference = {"cache_dir": str(tmp_path / "models"), **sections.pop("inference", {})}
+        return run_config(inference=inference, **sections)
 
     return write
 
