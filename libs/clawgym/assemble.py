@@ -209,8 +209,9 @@ def build_trainer(
     proxy_url: str = "",
     on_status: Callable[[RolloutStatus], None] | None = None,
 ) -> Trainer:
-    """A `Trainer` for `cfg.trainer`. Parts not given are opened from `cfg` and closed with the trainer
-    (`store`, `runner`, the orchestrator client); given ones stay the caller's. Rollouts come from `rollouts` (or
+    """A `Trainer` for `cfg.trainer`. Parts not given are opened from `cfg`: the runner and the
+    orchestrator client close with the trainer, a store it opens lives as long as the process; given
+    ones stay the caller's. Rollouts come from `rollouts` (or
     `open_rollouts(cfg)`), or from the toy source with `trainer.rollout_source: toy`. The engines the
     trainer publishes checkpoints to: `engines`, else the inference service if one is named. Batches name
     `proxy_url` (an embedded run's own proxy), else none: the orchestrator's `orchestrator.proxy_url`. Under

@@ -5,7 +5,7 @@ orchestrator, `clawgym tasks check` and tests call the same code on any backend.
 crashes, times out or prints no number gives reward 0 with the reason in `Verdict.detail`: that is
 a task failure, never an infrastructure one.
 
-The verifier runs after the harness in a context the harness could not prepare (issue #16):
+The verifier runs after the harness in a context the harness could not prepare:
 
 - /tests, HOME and /tmp (and Harbor's /logs) are emptied from outside (`Sandbox.reset_dir`, which
   also kills anything still running), the verifier's files put in, and /tests sealed read-only.
