@@ -219,6 +219,23 @@ class ComposeStack:
         self._gather(facts)
         return facts
 
+    def run_folder(self, run_name: str) -> dict:
+        """What the trainer left in its run folder (the run's checkpoint folder, in the checkpoints
+        volume): its file names, how many TensorBoard event files, report.json's evaluation labels
+        and summary.json; read by a one-off container of the trainer's image."""
+        script = (
+            "import json, pathlib, sys; f = pathlib.Path(sys.argv[1]); "
+            "print(json.dumps({'files': sorted(p.name for p in f.iterdir()), "
+            "'events': len(list(f.glob('tensorboard/events.out.tfevents.*'))), "
+            "'labels': sorted({e['label'] for e in json.loads((f / 'report.json').read_text())['evals']}), "
+            "'summary': json.loads((f / 'summary.json').read_text())}))"
+        )
+        done = self.compose(
+            "run", "--rm", "--no-deps", "--entrypoint", "python", "trainer", "-c", script,
+            f"/data/checkpoints/{run_name}",
+        )  # fmt: skip
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
     def _steps(self) -> int:
         rows = self.sql("select count(*) from train_steps")
         return int(rows[0][0]) if rows else 0

@@ -75,6 +75,15 @@ def test_pass_at_1_is_evaluated_at_the_end(compose_run: ComposeRun):
     assert 0.0 <= compose_run.facts.pass_at_1["reference"] <= 1.0
 
 
+def test_the_trainer_service_leaves_the_run_folder_clawgym_train_leaves(compose_run: ComposeRun):
+    """report, summary, TensorBoard events and the evaluations of every step, beside the checkpoints."""
+    folder = compose_run.stack.run_folder("compose-test")
+    assert {"report.md", "report.json", "summary.json", "run.json", "tensorboard"} <= set(folder["files"]), folder
+    assert folder["events"] >= 1, folder
+    assert folder["labels"] == ["after", "step 1", "step 2"], folder["labels"]
+    assert folder["summary"]["steps"] >= 3 and "pass1_after" in folder["summary"], folder["summary"]
+
+
 def test_crashed_proxy_and_store_are_restarted_and_no_acknowledged_call_is_lost(compose_run: ComposeRun):
     f = compose_run.facts
     assert f.crashed == ["proxy", "store"]
