@@ -11,6 +11,8 @@ and `helm upgrade` with a changed value. Every check reads the release's own Pos
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -66,6 +68,22 @@ def test_the_run_completes_its_steps_through_pod_loss(release, chaos_run):
     assert evals == [(0, "reference"), (STEPS, "reference")], (
         f"Pass@1 evaluated before and after, each once (a restarted trainer repeats none): {evals}"
     )
+
+
+def test_the_trainer_leaves_its_report_in_its_run_folder_beside_its_checkpoints(release, chaos_run):
+    """The trainer service runs the library's Run, as `clawgym train` does: its run folder (the run's
+    checkpoint folder, on the node's hostPath) holds the report and summary of the whole run, the
+    evaluations before and after included, though the trainer pod was deleted on the way."""
+    folder = release.checkpoints_dir / f"k8s-{release.namespace}"
+    deadline = time.monotonic() + 180  # Status says finished before the last report is written
+    while not (folder / "summary.json").is_file() and time.monotonic() < deadline:
+        time.sleep(2)
+    held = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    assert {"report.md", "report.json", "summary.json", "run.json"} <= held, held
+    labels = sorted({e["label"] for e in json.loads((folder / "report.json").read_text())["evals"]})
+    assert labels == ["after", "before"], labels
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["steps"] == STEPS and "pass1_after" in summary and "pass1_before" in summary, summary
 
 
 def test_every_inference_replica_serves_every_version_published_while_it_was_up(release, chaos_run):
