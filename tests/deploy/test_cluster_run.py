@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 STEPS = 8
 GROUPS_PER_STEP = 2
+EVERY_STEPS = 6  # one evaluation between steps, after the chaos of steps 1-5
 RUN_DEADLINE_S = 1800
 
 
@@ -33,7 +34,12 @@ def release(k8s_cluster, k8s_tools, k8s_local_image, tmp_path_factory) -> Iterat
         k8s_local_image,
         tmp_path_factory.mktemp("checkpoints"),
         steps=STEPS,
-        extra_sets={"trainer.runConfig.trainer.groups_per_step": str(GROUPS_PER_STEP)},
+        extra_sets={
+            "trainer.runConfig.trainer.groups_per_step": str(GROUPS_PER_STEP),
+            # the trainer service runs clawgym train's Run: an evaluation between steps, TensorBoard
+            "trainer.runConfig.evaluation.every_steps": str(EVERY_STEPS),
+            "trainer.runConfig.tracking.tensorboard": "true",
+        },
     )
     try:
         seconds = r.install()
@@ -65,15 +71,17 @@ def test_the_run_completes_its_steps_through_pod_loss(release, chaos_run):
     steps = r.query("SELECT step FROM train_steps WHERE run_id = :r ORDER BY step", r=run_id)
     assert [s for (s,) in steps] == list(range(1, STEPS + 1)), "one recorded step per version"
     evals = r.query("SELECT version, harness FROM evals WHERE run_id = :r ORDER BY version", r=run_id)
-    assert evals == [(0, "reference"), (STEPS, "reference")], (
-        f"Pass@1 evaluated before and after, each once (a restarted trainer repeats none): {evals}"
+    assert evals == [(0, "reference"), (EVERY_STEPS, "reference"), (STEPS, "reference")], (
+        f"Pass@1 evaluated before, every {EVERY_STEPS} steps and after, each once (a restarted trainer "
+        f"repeats none): {evals}"
     )
 
 
 def test_the_trainer_leaves_its_report_in_its_run_folder_beside_its_checkpoints(release, chaos_run):
     """The trainer service runs the library's Run, as `clawgym train` does: its run folder (the run's
     checkpoint folder, on the node's hostPath) holds the report and summary of the whole run, the
-    evaluations before and after included, though the trainer pod was deleted on the way."""
+    evaluations before, between steps and after, and TensorBoard events, though the trainer pod was
+    deleted on the way."""
     folder = release.checkpoints_dir / f"k8s-{release.namespace}"
     deadline = time.monotonic() + 180  # Status says finished before the last report is written
     while not (folder / "summary.json").is_file() and time.monotonic() < deadline:
@@ -81,7 +89,8 @@ def test_the_trainer_leaves_its_report_in_its_run_folder_beside_its_checkpoints(
     held = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     assert {"report.md", "report.json", "summary.json", "run.json"} <= held, held
     labels = sorted({e["label"] for e in json.loads((folder / "report.json").read_text())["evals"]})
-    assert labels == ["after", "before"], labels
+    assert labels == ["after", "before", f"step {EVERY_STEPS}"], labels
+    assert list((folder / "tensorboard").glob("events.out.tfevents.*")), "TensorBoard events beside the report"
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["steps"] == STEPS and "pass1_after" in summary and "pass1_before" in summary, summary
 
