@@ -95,11 +95,6 @@ def env_name(dotted: str) -> str:
     return ENV_PREFIX + "__".join(dotted.upper().split("."))
 
 
-def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The CLAWGYM_* variables of `environ` (default: this process's) as nested config values."""
-    return reduce(merge, (layer.values for layer in env_layers(environ)), {})
-
-
 def env_layers(environ: Mapping[str, str] | None = None) -> list[Layer]:
     """One layer per config variable of `environ`, whole sections before their fields (the more
     specific wins). A config variable is CLAWGYM_<SECTION> or any CLAWGYM_ name with `__` in it;
@@ -107,13 +102,14 @@ def env_layers(environ: Mapping[str, str] | None = None) -> list[Layer]:
     env = os.environ if environ is None else environ
     names = [k for k in env if k.upper().startswith(ENV_PREFIX) and _is_config_variable(k[len(ENV_PREFIX) :])]
     layers = []
+    # pydantic-settings' own parser: it knows from the model which fields take JSON (built once: it
+    # reads the whole model; each variable is parsed alone, as its own layer)
+    source = EnvSettingsSource(
+        ClawgymConfig, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__"
+    )
     for name in sorted(names, key=lambda k: k.count("__")):
         path = name[len(ENV_PREFIX) :].lower().split("__")
         _check_keys(_nested(path, env[name]), name)
-        # pydantic-settings' own parser: it knows from the model which fields take JSON
-        source = EnvSettingsSource(
-            ClawgymConfig, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter="__"
-        )
         source.env_vars = {name.lower(): env[name]}
         try:
             values = source()

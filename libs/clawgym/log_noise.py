@@ -2,9 +2,9 @@
 (GET /healthz, /metrics answered 2xx) as httpx clients and uvicorn's access log report them, and the
 proxy's acknowledgement of each recorded call (`clawgym.proxy.acks`).
 
-At INFO a run's log then holds its steps, evaluations, checkpoints and warnings: before, 1,795 of a
-4,148-line run.log were healthz requests (one per rollout, from the orchestrator's proxy check) and
-2,272 were call acknowledgements. At DEBUG they are all there, marked DEBUG. A probe that failed
+At INFO a run's log then holds its steps, evaluations, checkpoints and warnings, not a health check
+per rollout (the orchestrator's proxy check) and an acknowledgement per call, which outnumbered them.
+At DEBUG they are all there, marked DEBUG. A probe that failed
 (no 2xx answer) stays at its level: that one says something.
 
 Owns which records are routine; not where logs go (`clawgym_app.logs`, the services' mains).

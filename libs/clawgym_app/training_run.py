@@ -8,7 +8,6 @@ The run itself (its order, evaluations, trackers, report) is the library's `Run`
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from rich.progress import Progress, TaskID
 from rich.text import Text
 
 from clawgym.evaluation.runner import EvalResult
-from clawgym.run import OnStatus, Run, RunObserver, RunOutcome, eval_line
+from clawgym.run import OnStatus, Run, RunObserver, RunOutcome, eval_line, step_line
 from clawgym.trainer.loop import Trainer
 from clawgym_app.progress import RolloutBar, make_progress
 from clawgym_app.runtime import Runtime
@@ -56,10 +55,7 @@ class ProgressObserver(RunObserver):
         if self.bar is not None:
             self.progress.remove_task(self.bar.task)
             self.bar = None
-        info = (
-            f"reward {metrics.get('reward', math.nan):.2f} · pass {metrics.get('pass_rate', math.nan):.2f} · "
-            f"{seconds:.0f} s/step"
-        )
+        info = f"{step_line(metrics)} · {seconds:.0f} s/step"
         if self.steps is not None:
             self.progress.update(self.steps, completed=version, info=info)
 

@@ -13,13 +13,12 @@ Owns this recomputation for the exported tables; not the maths (`clawgym.rl`), n
 step trains (`clawgym.trainer.batch`).
 """
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from pydantic import ValidationError
 
-from clawgym.records import Checkpoint, Group, Run, TrainStep
+from clawgym.records import Group, Run, TrainStep
 from clawgym.rl.advantages import grpo_advantages
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.batch import trained_rollouts
@@ -37,15 +36,12 @@ class RunSteps:
     note: str  # what the `advantage` column holds, for the export's manifest
 
     @classmethod
-    def of(cls, run: Run, checkpoints: Sequence[Checkpoint], steps: Sequence[TrainStep]) -> "RunSteps":
-        algorithm, failed_reward, note = _settings(run)
-        trained = {s.step: _trained_groups(s) for s in steps}
-        return cls(algorithm, failed_reward, {c.version: c.step for c in checkpoints}, trained, note)
-
-    @classmethod
     def read(cls, store: TrajectoryStore, run_id: str) -> "RunSteps":
         """The run's steps as the store records them (its run, checkpoints and train steps)."""
-        return cls.of(store.get_run(run_id), store.list_checkpoints(run_id), store.list_train_steps(run_id))
+        algorithm, failed_reward, note = _settings(store.get_run(run_id))
+        trained = {s.step: _trained_groups(s) for s in store.list_train_steps(run_id)}
+        step_of = {c.version: c.step for c in store.list_checkpoints(run_id)}
+        return cls(algorithm, failed_reward, step_of, trained, note)
 
     def step(self, consumed_version: int | None) -> int | None:
         """The train step that consumed a group (None: not consumed yet)."""

@@ -39,11 +39,10 @@ Annotated = list[tuple[RolloutWithCalls, Annotations]]  # one group's rollouts, 
 
 
 def rollouts_of(
-    store: TrajectoryStore, run_id: str, decode: Decode | None = None, steps: RunSteps | None = None
+    store: TrajectoryStore, run_id: str, steps: RunSteps, decode: Decode | None = None
 ) -> Iterator[Annotated]:
     """The run's rollouts with their calls, one group (a list) at a time, in group creation order,
     each with its group's train step, its advantage there and the decoder (`Annotations`)."""
-    steps = steps or RunSteps.read(store, run_id)
     for summary in store.list_groups(run_id):
         group = store.get_group(summary.id)
         step = steps.step(summary.consumed_version)
@@ -69,7 +68,7 @@ def export_run(
         raise InvalidArgument(f"{out} exists and is not an empty folder; export into a new one")
     out.mkdir(parents=True, exist_ok=True)
     steps = RunSteps.read(store, run_id)
-    groups = rollouts_of(store, run_id, decode, steps)
+    groups = rollouts_of(store, run_id, steps, decode)
     if fmt == "hf":
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             counts = _write_parquet(groups, Path(tmp))

@@ -7,6 +7,7 @@ JSON text (OpenAI `arguments` strings), which rendering parses again. The stdlib
 loop, and a value with no more brackets than the limit, which cannot nest deeper, is not walked.
 """
 
+import functools
 import json
 from typing import Any
 
@@ -17,7 +18,7 @@ from clawgym.protocols.conversation import Conversation
 def deeper_than(value: Any, limit: int) -> bool:
     """True when lists and dicts in `value` nest more than `limit` levels (`[]` is one level).
     Level by level, no recursion; below the top, only exact dicts and lists count, which is all a
-    JSON parser builds (the exact type test is ~2x faster: ~0.2 ms for a 165 kB request)."""
+    JSON parser builds (an exact type test is cheaper than isinstance)."""
     if not isinstance(value, dict | list):
         return False
     level = [value.values() if isinstance(value, dict) else value]
@@ -46,20 +47,24 @@ def check_body_depth(raw: bytes | bytearray, value: Any, limit: int) -> None:
         raise InvalidArgument(f"request JSON is nested deeper than {limit} levels (proxy.max_json_depth)")
 
 
+@functools.lru_cache(maxsize=1024)
+def _arguments_too_deep(arguments: str, limit: int) -> bool:
+    """Whether arguments text parses to JSON nested past `limit`; memoised, as a rollout resends its
+    earlier tool calls with every call (text that is not JSON is rendered as it is: not too deep)."""
+    try:
+        return deeper_than(json.loads(arguments), limit)
+    except ValueError:
+        return False
+    except RecursionError:
+        return True
+
+
 def check_arguments_depth(conv: Conversation, limit: int) -> None:
     """InvalidArgument if a tool call's arguments, JSON text, nest deeper than `limit` (or deeper
     than the JSON parser goes): rendering parses them and recurses over what it finds."""
     for message in conv.messages:
         for call in message.tool_calls:
-            if _brackets(call.arguments) <= limit:
-                continue
-            try:
-                too_deep = deeper_than(json.loads(call.arguments), limit)
-            except ValueError:
-                continue  # not JSON: rendered as the text it is
-            except RecursionError:
-                too_deep = True
-            if too_deep:
+            if _brackets(call.arguments) > limit and _arguments_too_deep(call.arguments, limit):
                 raise InvalidArgument(
                     f"a tool call's arguments are nested deeper than {limit} levels (proxy.max_json_depth)"
                 )

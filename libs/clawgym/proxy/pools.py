@@ -33,9 +33,6 @@ class PerOwnerLimit:
         self._limit = limit
         self._gates: dict[str, _Gate] = {}
 
-    def __len__(self) -> int:
-        return len(self._gates)
-
     @asynccontextmanager
     async def hold(self, owner: str) -> AsyncIterator[None]:
         gate = self._gates.get(owner)

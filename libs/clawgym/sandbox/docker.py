@@ -364,7 +364,9 @@ class DockerSandbox:
 
     # --- running ---
 
-    async def _root_sh(self, script: str, *args: str, stdin: bytes | None = None) -> ExecResult:
+    async def _root_sh(
+        self, script: str, *args: str, stdin: bytes | None = None, max_output_bytes: int = 16 << 20
+    ) -> ExecResult:
         """A file operation as the container's root, not bounded by the sandbox's lifetime."""
         argv = [
             "exec",
@@ -378,7 +380,9 @@ class DockerSandbox:
             "clawgym",
             *args,
         ]
-        return await self.cli.run(argv, timeout_s=FILE_OP_TIMEOUT_S, stdin=stdin)
+        return await self.cli.run(
+            argv, timeout_s=FILE_OP_TIMEOUT_S, stdin=stdin, max_output_bytes=max_output_bytes
+        )
 
     async def _kill_all(self) -> None:
         """Every process but PID 1. A sandbox at its pids limit (a fork bomb) leaves no room for the
@@ -525,7 +529,11 @@ class DockerSandbox:
 
     async def read_ends(self, path: str, head: int, tail: int) -> FileEnds:
         locate(self.spec, path)
-        result = await self._root_sh(file_ends.SCRIPT, *file_ends.script_args(path, head, tail))
+        args = file_ends.script_args(path, head, tail)
+        # what is kept is what was asked for: a container whose `head` was replaced cannot send more
+        result = await self._root_sh(
+            file_ends.SCRIPT, *args, max_output_bytes=file_ends.output_limit(head, tail)
+        )
         return file_ends.from_output(result, path, head, tail)
 
     async def get_tar(self, path: str) -> bytes:

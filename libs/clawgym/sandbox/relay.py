@@ -142,15 +142,13 @@ class _Throttle:
         return n
 
 
-def allow_open_files() -> int:
+def allow_open_files() -> None:
     """Raises this process's soft limit of open files to its hard limit (relayed connections cost two
-    descriptors each, and the common soft default of 1024 is the hard one's fraction); returns it."""
+    descriptors each, and the common soft default of 1024 is the hard one's fraction)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-    return soft
 
 
 class ConnectionCap:
@@ -160,7 +158,7 @@ class ConnectionCap:
 
     def __init__(self, sandbox_id: str, limit: int) -> None:
         self.sandbox_id, self.limit = sandbox_id, limit
-        self.active = self.refused = 0
+        self.active = 0
         self._refused, self._accept_errors, self._unreachable = _Throttle(), _Throttle(), _Throttle()
 
     def take(self) -> bool:
@@ -168,7 +166,6 @@ class ConnectionCap:
         if self.active < self.limit:
             self.active += 1
             return True
-        self.refused += 1
         self._log_refused(self._refused.due())
         return False
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from clawgym.errors import ClawgymError, InvalidArgument
+from clawgym.tasks.splits import SplitRule
 from clawgym_app.config_options import set_option
 
 tasks_app = typer.Typer(
@@ -88,10 +89,10 @@ def import_cmd(
         None, help="where git repositories are fetched (default ~/.cache/clawgym/git)"
     ),
     held_out: float = typer.Option(
-        0.25, "--held-out", help="the share of families (or tasks) held out of training: the test split"
+        SplitRule.held_out, "--held-out", help="the share of families (or tasks) held out of training: the test split"
     ),
     split_by: str = typer.Option(
-        "family",
+        SplitRule.by,
         "--split-by",
         help="hold out whole families (a task's metadata.family, else its id without a trailing -N), "
         "so no family is in both splits; or single tasks",
