@@ -6,7 +6,7 @@ variables map in as `CLAWGYM_INFERENCE__MODEL=tiny-qwen3`, `CLAWGYM_INFERENCE__C
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from clawgym.policies.specs import DEFAULT_POLICY
 from clawgym.section import Section
@@ -106,6 +106,36 @@ class InferenceConfig(Section):
         0.85, gt=0, le=1, description="vLLM: fraction of GPU memory it may use"
     )
     max_model_len: int = Field(0, ge=0, description="vLLM: context length; 0 = the model's")
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="vLLM: GPUs one replica's weights are split over (tensor parallel)"
+    )
+    enforce_eager: bool = Field(
+        False, description="vLLM: no CUDA graphs (faster start, slower decoding; for debugging)"
+    )
+    compile: Literal["default", "off"] = Field(
+        "default",
+        description="vLLM: default = vLLM's torch.compile of the model; off = none (starts in seconds, "
+        "decodes slower)",
+    )
+    weight_sync: Literal["files", "cuda_ipc"] = Field(
+        "files",
+        description="vLLM: how new weights reach the workers. files: each worker reads the checkpoint "
+        "folder LoadWeights names (any node). cuda_ipc: a trainer on the same GPU hands its tensors over "
+        "as CUDA IPC handles (VllmEngine.push_weights, no copy through disk); LoadWeights still reads files",
+    )
+    reload_reset_attempts: int = Field(
+        20,
+        ge=1,
+        description="vLLM: tries at dropping the prefix cache after a weight swap (50 ms apart) before the "
+        "reload fails and the engine reports itself dead",
+    )
+
+    @model_validator(mode="after")
+    def _ipc_needs_one_gpu(self) -> "InferenceConfig":
+        # CUDA IPC shares memory within one GPU; a tensor-parallel replica's workers sit on several.
+        if self.weight_sync == "cuda_ipc" and self.tensor_parallel_size > 1:
+            raise ValueError("inference.weight_sync=cuda_ipc needs tensor_parallel_size 1 (use files)")
+        return self
 
     @property
     def grpc_targets(self) -> list[str]:
