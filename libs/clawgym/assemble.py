@@ -140,12 +140,19 @@ def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
 
 def build_proxy_app(cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokenizer: Any) -> FastAPI:
     """The proxy's HTTP app (`clawgym.proxy.app`) on these parts, rendering tools as the served policy
-    (`inference.model`) does."""
+    (`inference.model`) does and reading its tool calls in the format its template teaches."""
     from clawgym.policies import policy_spec
     from clawgym.proxy.app import create_app
 
-    supports_tools = policy_spec(cfg.inference.model).supports_tools
-    return create_app(cfg.proxy, engine, store, tokenizer, supports_tools=supports_tools)
+    spec = policy_spec(cfg.inference.model)
+    return create_app(
+        cfg.proxy,
+        engine,
+        store,
+        tokenizer,
+        supports_tools=spec.supports_tools,
+        tool_call_format=spec.tool_call_format,
+    )
 
 
 def open_embedded_proxy(

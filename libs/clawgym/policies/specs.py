@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clawgym.errors import InvalidArgument
+from clawgym.rendering.tool_formats import detect_format
 
 TINY_QWEN3 = "tiny-qwen3"
 SMOLLM2_135M = "smollm2-135m"
@@ -26,8 +27,10 @@ class PolicySpec:
     """the chat template renders `tools=` and assistant `tool_calls`; if False the renderer must
     describe the tools in the system prompt itself (SmolLM2's template drops them silently)"""
     tool_call_format: str | None
-    """how generated text carries tool calls: "qwen" = `<tool_call>{"name", "arguments"}</tool_call>`;
-    None when the template defines none"""
+    """how generated text carries tool calls, a name in `clawgym.rendering.tool_formats.FORMATS`
+    ("qwen" = `<tool_call>{"name", "arguments"}</tool_call>`, "qwen3-coder", "llama3", "glm",
+    "deepseek", "harmony"); None when the template defines none (the proxy then reads "qwen", the
+    convention it describes tools in)"""
     end_of_turn: str = "<|im_end|>"
     """the token that ends an assistant turn (the engine's stop token)"""
     description: str = ""
@@ -84,7 +87,7 @@ def policy_spec(spec: "str | Path | PolicySpec") -> PolicySpec:
     return PolicySpec(
         name=str(folder.resolve()),
         supports_tools=supports_tools,
-        tool_call_format="qwen" if "<tool_call>" in template else None,
+        tool_call_format=detect_format(template),
         description=f"local Hugging Face folder {folder.resolve()}",
     )
 

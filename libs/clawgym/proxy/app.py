@@ -70,12 +70,22 @@ def create_app(
     live: LiveState | None = None,
     registry: CollectorRegistry | None = None,
     supports_tools: bool | None = None,
+    tool_call_format: str | None = None,
 ) -> FastAPI:
     """The proxy app; `live` defaults to Redis when `cfg.redis_url` is set, else in-process."""
     metrics = ProxyMetrics(registry)
     if live is None:
         live = make_live_state(cfg.redis_url, cfg.redis_prefix, cfg.turn_cache_ttl_s, cfg.memory_max_rollouts)
-    gateway = Gateway(cfg, engine, store, tokenizer, live, metrics, supports_tools=supports_tools)
+    gateway = Gateway(
+        cfg,
+        engine,
+        store,
+        tokenizer,
+        live,
+        metrics,
+        supports_tools=supports_tools,
+        tool_call_format=tool_call_format,
+    )
     anthropic, chat, responses = AnthropicMessages(), OpenAIChat(), OpenAIResponses()
 
     @asynccontextmanager

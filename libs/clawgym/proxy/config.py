@@ -4,8 +4,9 @@ Owns the proxy's fields and defaults; the engine it talks to is configured by th
 section (`clawgym.inference.config`), the store by `store`.
 """
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from clawgym.rendering.tool_formats import FORMATS
 from clawgym.section import Section
 
 DEFAULT_RECORDED_HEADERS = (
@@ -141,7 +142,20 @@ class ProxyConfig(Section):
         description="seconds a client has to send a whole request (headers and body) from its first "
         "byte, and a new connection to start one; slower clients are disconnected (slowloris)",
     )
+    tool_call_format: str = Field(
+        "",
+        description="how the policy's generated text carries tool calls: qwen (Hermes/Qwen3 "
+        "`<tool_call>{json}`), qwen3-coder (`<function=…><parameter=…>`), llama3, glm, deepseek or harmony "
+        "(gpt-oss); empty = the format the policy's chat template teaches (qwen where it shows none)",
+    )
     recorded_headers: list[str] = Field(
         default_factory=lambda: list(DEFAULT_RECORDED_HEADERS),
         description="request headers recorded with each call (lowercase); credentials are never recorded",
     )
+
+    @field_validator("tool_call_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value and value not in FORMATS:
+            raise ValueError(f"unknown tool-call format {value!r}: expected one of {sorted(FORMATS)}")
+        return value

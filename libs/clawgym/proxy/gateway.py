@@ -45,6 +45,7 @@ from clawgym.records import Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
 from clawgym.rendering.splice import PromptBuilder, chain_keys
 from clawgym.rendering.template import ChatTemplate
+from clawgym.rendering.tool_formats import DEFAULT_FORMAT
 from clawgym.store.interface import TrajectoryStore
 from clawgym.store.validate import EncodedJSON
 
@@ -153,6 +154,7 @@ class Gateway:
         metrics: ProxyMetrics,
         *,
         supports_tools: bool | None = None,
+        tool_call_format: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.instance = cfg.instance or socket.gethostname()
@@ -169,6 +171,9 @@ class Gateway:
             cfg.max_chars_per_token,
         )
         self.builder = PromptBuilder(self.template)
+        # a template that renders no tools gets them described in the default format (`template`)
+        taught = tool_call_format if self.template.info.renders_tools else None
+        self.tool_format = cfg.tool_call_format or taught or DEFAULT_FORMAT
         self.pools = WorkerPools(cfg.store_threads, cfg.render_threads, cfg.render_per_rollout)
         self.resolver = RolloutResolver(store, live, cfg.token_cache_ttl_s, self.pools)
         self.held = HeldTurns(cfg.held_turns_mb * 2**20) if cfg.held_turns_mb else None
@@ -306,6 +311,7 @@ class Gateway:
             sampling=sampling,
             reply=reply,
             starts_in_thinking=self.template.info.starts_in_thinking,
+            tool_format=self.tool_format,
             policy_version=status.policy_version,
             started=started,
             timings={**timings, "chain_keys": t1 - t0, "turn_fetch": t2 - t1, "render": t3 - t2},

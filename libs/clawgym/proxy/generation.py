@@ -43,7 +43,7 @@ from clawgym.proxy.pools import WorkerPools
 from clawgym.records import Call, Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
 from clawgym.rendering.splice import BuiltPrompt, GeneratedTurn, HeldTurn, turn_key
-from clawgym.rendering.toolcalls import OutputParser
+from clawgym.rendering.tool_formats import DEFAULT_FORMAT, make_parser
 from clawgym.store.interface import TrajectoryStore
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class CallSetup:
     sampling: SamplingParams
     reply: Reply  # the protocol's answer builder: its response JSON is recorded with the call
     starts_in_thinking: bool = False
+    tool_format: str = DEFAULT_FORMAT  # how the policy writes tool calls (`clawgym.rendering.tool_formats`)
     policy_version: int = 0  # the engine's version when the call started (used if no token is generated)
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)  # pre-engine stages, seconds
@@ -110,11 +111,12 @@ class CallRun:
         self._stop_ids = set(stop_token_ids)
         self._background = background
         self._pools = pools
-        self._parser = OutputParser(
+        self._parser = make_parser(
+            setup.tool_format,
             setup.reply.new_tool_id,
             parse_tool_calls=setup.options.parse_tool_calls,
             starts_in_thinking=setup.starts_in_thinking,
-            namespaces=setup.conversation.tool_namespaces(),
+            tools=setup.conversation.tools,
         )
         self._stops = tuple(s for s in setup.options.stop if s)
         self._stop_hold = max((len(s) for s in self._stops), default=1) - 1

@@ -210,7 +210,18 @@ class ChatTemplate:
         generation_prompt = prompted[len(bare) :] if prompted.startswith(bare) else ""
         tok = self.tokenizer
         stops = []
-        for token in (tok.eos_token, close_text.strip()[:32], "<|endoftext|>", "<|im_end|>", "<|eot_id|>"):
+        # besides eos and the turn's close: the tokens that end a turn on a tool call or hand it
+        # back (Llama's <|eom_id|>, gpt-oss's <|call|>, GLM's <|observation|> and <|user|>)
+        ends = (
+            "<|endoftext|>",
+            "<|im_end|>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|call|>",
+            "<|observation|>",
+            "<|user|>",
+        )
+        for token in (tok.eos_token, close_text.strip()[:32], *ends):
             token_id = tok.convert_tokens_to_ids(token) if token else None
             if isinstance(token_id, int) and token_id != tok.unk_token_id and token in tok.get_vocab():
                 stops.append(token_id)
