@@ -1,11 +1,12 @@
 """One training step under torchrun (a helper process of test_distributed.py, not a test module).
 
-    torchrun --standalone --nproc-per-node N tests/training/fsdp_step.py OUT_DIR
+    torchrun --standalone --nproc-per-node N tests/trainer/fsdp_step.py OUT_DIR [SETTINGS_JSON]
 
 Every rank builds tiny-qwen3; with N > 1 it is sharded with FSDP2 (gloo on CPU). Rank 0 builds the
 batch (seeded synthetic traces with branches, 3 groups: uneven over 2 ranks) and scatters trees as
 the trainer does; each algorithm (GRPO, PPO) takes one step on a fresh policy and saves its
 checkpoint (a collective gather, rank 0 writes) and diagnostics under OUT_DIR/<algorithm>.
+SETTINGS_JSON: trainer config fields on top (`fsdp`, `activation_checkpointing`).
 """
 
 import json
@@ -28,13 +29,15 @@ SHAPE = TraceShape(
 )  # fmt: skip
 
 
-def main(out: Path) -> None:
+def main(out: Path, settings: dict) -> None:
     world = init_world(timeout_s=600)
     for algorithm in ("grpo", "ppo"):
-        cfg = TrainerConfig(model="tiny-qwen3", algorithm={"name": algorithm, "lr": 1e-3, "epochs": 2})
+        cfg = TrainerConfig(
+            model="tiny-qwen3", algorithm={"name": algorithm, "lr": 1e-3, "epochs": 2}, **settings
+        )
         built = build_policy(cfg)
         if world.size > 1:
-            shard(built.module, built.module.decoder_layers(), world)
+            shard(built.module, built.module.decoder_layers(), world, cfg.fsdp)
         optimizer, scheduler = make_optimizer(built.module, cfg.algorithm, cfg.steps)
         shards = None
         if world.is_main:
@@ -53,7 +56,7 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})
     # Everything is written and the process group is gone: skip interpreter teardown, where gloo's
     # worker threads can still abort the process (pytorch/pytorch#179291; seen once in CI).
     sys.stdout.flush()

@@ -3,7 +3,9 @@
 Both runs take one step (two epochs: PPO's reuse with ratios) of GRPO and of PPO on the same batch
 (3 groups of branching traces, split into micro-batches; rank 1 gets fewer and runs zero-weighted
 dummies). The checkpoints they save (gathered from shards on 2 ranks) hold the same weights and
-optimizer state (Adam's moments: the gradients), and the step's diagnostics agree.
+optimizer state (Adam's moments: the gradients), and the step's diagnostics agree. `trainer.fsdp`'s
+memory settings (no resharding, CPU offload, activation checkpointing) keep the update exact;
+bfloat16 mixed precision moves the weights as float32 does, up to bfloat16's rounding.
 """
 
 import json
@@ -20,7 +22,7 @@ from clawgym.policies import load_model
 HELPER = Path(__file__).with_name("fsdp_step.py")
 
 
-def _torchrun(n: int, out: Path) -> None:
+def _torchrun(n: int, out: Path, settings: dict | None = None) -> None:
     done = subprocess.run(
         [
             sys.executable,
@@ -30,6 +32,7 @@ def _torchrun(n: int, out: Path) -> None:
             f"--nproc-per-node={n}",
             str(HELPER),
             str(out),
+            json.dumps(settings or {}),
         ],
         capture_output=True,
         text=True,
@@ -40,14 +43,51 @@ def _torchrun(n: int, out: Path) -> None:
     )
 
 
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("one")
+    _torchrun(1, out)
+    return out
+
+
 @pytest.mark.slow
-def test_two_fsdp_ranks_on_cpu_make_the_same_update_as_one_rank(tmp_path):
-    _torchrun(1, tmp_path / "one")
+def test_two_fsdp_ranks_on_cpu_make_the_same_update_as_one_rank(one_rank, tmp_path):
     _torchrun(2, tmp_path / "two")
+    _assert_same_update(one_rank, tmp_path / "two")
+
+
+@pytest.mark.slow
+def test_fsdp_memory_settings_keep_the_update_exact(one_rank, tmp_path):
+    lean = {
+        "fsdp": {"reshard_after_forward": False, "cpu_offload": True},
+        "activation_checkpointing": True,
+    }
+    _torchrun(2, tmp_path / "two", lean)
+    _assert_same_update(one_rank, tmp_path / "two")
+
+
+@pytest.mark.slow
+def test_bfloat16_mixed_precision_keeps_float32_weights_and_moves_them_as_float32_does(one_rank, tmp_path):
+    _torchrun(2, tmp_path / "two", {"fsdp": {"param_dtype": "bfloat16"}})
     initial = load_model("tiny-qwen3").state_dict()
     for algorithm in ("grpo", "ppo"):
-        one = load_file(str(tmp_path / "one" / algorithm / "model.safetensors"))
+        one = load_file(str(one_rank / algorithm / "model.safetensors"))
         two = load_file(str(tmp_path / "two" / algorithm / "model.safetensors"))
+        assert {t.dtype for t in two.values()} == {torch.float32}, "master weights stay float32"
+        d_one = torch.cat([(one[k] - initial[k]).flatten() for k in one])
+        d_two = torch.cat([(two[k] - initial[k]).flatten() for k in one])
+        assert (d_one - d_two).abs().max() > 1e-5, f"{algorithm}: bfloat16 compute must differ from float32"
+        cosine = torch.nn.functional.cosine_similarity(d_one, d_two, dim=0).item()
+        relative = ((d_one - d_two).norm() / d_one.norm()).item()
+        # measured: cosine 0.998-0.999, relative 0.05-0.07 (bfloat16's 8-bit mantissa in the forward)
+        assert cosine > 0.98 and relative < 0.25, f"{algorithm}: cosine {cosine:.4f}, relative {relative:.3f}"
+
+
+def _assert_same_update(one_dir: Path, two_dir: Path) -> None:
+    initial = load_model("tiny-qwen3").state_dict()
+    for algorithm in ("grpo", "ppo"):
+        one = load_file(str(one_dir / algorithm / "model.safetensors"))
+        two = load_file(str(two_dir / algorithm / "model.safetensors"))
         assert one.keys() == two.keys(), f"{algorithm}: the two checkpoints hold different tensors"
         moved = max((one[k] - initial[k]).abs().max().item() for k in one)
         assert moved > 1e-4, f"{algorithm}: test setup: the step must change the weights (moved {moved})"
@@ -55,15 +95,15 @@ def test_two_fsdp_ranks_on_cpu_make_the_same_update_as_one_rank(tmp_path):
             # Adam turns float noise in a near-zero gradient coordinate into up to ~lr·1e-2; a wrong
             # update (a missing rank's gradient, a wrong normaliser) moves coordinates by ~lr = 1e-3.
             torch.testing.assert_close(two[k], one[k], atol=1e-5, rtol=1e-4, msg=f"{algorithm}: {k} differs")
-        d1 = json.loads((tmp_path / "one" / algorithm / "diagnostics.json").read_text())
-        d2 = json.loads((tmp_path / "two" / algorithm / "diagnostics.json").read_text())
+        d1 = json.loads((one_dir / algorithm / "diagnostics.json").read_text())
+        d2 = json.loads((two_dir / algorithm / "diagnostics.json").read_text())
         assert d2["world"] == 2 and d1["packs_rank0"] > d2["packs_rank0"], "the batch must really be split"
         for key in ("loss", "grad_norm", "approx_kl", "entropy", "logprob_mismatch"):
             assert d2["diagnostics"][key] == pytest.approx(d1["diagnostics"][key], rel=1e-4, abs=1e-6), (
                 f"{algorithm}: diagnostic {key} differs between 1 and 2 ranks"
             )
-        s1 = torch.load(tmp_path / "one" / algorithm / "trainer_state.pt", weights_only=False)["optimizer"]
-        s2 = torch.load(tmp_path / "two" / algorithm / "trainer_state.pt", weights_only=False)["optimizer"]
+        s1 = torch.load(one_dir / algorithm / "trainer_state.pt", weights_only=False)["optimizer"]
+        s2 = torch.load(two_dir / algorithm / "trainer_state.pt", weights_only=False)["optimizer"]
         for name, state in s1["state"].items():  # Adam's first moment: the (clipped) gradients, strictly
             torch.testing.assert_close(
                 s2["state"][name]["exp_avg"],
@@ -73,6 +113,6 @@ def test_two_fsdp_ranks_on_cpu_make_the_same_update_as_one_rank(tmp_path):
                 msg=f"{algorithm}: {name}",
             )
         if algorithm == "ppo":
-            v1 = torch.load(tmp_path / "one" / "ppo" / "trainer_state.pt", weights_only=False)["value_head"]
-            v2 = torch.load(tmp_path / "two" / "ppo" / "trainer_state.pt", weights_only=False)["value_head"]
+            v1 = torch.load(one_dir / "ppo" / "trainer_state.pt", weights_only=False)["value_head"]
+            v2 = torch.load(two_dir / "ppo" / "trainer_state.pt", weights_only=False)["value_head"]
             torch.testing.assert_close(v2["proj.weight"], v1["proj.weight"], atol=1e-5, rtol=1e-4)

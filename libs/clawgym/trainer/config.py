@@ -135,6 +135,30 @@ class LoraSettings(Section):
     )
 
 
+class FsdpSettings(Section):
+    """How FSDP2 shards the policy over data-parallel ranks (`torchrun` with more than one rank): the
+    knobs for a policy whose training state does not fit one GPU."""
+
+    reshard_after_forward: bool = Field(
+        True,
+        description="free each layer's gathered parameters after its forward and gather them again for the "
+        "backward (least memory); false keeps them until the backward (one all-gather less per layer)",
+    )
+    param_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="dtype layers compute in; auto = trainer.dtype. bfloat16 with trainer.dtype float32 is "
+        "mixed precision: float32 master weights and optimizer state, bfloat16 forward and backward",
+    )
+    reduce_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="dtype gradients are reduced across ranks in; auto = float32"
+    )
+    cpu_offload: bool = Field(
+        False,
+        description="keep sharded parameters, gradients and optimizer state in host memory between uses and "
+        "step the optimizer on the CPU (GPU memory for the largest policies, at the cost of speed)",
+    )
+
+
 class SamplingConfig(Section):
     """Which tasks a batch rolls out (`curriculum.py`): uniformly, or by each family's expected signal."""
 
@@ -189,6 +213,14 @@ class TrainerConfig(Section):
     )
     lora: LoraSettings = Field(
         default_factory=LoraSettings, description="LoRA adapters (peft) instead of full weights"
+    )
+    fsdp: FsdpSettings = Field(
+        default_factory=FsdpSettings, description="FSDP2 sharding over several ranks (torchrun)"
+    )
+    activation_checkpointing: bool = Field(
+        False,
+        description="recompute each decoder layer's activations in the backward instead of keeping them: "
+        "activation memory of about one layer instead of all, for one more forward's compute",
     )
     seed: int = Field(0, ge=0, description="seed of task sampling, adapters and the value head")
     # --- batches ---

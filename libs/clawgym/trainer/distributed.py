@@ -21,6 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from clawgym.trainer.config import FsdpSettings
+
 
 @dataclass
 class World:
@@ -111,13 +113,28 @@ def join_world(rank: int, size: int, local_rank: int = 0, timeout_s: float = 360
     return World(rank=rank, size=size, device=device, mesh=mesh)
 
 
-def shard(module: nn.Module, layers: list[nn.Module], world: World) -> None:
-    """FSDP2: each decoder layer its own unit, then `module` (the root: embeddings, head, value head)."""
-    from torch.distributed.fsdp import fully_shard
+def shard(
+    module: nn.Module, layers: list[nn.Module], world: World, settings: FsdpSettings | None = None
+) -> None:
+    """FSDP2: each decoder layer its own unit, then `module` (the root: embeddings, head, value head),
+    as `settings` (`trainer.fsdp`) asks: resharding, mixed precision, CPU offload."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+    settings = settings or FsdpSettings()
+    param_dtype = None if settings.param_dtype == "auto" else getattr(torch, settings.param_dtype)
+    reduce_dtype = torch.float32 if settings.reduce_dtype == "auto" else getattr(torch, settings.reduce_dtype)
+    options = {
+        "mesh": world.mesh,
+        "reshard_after_forward": settings.reshard_after_forward,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
+        # pinned host memory only where there is a device to copy to
+        "offload_policy": CPUOffloadPolicy(pin_memory=world.device.type == "cuda")
+        if settings.cpu_offload
+        else OffloadPolicy(),
+    }
     for layer in layers:
-        fully_shard(layer, mesh=world.mesh)
-    fully_shard(module, mesh=world.mesh)
+        fully_shard(layer, **options)
+    fully_shard(module, **options)
 
 
 def full_tensor(t: torch.Tensor) -> torch.Tensor:

@@ -147,9 +147,9 @@ class Trainer:
         if self.policy.reference is not None:
             self.policy.reference.to(self.world.device)
         if self.world.size > 1:
-            shard(self.policy.module, self.policy.module.decoder_layers(), self.world)
+            shard(self.policy.module, self.policy.module.decoder_layers(), self.world, self.cfg.fsdp)
             if self.policy.reference is not None:
-                shard(self.policy.reference, self.policy.reference.decoder_layers(), self.world)
+                shard(self.policy.reference, self.policy.reference.decoder_layers(), self.world, self.cfg.fsdp)
         self.optimizer, self.scheduler = make_optimizer(
             self.policy.module, self.cfg.algorithm, self.cfg.steps
         )

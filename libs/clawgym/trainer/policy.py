@@ -130,6 +130,9 @@ def build_policy(
         value_head = ValueHead(lm.config.get_text_config().hidden_size, dtype=dtype)
         if value_head_state is not None:
             value_head.load_state_dict(value_head_state)
+    if cfg.activation_checkpointing:
+        # non-reentrant: works with inputs that need no grad (frozen embeddings under LoRA) and with FSDP2
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     lm.train()
     module = PolicyModule(lm, value_head, temperature=cfg.algorithm.temperature)
     return BuiltPolicy(module=module, reference=reference, lora=lora)
