@@ -20,7 +20,7 @@ from clawgym.harnesses.base import Limits
 from clawgym.harnesses.registry import get_harness
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.attempt import run_task
-from clawgym.policies import load_tokenizer
+from clawgym.policies import load_tokenizer, policy_spec
 from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.records import RolloutSpec
@@ -29,17 +29,23 @@ from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.generate import mini_suite_dir
 
+TEMPLATES = Path(__file__).parent.parent / "data" / "chat_templates"
+
 
 class Proxy:
-    """The proxy app on 127.0.0.1:<free port> in a thread, answering `texts` in order."""
+    """The proxy app on 127.0.0.1:<free port> in a thread, answering `texts` in order, as the
+    policy `model` (a spec or local folder: its tokenizer, chat template and tool-call format)."""
 
-    def __init__(self, texts: list[str], db: Path) -> None:
-        tokenizer = load_tokenizer("tiny-qwen3")
+    def __init__(self, texts: list[str], db: Path, model: str | Path = "tiny-qwen3") -> None:
+        tokenizer = load_tokenizer(model)
         self.engine = ScriptedEngine.from_texts(
             tokenizer, texts, max_context=131072
         )  # Claude Code sends ~20k
         self.store = SqlStore(f"sqlite:///{db}")
-        app = create_app(ProxyConfig(), self.engine, self.store, tokenizer)
+        spec = policy_spec(model)
+        app = create_app(
+            ProxyConfig(), self.engine, self.store, tokenizer, tool_call_format=spec.tool_call_format
+        )
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -83,9 +89,9 @@ def mini_task(family: str, tmp_path: Path, phrasing: str):
     )
 
 
-def run_scripted(adapter, task, texts: list[str], tmp_path: Path, backend):
+def run_scripted(adapter, task, texts: list[str], tmp_path: Path, backend, model: str | Path = "tiny-qwen3"):
     """One rollout of `task` through `adapter`, the policy answering `texts` in order: its outcome and calls."""
-    with Proxy(texts, tmp_path / "store.db") as proxy:
+    with Proxy(texts, tmp_path / "store.db", model) as proxy:
         rollout_id, token = proxy.register(adapter.name, task.id)
         outcome = asyncio.run(
             run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
@@ -129,6 +135,49 @@ def test_mini_swe_agent_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     outcome, calls = run_scripted(adapter, task, texts, tmp_path, backend)
     assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
     assert len(calls) >= 2, f"both scripted turns went through the proxy: {len(calls)} calls"
+
+
+def qwen3_coder_policy(folder: Path) -> Path:
+    """A local HF folder: tiny-qwen3's config and tokenizer with Qwen3-Coder's published chat template."""
+    tokenizer = load_tokenizer("tiny-qwen3")
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    (folder / "chat_template.jinja").write_text((TEMPLATES / "qwen3-coder.jinja").read_text())
+    return folder
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+def test_mini_swe_agent_runs_a_qwen3_coder_tool_call_through_the_proxy(tmp_path, backend):
+    """A policy whose template teaches Qwen3-Coder's XML calls: the proxy reads the scripted XML as an
+    OpenAI `tool_calls` entry, the real mini-swe-agent CLI runs it in the sandbox, the verifier sees
+    the directory, and the command's output comes back to the policy as a tool message."""
+    adapter = get_harness("mini-swe-agent")
+    adapter.install()
+    policy = qwen3_coder_policy(tmp_path / "policy")
+    assert policy_spec(policy).tool_call_format == "qwen3-coder", "the format is read off the template"
+    task = mini_task("make_dir", tmp_path, "Make a directory named ")
+    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
+    call = "I'll run it.\n<tool_call>\n<function=bash>\n<parameter=command>\n{}\n</parameter>\n</function>\n</tool_call>"
+    texts = [
+        call.format(f"mkdir {name} && echo made-it"),
+        call.format("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
+    ]
+    outcome, calls = run_scripted(adapter, task, texts, tmp_path, backend, model=policy)
+    assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
+    message = calls[0].response["choices"][0]["message"]
+    assert [
+        (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]
+    ] == [("bash", {"command": f"mkdir {name} && echo made-it"})], (
+        f"the XML call reached the harness as an OpenAI tool call: {message}"
+    )
+    assert message["content"] == "I'll run it.", "the text before the call stays text"
+    tool_results = [m for m in calls[1].request["messages"] if m.get("role") == "tool"]
+    assert tool_results and "made-it" in json.dumps(tool_results), "the command ran and its output came back"
+    assert "<function>\n<name>bash</name>" in load_tokenizer(policy).decode(calls[0].prompt_ids), (
+        "the prompt described the tools in Qwen3-Coder's template"
+    )
 
 
 @pytest.mark.harness
