@@ -67,6 +67,16 @@ class ClawgymConfig(Section):
     )
 
     @model_validator(mode="after")
+    def _replies_leave_room_for_the_prompt(self) -> "ClawgymConfig":
+        context, reply = self.inference.max_model_len, self.proxy.max_new_tokens
+        if context and reply >= context:
+            raise ValueError(
+                f"proxy.max_new_tokens ({reply}) leaves no room for a prompt in inference.max_model_len "
+                f"({context}); a harness's first prompt alone can be ~20k tokens (Claude Code)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _trainer_sees_the_sampling_temperature(self) -> "ClawgymConfig":
         """The trainer scores each call's tokens at the temperature recorded with the call; its own
         temperature is for calls recorded without one (an older proxy). A temperature the proxy

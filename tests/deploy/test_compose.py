@@ -213,3 +213,23 @@ def test_inference_loads_checkpoints_only_from_the_volume_the_trainer_writes():
     run = yaml.safe_load((REPO / "configs" / "compose.yaml").read_text())
     assert root == run["trainer"]["checkpoint_uri"] == "/data/checkpoints"
     assert any(v["target"] == root for v in services["inference"]["volumes"]), "the volume is mounted there"
+
+
+def test_the_gpu_override_makes_one_tensor_parallel_replica_and_a_trainer_rank_per_gpu():
+    """CLAWGYM_INFERENCE_GPUS is both the inference container's GPU count and its tensor-parallel size;
+    the trainer runs one torchrun rank per GPU of CLAWGYM_TRAINER_GPUS; both read the host's models."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLAWGYM_")}
+    env |= {"CLAWGYM_INFERENCE_GPUS": "2", "CLAWGYM_TRAINER_GPUS": "4", "CLAWGYM_MODELS": "/srv/models"}
+    cmd = [_compose_cli(), "--project-directory", str(REPO), "-f", str(COMPOSE), "-f", str(GPU)]
+    done = subprocess.run([*cmd, "config", "--format", "json"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    inference, trainer = services["inference"], services["trainer"]
+    assert inference["environment"]["CLAWGYM_INFERENCE__TENSOR_PARALLEL_SIZE"] == "2"
+    (device,) = inference["deploy"]["resources"]["reservations"]["devices"]
+    assert device["count"] == 2, device
+    assert "--nproc-per-node=4" in trainer["entrypoint"] and trainer["entrypoint"][-2:] == ["serve", "trainer"]
+    for svc in (inference, trainer):
+        mounts = {v["target"]: v for v in svc["volumes"]}
+        assert mounts["/models"]["source"] == "/srv/models" and mounts["/models"].get("read_only"), mounts
+        assert "/etc/clawgym/run.yaml" in mounts, "the override keeps the run config mount"

@@ -14,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from clawgym.inference.config import InferenceConfig
 from clawgym.sandbox import SandboxSpec
 from clawgym.sandbox.k8s_pods import base_labels
 
@@ -75,8 +76,15 @@ def test_inference_and_trainer_get_gpus_and_the_trainer_runs_under_torchrun(rend
     docs = render("values-production.yaml")
     inference = _by(docs, "StatefulSet", "-inference")
     assert inference["spec"]["replicas"] == 4, "production asks for 4 inference replicas"
-    limits = inference["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits["nvidia.com/gpu"] == 1, f"an inference replica has no GPU: {limits}"
+    container = inference["spec"]["template"]["spec"]["containers"][0]
+    limits = container["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == 2, f"a replica is a tensor-parallel group of 2 GPUs: {limits}"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (
+        env["CLAWGYM_INFERENCE__TENSOR_PARALLEL_SIZE"] == "2"
+        and env["CLAWGYM_INFERENCE__DTYPE"] == "bfloat16"
+    )
+    assert env["CLAWGYM_INFERENCE__MAX_MODEL_LEN"] == "65536", env
     trainer = _by(docs, "StatefulSet", "-trainer")
     assert trainer["spec"]["replicas"] == 2, "2 trainer nodes"
     c = trainer["spec"]["template"]["spec"]["containers"][0]
@@ -226,10 +234,15 @@ def test_k8s_local_values_need_no_registry_no_storage_and_no_cluster_dns(render)
     c = proxy["spec"]["template"]["spec"]["containers"][0]
     assert "ports" not in c, "on the host network a declared port would keep the second replica off the node"
     proxy_env = {e["name"]: e.get("value") for e in c["env"]}
-    assert proxy_env["CLAWGYM_PROXY__REUSE_PORT"] == "true" and proxy_env["CLAWGYM_PROXY__INSTANCE"] == "$(POD_NAME)"
+    assert (
+        proxy_env["CLAWGYM_PROXY__REUSE_PORT"] == "true"
+        and proxy_env["CLAWGYM_PROXY__INSTANCE"] == "$(POD_NAME)"
+    )
     trainer = _by(docs, "StatefulSet", "-trainer")["spec"]["template"]["spec"]
     (init,) = trainer["initContainers"]
-    assert init["command"][:2] == ["chown", "10001:10001"], "the hostPath checkpoint folder is handed to uid 10001"
+    assert init["command"][:2] == ["chown", "10001:10001"], (
+        "the hostPath checkpoint folder is handed to uid 10001"
+    )
     run = yaml.safe_load(_by(docs, "ConfigMap", "-trainer-run")["data"]["run.yaml"])
     assert run["trainer"]["algorithm"]["name"] == "grpo" and run["trainer"]["harnesses"] == [
         {"name": "reference", "weight": 1.0}
@@ -388,7 +401,9 @@ def test_inference_grpc_url_lists_every_replica_of_the_inference_statefulset(ren
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     name, port = sts["metadata"]["name"], 50052
     wanted = ",".join(f"{name}-{i}.{service['metadata']['name']}:{port}" for i in range(4))
-    clients = [d for d in docs if d["kind"] in WORKLOADS and d["metadata"]["name"].endswith(("-proxy", "-trainer"))]
+    clients = [
+        d for d in docs if d["kind"] in WORKLOADS and d["metadata"]["name"].endswith(("-proxy", "-trainer"))
+    ]
     assert len(clients) == 2, [d["metadata"]["name"] for d in clients]
     for doc in clients:
         assert _env(doc)["CLAWGYM_INFERENCE__GRPC_URL"] == wanted, (
@@ -406,7 +421,9 @@ def test_on_the_host_network_replica_n_serves_port_plus_n_and_is_probed_there(re
     docs = render("values-k8s-local.yaml", sets={"inference.replicas": "2"}, kube_version="1.20.2")
     sts = _by(docs, "StatefulSet", "-inference")
     c = sts["spec"]["template"]["spec"]["containers"][0]
-    assert "ports" not in c, f"a declared port is a hostPort the second replica could not get: {c.get('ports')}"
+    assert "ports" not in c, (
+        f"a declared port is a hostPort the second replica could not get: {c.get('ports')}"
+    )
     env = _env(sts)
     assert "CLAWGYM_INFERENCE__PORT" not in env and "POD_NAME" in env, env
     script = c["command"][2]
@@ -431,4 +448,42 @@ def test_each_orchestrator_replica_owns_its_sandboxes_under_its_own_stable_name(
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, env["POD_NAME"]
     assert env["CLAWGYM_SANDBOX__OWNER"]["value"] == "$(POD_NAME)", env["CLAWGYM_SANDBOX__OWNER"]
     names = list(env)
-    assert names.index("POD_NAME") < names.index("CLAWGYM_SANDBOX__OWNER"), "$(POD_NAME) expands only if defined first"
+    assert names.index("POD_NAME") < names.index("CLAWGYM_SANDBOX__OWNER"), (
+        "$(POD_NAME) expands only if defined first"
+    )
+
+
+def test_a_vllm_replica_requests_as_many_gpus_as_its_tensor_parallel_group_and_its_settings_load(
+    render, helm_bin
+):
+    docs = render(
+        sets={
+            "inference.gpus": "4",
+            "inference.vllm.tensorParallelSize": "4",
+            "inference.vllm.enforceEager": "true",
+        }
+    )
+    container = _by(docs, "StatefulSet", "-inference")["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+    env = {
+        e["name"]: e["value"]
+        for e in container["env"]
+        if "value" in e and e["name"].startswith("CLAWGYM_INFERENCE__")
+    }
+    cfg = InferenceConfig(**{k.removeprefix("CLAWGYM_INFERENCE__").lower(): v for k, v in env.items()})
+    assert cfg.engine == "vllm" and cfg.tensor_parallel_size == 4 and cfg.enforce_eager, cfg
+    mismatch = subprocess.run(
+        [
+            helm_bin,
+            "template",
+            "cg",
+            str(CHART),
+            "--set",
+            "inference.gpus=1",
+            "--set",
+            "inference.vllm.tensorParallelSize=2",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert mismatch.returncode != 0 and "tensorParallelSize" in mismatch.stderr, mismatch.stderr

@@ -126,3 +126,17 @@ def test_the_trainer_builds_its_policy_in_the_engines_model_cache(tmp_path):
     assert [p.name for p in other.iterdir() if p.is_dir()], (
         "build_policy builds a built-in policy where it is told"
     )
+
+
+def test_a_reply_budget_that_fills_the_context_is_refused_naming_both_fields():
+    with pytest.raises(
+        InvalidArgument, match=r"proxy.max_new_tokens \(32768\).*inference.max_model_len \(32768\)"
+    ):
+        load_config(proxy={"max_new_tokens": 32768}, inference={"max_model_len": 32768})
+    assert (
+        load_config(proxy={"max_new_tokens": 4096}, inference={"max_model_len": 32768}).proxy.max_new_tokens
+        == 4096
+    )
+    assert load_config(proxy={"max_new_tokens": 50000}).inference.max_model_len == 0, (
+        "0: the model's own, unchecked"
+    )
