@@ -18,8 +18,9 @@ from pydantic import ValidationError
 
 from clawgym.errors import InvalidArgument
 from clawgym.policies import load_tokenizer, policy_spec
-from clawgym.protocols.conversation import TextDelta, ThinkingDelta, Tool, ToolCallDone
+from clawgym.protocols.conversation import Message, TextDelta, ThinkingDelta, Tool, ToolCall, ToolCallDone
 from clawgym.proxy.config import ProxyConfig
+from clawgym.rendering.template import ChatTemplate
 from clawgym.rendering.tool_formats import FORMATS, detect_format, make_parser
 
 TEMPLATES = Path(__file__).parent.parent / "data" / "chat_templates"
@@ -184,6 +185,30 @@ def test_templates_normalise_what_the_model_may_write_differently():
     loose = "<tool_call>\n<function=bash>\n<parameter=command>\nls\n</function>\n</tool_call>"
     p, _ = parse("qwen3-coder", [loose])
     assert outcome(p)[2] == [("bash", {"command": "ls"})], "a missing </parameter> ends at </function>"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_proxys_renderer_writes_a_parsed_call_back_into_history_as_the_model_wrote_it(name):
+    """What the proxy does with a call: parse the model's text, and render it back as history on the
+    next request (`ChatTemplate`, which finds by probing whether a template takes arguments as an
+    object or, like DeepSeek-V3.1's, as JSON text)."""
+    family = FAMILIES[name]
+    template = ChatTemplate(tokenizer_with(family.template))
+    assert template.info.renders_tool_calls, f"{name}: the template renders assistant tool calls"
+    assert template.info.arguments_as_text == family.string_arguments
+    written = render_turn(family, [("bash", TRICKY)])
+    p, _ = parse(family.format, [written])
+    user = Message("user", "go")
+    history = [
+        user,
+        Message("assistant", tool_calls=(ToolCall(p.tool_calls[0].name, p.tool_calls[0].arguments, "c1"),)),
+    ]
+    prompt = template.render([user], TOOLS)
+    rendered = template.render(history, TOOLS, add_generation_prompt=False)
+    assert rendered.startswith(prompt), name
+    turn = rendered[len(prompt) :]
+    turn = turn[: turn.rindex(family.end)] if family.end else turn
+    assert turn == written, f"{name}: the history turn is the text the model wrote"
 
 
 # --- streaming: any cut gives the one-shot result ---

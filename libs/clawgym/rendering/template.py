@@ -75,6 +75,7 @@ class TemplateInfo:
 
     renders_tools: bool  # `tools=` appears in the rendered prompt
     renders_tool_calls: bool  # assistant `tool_calls` appear in the rendered prompt
+    arguments_as_text: bool  # the template joins `arguments` as JSON text (DeepSeek-V3.1), not an object
     tools_header_only: bool  # tools change only the prompt's head, not how later turns render
     close_text: str  # what follows an assistant turn's content, e.g. "<|im_end|>\n"
     generation_prompt: str  # what add_generation_prompt appends, e.g. "<|im_start|>assistant\n"
@@ -107,6 +108,7 @@ class ChatTemplate:
         Harness strings (content, thinking, tool names, ids, arguments, schemas) are escaped here;
         the tags this method adds itself (`<tool_call>`, `<tool_response>`) are structure."""
         renders_calls = self.info.renders_tool_calls
+        as_text = self.info.arguments_as_text
         esc = self.control.escape
         out: list[dict[str, Any]] = []
         for m in messages:
@@ -120,7 +122,10 @@ class ChatTemplate:
                         {
                             "type": "function",
                             "id": esc(c.id),
-                            "function": {"name": esc(c.name), "arguments": esc(c.arguments_value())},
+                            "function": {
+                                "name": esc(c.name),
+                                "arguments": esc(c.arguments if as_text else c.arguments_value()),
+                            },
                         }
                         for c in m.tool_calls
                     ]
@@ -195,12 +200,21 @@ class ChatTemplate:
 
     def _probe(self, supports_tools: bool | None) -> TemplateInfo:
         user = {"role": "user", "content": "ping"}
+        as_text = False
         if supports_tools is None:
             renders_tools = self._renders([user], [_PROBE_TOOL], "clawgym_probe_fn")
             call = {"type": "function", "function": {"name": "clawgym_probe_call", "arguments": {}}}
             renders_calls = self._renders(
                 [user, {"role": "assistant", "content": "", "tool_calls": [call]}], [], "clawgym_probe_call"
             )
+            if not renders_calls:  # a template that concatenates the arguments takes them as text
+                text_call = {"type": "function", "function": {**call["function"], "arguments": "{}"}}
+                as_text = self._renders(
+                    [user, {"role": "assistant", "content": "", "tool_calls": [text_call]}],
+                    [],
+                    "clawgym_probe_call",
+                )
+                renders_calls = as_text
         else:
             renders_tools = renders_calls = supports_tools
         closed = self._try([user, {"role": "assistant", "content": MARK}], (), False)
@@ -236,6 +250,7 @@ class ChatTemplate:
         return TemplateInfo(
             renders_tools=renders_tools,
             renders_tool_calls=renders_calls,
+            arguments_as_text=as_text,
             tools_header_only=header_only,
             close_text=close_text,
             generation_prompt=generation_prompt,
