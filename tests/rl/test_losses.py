@@ -98,7 +98,7 @@ def rows(**kw) -> LossRows:
     base = {
         "token": torch.arange(n), "engine_logprob": torch.full((n,), -1.0), "weight": torch.full((n,), 1.0 / n),
         "version": torch.zeros(n, dtype=torch.long), "temperature": torch.full((n,), float("nan")),
-        "value_token": torch.zeros(0, dtype=torch.long),
+        "seq": torch.full((n,), -1, dtype=torch.long), "value_token": torch.zeros(0, dtype=torch.long),
         "returns": torch.zeros(0), "old_value": torch.zeros(0), "value_weight": torch.zeros(0),
     }  # fmt: skip
     base.update(kw)

@@ -17,6 +17,7 @@ from clawgym.rl import gae_terms, grpo_terms, merge_terms, pack
 from clawgym.trainer import checkpoint as ckpt
 from clawgym.trainer.batch import build_batch
 from clawgym.trainer.distributed import World
+from clawgym.trainer.metrics import STEP_KEYS
 from clawgym.trainer.optim import lr_factor, make_optimizer
 from clawgym.trainer.policy import build_policy
 from clawgym.trainer.update import Normaliser, has_gradient, prepare_packs, update, whitened
@@ -290,3 +291,32 @@ def test_ppo_advantages_are_whitened_over_the_whole_batch_and_the_value_targets_
     assert scale > 0 and np.allclose(raw * scale + shift, adv), "one increasing affine map for every tree"
     for (_, before), (_, after) in zip(placed, out, strict=True):
         assert np.array_equal(before.returns, after.returns), "value targets are not whitened"
+
+
+def test_call_level_masking_reports_its_calls_and_trains_only_calls_inside_the_band(trainer_cfg, hand_group):
+    """call_geo_mask in the trainer's update: π_old comes from a pass over every pack before the first
+    backward, each call's geometric-mean ratio against its engine logprobs (all -8 here, far below
+    the model's) is reported as off_policy_*, and a call outside the band trains nothing."""
+    group = hand_group("g", PROMPT, [GOOD, BAD], [1.0, 0.0])
+    algo = {"lr": 1e-3, "off_policy": "call_geo_mask", "tis_cap": None}
+    _, _, before, after, d = one_step(trainer_cfg(algorithm=algo), [group])
+    want = {name: np.exp(before[name] / len(out) + 8.0) for name, out in (("good", GOOD), ("bad", BAD))}
+    assert d["off_policy_ratio_mean"] == pytest.approx(np.mean(list(want.values())), rel=1e-3), (
+        f"the mean over calls of exp(mean(logπ_old - logπ_engine)): {d} vs {want}"
+    )
+    assert d["off_policy_ratio_max"] == pytest.approx(max(want.values()), rel=1e-3), "the largest call ratio"
+    assert max(want.values()) < 0.99, "test setup: both calls' ratios lie below the default band"
+    assert d["off_policy_masked_frac"] == 1.0 and d["off_policy_masked_token_frac"] == 1.0, (
+        f"both calls are out of band: {d}"
+    )
+    assert after == pytest.approx(before, abs=1e-6), (
+        f"masked calls must not move the policy: {before} → {after}"
+    )
+    assert {k for k in d if k.startswith("off_policy_")} <= set(STEP_KEYS), "tracked as step keys"
+
+    wide = algo | {"geo_mask_low": 1e-6}
+    _, _, before, after, d = one_step(trainer_cfg(algorithm=wide), [group])
+    assert d["off_policy_masked_frac"] == 0.0, f"a band reaching down to 1e-6 keeps both calls: {d}"
+    assert after["good"] > before["good"] + 0.01 and after["bad"] < before["bad"] - 0.01, (
+        f"calls inside the band train, weighted by their ratio: {before} → {after}"
+    )

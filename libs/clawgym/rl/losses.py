@@ -1,4 +1,4 @@
-"""The RL losses on packed trees: PPO-clip with TIS, KL to a reference, value loss, entropy bonus.
+"""The RL losses on packed trees: PPO-clip with off-policy correction, KL, value loss, entropy bonus.
 
 Owns the objective and its diagnostics. The pure functions at the top take tensors and floats; the
 bottom section runs a model on one `PackedSequence` and is what the trainer calls per micro-batch
@@ -9,11 +9,16 @@ Per row c (one trainable position with one engine logprob; see terms.py departur
     r_c     = exp(logπ_θ(c) - logπ_old(c))                 PPO ratio; π_old = π_θ detached if not given
     clip(r) = clamp(r, 1 - ε_low, 1 + ε_high)               separate low/high clip (DAPO clip-higher)
     ρ_c     = min(exp(logπ_old(c) - logπ_engine(c)), C)     truncated importance sampling (TIS), no grad
-    L_pg    = -Σ_c ρ_c [min(r A⁺, clip(r) A⁺) + min(r A⁻, clip(r) A⁻)]
-    L_kl    =  Σ_c w_c min(k3(c), K),  k3 = exp(logπ_ref - logπ_θ) - (logπ_ref - logπ_θ) - 1
+    ρ_s     = exp(1/|s| Σ_{c∈s} (logπ_old(c) - logπ_engine(c)))  geometric-mean ratio of sequence s, no grad
+    m_c     = 1[L <= ρ_s(c) <= H]                          band mask of the row's sequence (1 unless *_mask)
+    ρ'_c    = min(ρ_c, C)     token_tis (`off_policy`; ρ'_c = 1 with C = None)
+            = min(ρ_s(c), C)  call_geo_tis, rollout_geo_tis
+            = m_c min(ρ_c, C) call_geo_mask, rollout_geo_mask
+    L_pg    = -Σ_c ρ'_c [min(r A⁺, clip(r) A⁺) + min(r A⁻, clip(r) A⁻)]
+    L_kl    =  Σ_c m_c w_c min(k3(c), K),  k3 = exp(logπ_ref - logπ_θ) - (logπ_ref - logπ_θ) - 1
                (with β_kl = 0 and a reference given, measured as `kl_ref` without entering the loss)
     L_v     =  Σ_v w_v ½ max((V - R)², (V_old + clip(V - V_old, ±ε_v) - R)²)   (unclipped without ε_v)
-    H       =  Σ_c w_c entropy(π_θ(· | prefix))
+    H       =  Σ_c m_c w_c entropy(π_θ(· | prefix))
     loss    =  L_pg + β_kl L_kl + c_v L_v - c_H H
 
 How this departs from the textbook, numbered:
@@ -21,7 +26,15 @@ How this departs from the textbook, numbered:
    for the clip because r is the same on every path through the token (terms.py, 5).
 2. Weights (token- or sequence-level aggregation) are folded into A⁺, A⁻ and w when the terms are
    built, over the whole tree, so the losses of micro-batches simply add up (no per-batch mean).
-3. TIS corrects the engine/trainer mismatch: ρ multiplies each row's clipped objective.
+3. TIS corrects the engine/trainer mismatch: ρ' multiplies each row's clipped objective. A long
+   agent rollout's calls may be served by several policy versions (and a call's tokens by two, when
+   weights load mid-call); the sequence-level options weigh a whole call (or rollout) by its
+   geometric-mean ratio ρ_s, as verl's "rollout correction" does per response: s is a call (terms.py,
+   departure 7) or a rollout, |s| its own generated tokens, each once however many paths pass it.
+   A call whose ρ_s leaves [L, H] is masked (IcePop-style rejection): no policy, KL or entropy
+   gradient, still counted by the normaliser, so the step is smaller, not the rest reweighted. ρ_s
+   needs every row of s, which may span micro-batches: `sequence_ratios` computes it from π_old at
+   every pack's rows before the first backward (one no-grad forward more when `epochs` is 1).
 4. k3 is capped per row at K (`kl_cap`, 10 by default, as verl's low_var_kl bounds it): on a row
    where π_θ is far below π_ref, exp(logπ_ref - logπ_θ) explodes, and one such row made a whole
    step's gradient (bench/stability.py, β = 0.1: kl_ref 817 and a gradient norm of 16,590 before
@@ -29,17 +42,24 @@ How this departs from the textbook, numbered:
 
 References: PPO, Schulman et al. 2017, https://arxiv.org/abs/1707.06347; DAPO clip-higher, Yu et
 al. 2025, https://arxiv.org/abs/2503.14476; TIS, Yao et al. 2025, "Your Efficient RL Framework
-Secretly Brings You Off-Policy RL Training", https://fengyao.notion.site/off-policy-rl; k3, Schulman
+Secretly Brings You Off-Policy RL Training", https://fengyao.notion.site/off-policy-rl; geometric
+rejection, Liu, Li et al. 2025, "When Speed Kills Stability", https://richardli.xyz/rl-collapse, and
+verl's docs/algo/rollout_corr.md; IcePop masking, Ling Team 2025 (the Ring-1T report); k3, Schulman
 2020, http://joschu.net/blog/kl-approx.html; value clipping and diagnostics, CleanRL `ppo.py`.
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from clawgym.errors import InvalidArgument
 from clawgym.rl.forward import packed_forward
 from clawgym.rl.packing import LossRows, PackedSequence
+
+OffPolicy = Literal["token_tis", "call_geo_tis", "rollout_geo_tis", "call_geo_mask", "rollout_geo_mask"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +73,14 @@ class LossConfig:
     clip_high: float
     """ε_high: the ratio is clipped above at 1 + ε_high (DAPO's clip-higher; 0.2 gives plain PPO)"""
     tis_cap: float | None
-    """C: truncated importance sampling cap against the engine's logprobs (None: no correction)"""
+    """C: cap of the importance weight against the engine's logprobs, per token or with *_geo_tis per
+    sequence (None: uncapped; no correction at all with token_tis)"""
+    off_policy: OffPolicy
+    """which correction ρ' is (module docstring)"""
+    geo_mask_low: float
+    """L: *_geo_mask masks a sequence whose ρ_s is below L"""
+    geo_mask_high: float
+    """H: *_geo_mask masks a sequence whose ρ_s is above H"""
     kl_coef: float
     """β_kl: weight of the k3 KL estimate to the reference policy (needs a reference model)"""
     kl_cap: float | None
@@ -66,6 +93,13 @@ class LossConfig:
     """ε_v: clip the value change around V_old (None: plain squared error)"""
     temperature: float
     """T: the rollouts' sampling temperature; π is softmax(logits / T), as the engine sampled it"""
+
+    @property
+    def sequence_level(self) -> Literal["call", "rollout"] | None:
+        """The sequence ρ_s is taken over: `merge_terms(by=...)` must merge rows within it."""
+        if self.off_policy.startswith("call_"):
+            return "call"
+        return "rollout" if self.off_policy.startswith("rollout_") else None
 
 
 # --- pure losses ---
@@ -89,6 +123,83 @@ def ppo_clip_objective(
 def truncated_is_weight(old_logprob: Tensor, engine_logprob: Tensor, cap: float) -> Tensor:
     """ρ = min(π_old / π_engine, C), without gradient.  (C,) -> (C,)"""
     return torch.exp(old_logprob - engine_logprob).clamp(max=cap).detach()
+
+
+@torch.no_grad()
+def geometric_ratio(old_logprob: Tensor, engine_logprob: Tensor, seq: Tensor) -> Tensor:
+    """ρ_s = exp(mean_{c∈s} (logπ_old(c) - logπ_engine(c))) of each row's sequence s, without
+    gradient.  (C,) -> (C,). The rows must hold each token of s once (merge_terms(by=...)); the mean
+    is taken in float64 so that its order of summation does not show."""
+    _, inverse = torch.unique(seq, return_inverse=True)
+    n = int(inverse.max()) + 1 if len(inverse) else 0
+    diff = (old_logprob - engine_logprob).double()
+    total = torch.zeros(n, dtype=torch.float64, device=diff.device).index_add_(0, inverse, diff)
+    count = torch.bincount(inverse, minlength=n).to(torch.float64)
+    return torch.exp(total / count)[inverse].to(old_logprob.dtype)
+
+
+def sequence_ratios(rows: list[LossRows], old_logprob: list[Tensor]) -> list[Tensor]:
+    """ρ_s at every row of several packs (the micro-batches of one rank, whose trees are whole), from
+    π_old at their rows: a sequence's rows may lie in several packs.  -> one (C_k,) per pack."""
+    if not rows:
+        return []
+    device = old_logprob[0].device
+    cat = geometric_ratio(
+        torch.cat([o.detach() for o in old_logprob]),
+        torch.cat([r.engine_logprob.to(device, old_logprob[0].dtype) for r in rows]),
+        torch.cat([r.seq.to(device) for r in rows]),
+    )
+    return list(torch.split(cat, [len(r.seq) for r in rows]))
+
+
+def off_policy_weight(
+    cfg: LossConfig, old_logprob: Tensor, engine_logprob: Tensor, seq_ratio: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """(ρ', m) per row, without gradient: the weight of the clipped objective and the band mask (1
+    outside the *_mask modes).  (C,) -> (C,), (C,)"""
+    ones = torch.ones_like(old_logprob)
+    tis = ones if cfg.tis_cap is None else truncated_is_weight(old_logprob, engine_logprob, cfg.tis_cap)
+    if cfg.off_policy == "token_tis":
+        return tis, ones
+    if seq_ratio is None:
+        raise InvalidArgument(
+            f"off_policy {cfg.off_policy} needs each row's sequence ratio (losses.sequence_ratios)"
+        )
+    seq_ratio = seq_ratio.detach().to(old_logprob)
+    if cfg.off_policy.endswith("_geo_tis"):
+        return (seq_ratio if cfg.tis_cap is None else seq_ratio.clamp(max=cfg.tis_cap)), ones
+    keep = ((seq_ratio >= cfg.geo_mask_low) & (seq_ratio <= cfg.geo_mask_high)).to(old_logprob.dtype)
+    return keep * tis, keep
+
+
+def off_policy_counts(seq: Tensor, seq_ratio: Tensor, cfg: LossConfig) -> np.ndarray:
+    """float64 (6,): sequences, masked sequences, tokens, masked tokens, Σ ρ_s, max ρ_s over the rows
+    of one rank's packs (each token of a sequence once), for `off_policy_metrics`."""
+    if len(seq) == 0:
+        return np.array([0.0, 0.0, 0.0, 0.0, 0.0, -np.inf])
+    _, first, tokens = np.unique(seq.cpu().numpy(), return_index=True, return_counts=True)
+    rho = seq_ratio.detach().double().cpu().numpy()[first]
+    masked = np.zeros(len(rho), bool)
+    if cfg.off_policy.endswith("_geo_mask"):
+        masked = (rho < cfg.geo_mask_low) | (rho > cfg.geo_mask_high)
+    return np.array(
+        [len(rho), masked.sum(), tokens.sum(), tokens[masked].sum(), rho.sum(), rho.max()], dtype=np.float64
+    )
+
+
+def off_policy_metrics(counts: list[np.ndarray]) -> dict[str, float]:
+    """The step's sequence-level figures from every rank's `off_policy_counts`: mean and max ρ_s over
+    sequences, the fraction of sequences and of their tokens masked."""
+    n, n_masked, tokens, tokens_masked, total = np.sum(counts, axis=0)[:5].tolist()
+    top = max(float(c[5]) for c in counts)
+    if n == 0:
+        return {}
+    return {
+        "off_policy_ratio_mean": total / n,
+        "off_policy_ratio_max": top,
+        "off_policy_masked_frac": n_masked / n,
+        "off_policy_masked_token_frac": tokens_masked / max(tokens, 1.0),
+    }
 
 
 def kl_k3(logprob: Tensor, ref_logprob: Tensor, cap: float | None = None) -> Tensor:
@@ -126,35 +237,35 @@ def rows_loss(
     old_logprob: Tensor | None = None,
     ref_logprob: Tensor | None = None,
     policy_version: int | None = None,
+    seq_ratio: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The whole objective on loss rows, with diagnostics.  logprob, entropy: (C,); values: (V,)
 
     Works on any rows: the merged rows of a packed tree or the per-path rows of one linear
-    sequence (the exactness tests compare the two).
+    sequence (the exactness tests compare the two). `seq_ratio` (C,): ρ_s of each row's sequence
+    (`sequence_ratios`), needed by the call_* and rollout_* corrections.
     """
     old = logprob.detach() if old_logprob is None else old_logprob.to(logprob)
     logratio = logprob - old
     ratio = torch.exp(logratio)
-    tis = (
-        torch.ones_like(ratio)
-        if cfg.tis_cap is None
-        else truncated_is_weight(old, rows.engine_logprob, cfg.tis_cap)
-    )
+    tis, keep = off_policy_weight(cfg, old, rows.engine_logprob, seq_ratio)
     pg_loss = (tis * ppo_clip_objective(ratio, rows.adv_pos, rows.adv_neg, cfg.clip_low, cfg.clip_high)).sum()
-    entropy_sum = (rows.weight * entropy).sum()
+    w_kept = keep * rows.weight  # a masked row adds no entropy or KL gradient either
+    entropy_sum = (w_kept * entropy).sum()
     loss = pg_loss - cfg.entropy_coef * entropy_sum
     kl = None
     if ref_logprob is not None:  # with β_kl = 0 measured only (a diagnostic): no graph, no gradient
         with torch.set_grad_enabled(cfg.kl_coef > 0 and torch.is_grad_enabled()):
-            kl = (rows.weight * kl_k3(logprob, ref_logprob.to(logprob), cfg.kl_cap)).sum()
+            kl = (w_kept * kl_k3(logprob, ref_logprob.to(logprob), cfg.kl_cap)).sum()
         if cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * kl
     v_loss = None
     if values is not None:
         v_loss = (rows.value_weight * value_loss(values, rows.old_value, rows.returns, cfg.value_clip)).sum()
         loss = loss + cfg.value_coef * v_loss
+    entropy_all = (rows.weight * entropy.detach()).sum()  # the policy's entropy, masked rows included
     diagnostics = _diagnostics(
-        rows, cfg, loss, pg_loss, entropy_sum, kl, v_loss, ratio, logratio, tis, old, values, policy_version
+        rows, cfg, loss, pg_loss, entropy_all, kl, v_loss, ratio, logratio, tis, old, values, policy_version
     )
     return loss, diagnostics
 
@@ -230,6 +341,7 @@ def tree_loss(
     ref_model: nn.Module | None = None,
     old_logprob: Tensor | None = None,
     policy_version: int | None = None,
+    seq_ratio: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Loss and diagnostics of one micro-batch. Call `loss.backward()` per micro-batch and step
     once: the terms are normalised over the whole tree, so the micro-batch losses add up to the
@@ -238,6 +350,7 @@ def tree_loss(
     `old_logprob` (C,): π_old at the rows for several updates on one batch (`forward.old_logprobs`
     before the first); None means one update, π_old = π_θ detached (ratio 1, gradient ∇logπ).
     `ref_model`: the frozen reference policy for the KL term (used when cfg.kl_coef > 0).
+    `seq_ratio` (C,): ρ_s at the rows, from `sequence_ratios` over all the tree's packs.
     """
     out = packed_forward(
         model, pack, value_head, entropy_grad=cfg.entropy_coef > 0, temperature=cfg.temperature
@@ -248,5 +361,5 @@ def tree_loss(
         with torch.no_grad():
             ref_logprob = packed_forward(ref_model, pack, temperature=cfg.temperature).logprob
     return rows_loss(
-        out.logprob, out.entropy, out.values, rows, cfg, old_logprob, ref_logprob, policy_version
+        out.logprob, out.entropy, out.values, rows, cfg, old_logprob, ref_logprob, policy_version, seq_ratio
     )

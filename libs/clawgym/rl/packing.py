@@ -43,6 +43,7 @@ class LossRows:
     weight: Tensor  # float (C,) Σ w, for KL and entropy
     version: Tensor  # long (C,) policy version that generated the token
     temperature: Tensor  # float32 (C,) temperature of the engine logprob (NaN: the trainer's)
+    seq: Tensor  # long (C,) call or rollout whose sequence-level ratio the row takes (-1: none)
     value_token: Tensor  # long (V,) slot whose state value V(prefix before it) the row uses
     returns: Tensor  # float (V,)
     old_value: Tensor  # float (V,)
@@ -91,7 +92,7 @@ def _empty_rows(dtype: torch.dtype) -> dict[str, Tensor]:
     zl = torch.zeros(0, dtype=torch.long)
     return {
         "token": zl, "engine_logprob": z, "adv_pos": z, "adv_neg": z, "weight": z, "version": zl,
-        "temperature": torch.zeros(0, dtype=torch.float32),
+        "temperature": torch.zeros(0, dtype=torch.float32), "seq": zl,
         "value_token": zl, "returns": z, "old_value": z, "value_weight": z,
     }  # fmt: skip
 
@@ -149,6 +150,7 @@ def pack(
                 weight=torch.from_numpy(terms.weight[sel]).to(dtype),
                 version=torch.from_numpy(terms.version[sel].astype(np.int64)),
                 temperature=torch.from_numpy(terms.temperature[sel].astype(np.float32)),
+                seq=torch.from_numpy(terms.seq[sel].astype(np.int64)),
             )
         if values is not None:
             sel = np.flatnonzero(v_owner == i)

@@ -96,6 +96,7 @@ def call_segments(
             weight=f(w[k]),
             version=torch.from_numpy(terms.version[row].astype(np.int64)),
             temperature=torch.from_numpy(terms.temperature[row].astype(np.float32)),
+            seq=torch.from_numpy(terms.call[row].astype(np.int64)),
             value_token=torch.zeros(0, dtype=torch.long),
             returns=empty,
             old_value=empty,

@@ -40,6 +40,7 @@ def path_rows(
         weight=f(terms.weight[rows]),
         version=torch.from_numpy(terms.version[rows].astype(np.int64)),
         temperature=torch.from_numpy(terms.temperature[rows].astype(np.float32)),
+        seq=torch.from_numpy(terms.call[rows].astype(np.int64)),
         value_token=slot if has_values else torch.zeros(0, dtype=torch.long),
         returns=f(terms.returns[rows]) if has_values else empty,
         old_value=f(terms.old_value[rows]) if has_values else empty,
@@ -88,10 +89,12 @@ def path_loss(
     old_logprob: Tensor | None = None,
     policy_version: int | None = None,
     trim_logits: bool = False,
+    seq_ratio: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Loss of rollout path p trained alone, with the same objective as `losses.tree_loss`.
 
-    `old_logprob` is per row of this path (see `path_rows`); None means π_old = π_θ detached.
+    `old_logprob` and `seq_ratio` are per row of this path (see `path_rows`); None means π_old = π_θ
+    detached, and no sequence ratio.
     `trim_logits` runs the LM head only where a row needs it, as the packed forward does (a fair
     baseline for timing); without it the reference is HF's plain full-logits forward.
     """
@@ -120,7 +123,7 @@ def path_loss(
             ref_logp = row_logp(path_logits(ref_model, ids, keep=keep)[0])
             ref_logprob = ref_logp.gather(-1, target[:, None]).squeeze(-1)
     v = values[rows.value_token - 1] if values is not None else None
-    return rows_loss(logprob, entropy, v, rows, cfg, old_logprob, ref_logprob, policy_version)
+    return rows_loss(logprob, entropy, v, rows, cfg, old_logprob, ref_logprob, policy_version, seq_ratio)
 
 
 def pack_paths(

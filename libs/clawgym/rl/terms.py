@@ -33,6 +33,15 @@ How this departs from textbook GRPO/PPO on linear sequences:
 6. Temperature. Each row carries the temperature T of its engine logprob (the call's sampling
    temperature; NaN where not recorded): the trainer's π at that row is softmax(logits / T), the
    policy the engine sampled from. Rows at different temperatures never merge.
+7. Calls. The tree keeps no call ids; a *call* of rollout r on a path is a maximal run of r's
+   generated positions, each the child of the one before (a call's output follows its prompt,
+   and the next call's prompt adds at least the template's turn header before its own output).
+   Its id is (r, first position, last position), so the paths of r through one call share it.
+   Two calls with no context token between them (a reply continued as it was) read as one; a
+   run that branches below a generated token (a retried call whose samples began alike, radix
+   rule 1) is a different call on each path, sharing its first tokens. A sequence-level
+   importance ratio (losses.py) is taken per call or per rollout, so `merge_terms(terms, by)`
+   then merges rows only within one call (or rollout): each merged row has exactly one.
 """
 
 from dataclasses import dataclass
@@ -61,6 +70,7 @@ class PathTerms:
     engine_logprob: np.ndarray  # float32 (K,) engine logprob of the generation
     version: np.ndarray  # int32 (K,) policy version that generated it
     temperature: np.ndarray  # float32 (K,) temperature of the engine logprob (NaN: not recorded)
+    call: np.ndarray  # int64 (K,) call of the row's token in the tree (departure 7)
     returns: np.ndarray | None = None  # float64 (K,) value target R = A + V_old (GAE only)
     old_value: np.ndarray | None = None  # float64 (K,) V_old at the row (GAE only)
 
@@ -80,6 +90,7 @@ class TokenTerms:
     weight: np.ndarray  # float64 (C,) Σ w (for KL and entropy terms)
     version: np.ndarray  # int32 (C,) newest policy version among the merged generations
     temperature: np.ndarray  # float32 (C,) temperature of the engine logprob (NaN: not recorded)
+    seq: np.ndarray  # int64 (C,) the row's call or rollout with `merge_terms(by=...)`, else -1
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,7 @@ class _Steps:
     engine_logprob: np.ndarray
     version: np.ndarray
     temperature: np.ndarray
+    call: np.ndarray
 
 
 def _steps(flat: FlatTree, aggregation: Aggregation) -> _Steps:
@@ -111,7 +123,7 @@ def _steps(flat: FlatTree, aggregation: Aggregation) -> _Steps:
     order = np.lexsort((flat.gen_pos, flat.gen_rollout))
     g_pos, g_r = flat.gen_pos[order].astype(np.int64), flat.gen_rollout[order]
     bounds = np.searchsorted(g_r, np.arange(len(flat.rollouts) + 1))
-    paths, rows = [], []
+    paths, rows, runs = [], [], []
     for p, (r, node) in enumerate(zip(path_rollout.tolist(), path_node.tolist(), strict=True)):
         positions = flat.path_positions(node)
         lo, hi = bounds[r], bounds[r + 1]
@@ -119,7 +131,10 @@ def _steps(flat: FlatTree, aggregation: Aggregation) -> _Steps:
         hit = (g_pos[lo:hi][idx] == positions) if hi > lo else np.zeros(positions.shape, bool)
         rows.append(lo + idx[hit])
         paths.append(np.full(int(hit.sum()), p, np.int32))
+        runs.append(_call_runs(r, positions, np.flatnonzero(hit)))
     row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    run_keys = np.concatenate(runs) if runs else np.zeros((0, 3), np.int64)
+    call = np.unique(run_keys, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
     n_paths_through = np.bincount(row, minlength=len(g_pos))
     rollout = g_r[row]
     if aggregation == "token":
@@ -141,7 +156,18 @@ def _steps(flat: FlatTree, aggregation: Aggregation) -> _Steps:
         engine_logprob=flat.gen_logprob[order][row],
         version=flat.gen_version[order][row],
         temperature=flat.gen_temperature[order][row],
+        call=call,
     )
+
+
+def _call_runs(rollout: int, positions: np.ndarray, along: np.ndarray) -> np.ndarray:
+    """int64 (n, 3): (rollout, first, last position) of the call of each generated slot `along` a
+    path (ascending indices into `positions`): its maximal run of consecutive slots (departure 7)."""
+    starts = np.concatenate([[True], np.diff(along) != 1]) if len(along) else np.zeros(0, bool)
+    run = np.cumsum(starts) - 1
+    ends = np.concatenate([starts[1:], [True]]) if len(along) else starts
+    first, last = positions[along[starts]], positions[along[ends]]
+    return np.stack([np.full(len(along), rollout), first[run], last[run]], axis=1).astype(np.int64)
 
 
 def grpo_terms(
@@ -168,6 +194,7 @@ def grpo_terms(
         engine_logprob=s.engine_logprob,
         version=s.version,
         temperature=s.temperature,
+        call=s.call,
     )
 
 
@@ -212,26 +239,37 @@ def gae_terms(
         engine_logprob=s.engine_logprob,
         version=s.version,
         temperature=s.temperature,
+        call=s.call,
         returns=ret,
         old_value=values[s.pos],
     )
 
 
-def merge_terms(terms: PathTerms) -> TokenTerms:
+def merge_terms(terms: PathTerms, by: Literal["call", "rollout"] | None = None) -> TokenTerms:
     """Merge per-path rows into per-(position, engine logprob, temperature) rows with A⁺/A⁻ sums
-    (departures 5, 6)."""
+    (departures 5, 6); with `by`, only rows of one call or one rollout merge (departure 7)."""
     wa = terms.weight * terms.adv
+    if by is None:
+        seq = np.full(len(terms.pos), -1, np.int64)
+    elif by == "call":
+        seq = terms.call.astype(np.int64)
+    elif by == "rollout":
+        seq = terms.path_rollout[terms.path].astype(np.int64)
+    else:
+        raise InvalidArgument(f"unknown merge level {by!r} (call, rollout or None)")
     bits = terms.engine_logprob.astype(np.float32).view(np.int32)
     t_bits = np.where(np.isnan(terms.temperature), np.float32(np.nan), terms.temperature)
     t_bits = t_bits.astype(np.float32).view(np.int32)  # one NaN pattern: unknown merges with unknown
-    order = np.lexsort((t_bits, bits, terms.pos))
-    pos, bits, t_bits = terms.pos[order], bits[order], t_bits[order]
+    order = np.lexsort((t_bits, bits, seq, terms.pos))
+    pos, bits, t_bits, seq = terms.pos[order], bits[order], t_bits[order], seq[order]
     wa, w = wa[order], terms.weight[order]
     if len(pos) == 0:
         z = np.zeros(0)
         f32 = z.astype(np.float32)
-        return TokenTerms(pos.astype(np.int64), f32, z, z, z, z.astype(np.int32), f32)
-    same = (pos[1:] == pos[:-1]) & (bits[1:] == bits[:-1]) & (t_bits[1:] == t_bits[:-1])
+        return TokenTerms(pos.astype(np.int64), f32, z, z, z, z.astype(np.int32), f32, seq)
+    same = (
+        (pos[1:] == pos[:-1]) & (bits[1:] == bits[:-1]) & (t_bits[1:] == t_bits[:-1]) & (seq[1:] == seq[:-1])
+    )
     first = np.flatnonzero(np.concatenate([[True], ~same]))
     return TokenTerms(
         pos=pos[first].astype(np.int64),
@@ -241,6 +279,7 @@ def merge_terms(terms: PathTerms) -> TokenTerms:
         weight=np.add.reduceat(w, first),
         version=np.maximum.reduceat(terms.version[order], first).astype(np.int32),
         temperature=terms.temperature[order][first].astype(np.float32),
+        seq=seq[first],
     )
 
 

@@ -69,7 +69,33 @@ class AlgorithmConfig(Section):
     clip_low: float = Field(0.2, ge=0, description="ε_low: the ratio is clipped below at 1 - ε_low")
     clip_high: float = Field(0.28, ge=0, description="ε_high: the ratio is clipped above at 1 + ε_high")
     tis_cap: float | None = Field(
-        2.0, gt=0, description="truncated importance sampling cap against engine logprobs; null = off"
+        2.0,
+        gt=0,
+        description="C: cap of the importance weight against the engine's logprobs, per token (token_tis, "
+        "*_geo_mask) or per call/rollout (*_geo_tis); null = uncapped, and no correction at all with token_tis",
+    )
+    off_policy: Literal[
+        "token_tis", "call_geo_tis", "rollout_geo_tis", "call_geo_mask", "rollout_geo_mask"
+    ] = Field(
+        "token_tis",
+        description="correction for tokens sampled by other weights than π_old (engine mismatch, older "
+        "versions): token_tis: each token by min(π_old/π_engine, tis_cap); call_geo_tis / rollout_geo_tis: "
+        "each call's (rollout's) tokens by min(ρ, tis_cap), ρ the geometric mean of π_old/π_engine over "
+        "its generated tokens; call_geo_mask / rollout_geo_mask: token_tis, and a call (rollout) whose ρ "
+        "is outside [geo_mask_low, geo_mask_high] trains nothing; call_*/rollout_* cost one no-grad "
+        "forward more per step when epochs is 1",
+    )
+    geo_mask_low: float = Field(
+        0.99,
+        gt=0,
+        le=1,
+        description="*_geo_mask: a call (rollout) whose geometric-mean ratio is below this is masked",
+    )
+    geo_mask_high: float = Field(
+        1.01,
+        ge=1,
+        description="*_geo_mask: a call (rollout) whose geometric-mean ratio is above this is masked (verl "
+        "suggests 1.0002-1.001 against engine mismatch alone; policy lag moves it further)",
     )
     kl_coef: float = Field(
         0.0, ge=0, description="β: weight of the k3 KL to the initial policy (0 = no reference)"
@@ -117,8 +143,8 @@ class AlgorithmConfig(Section):
         """The loss coefficients for `clawgym.rl.losses` (imported here: it needs torch, this module not)."""
         from clawgym.rl.losses import LossConfig
 
-        fields = ("clip_low", "clip_high", "tis_cap", "kl_coef", "kl_cap", "entropy_coef", "value_coef",
-                  "value_clip", "temperature")  # fmt: skip
+        fields = ("clip_low", "clip_high", "tis_cap", "off_policy", "geo_mask_low", "geo_mask_high", "kl_coef",
+                  "kl_cap", "entropy_coef", "value_coef", "value_clip", "temperature")  # fmt: skip
         return LossConfig(**{f: getattr(self, f) for f in fields})
 
 

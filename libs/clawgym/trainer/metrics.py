@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 # CleanRL's diagnostics plus ours (STYLE.md 7).
 STEP_KEYS = (
     "loss", "policy_loss", "value_loss", "approx_kl", "clipfrac", "entropy", "explained_variance",
-    "kl_ref", "grad_norm", "lr", "logprob_mismatch", "kl_engine_train", "policy_lag", "sharing_ratio",
+    "kl_ref", "grad_norm", "lr", "logprob_mismatch", "kl_engine_train", "off_policy_ratio_mean",
+    "off_policy_ratio_max", "off_policy_masked_frac", "off_policy_masked_token_frac", "policy_lag", "sharing_ratio",
     "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s", "groups", "groups_dropped", "rollouts",
     "reward", "pass_rate", "version",
 )  # fmt: skip
@@ -29,6 +30,10 @@ GAUGES = {  # step key → help; the gauge is clawgym_trainer_<key>
     "grad_norm": "last step's gradient norm before clipping",
     "lr": "last step's learning rate",
     "logprob_mismatch": "mean |train - engine| logprob of generated tokens",
+    "off_policy_ratio_mean": "mean geometric-mean ratio π_old/π_engine per call (rollout), call_*/rollout_* only",
+    "off_policy_ratio_max": "largest geometric-mean ratio π_old/π_engine of a call (rollout)",
+    "off_policy_masked_frac": "fraction of calls (rollouts) masked for a ratio outside the band",
+    "off_policy_masked_token_frac": "fraction of generated tokens masked with their call (rollout)",
     "sharing_ratio": "call tokens / tree tokens of the last batch",
     "tokens_per_s": "tree tokens trained per second",
     "step_s": "seconds of the last update + checkpoint",

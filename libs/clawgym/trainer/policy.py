@@ -60,7 +60,7 @@ def dummy_pack(token_id: int = 0) -> PackedSequence:
     so that every rank runs the same collectives under FSDP2."""
     zl, zf = torch.zeros(0, dtype=torch.long), torch.zeros(0)
     rows = LossRows(
-        token=zl, engine_logprob=zf, adv_pos=zf, adv_neg=zf, weight=zf, version=zl, temperature=zf,
+        token=zl, engine_logprob=zf, adv_pos=zf, adv_neg=zf, weight=zf, version=zl, temperature=zf, seq=zl,
         value_token=zl, returns=zf, old_value=zf, value_weight=zf,
     )  # fmt: skip
     one = torch.tensor([token_id])

@@ -13,6 +13,9 @@ How this departs from single-process CleanRL, numbered:
    (distributed.py, rule 2), and ranks with fewer micro-batches run zero-weighted dummies (rule 1).
 3. The trainer's logprobs at the engine's tokens are compared with the engine's own in the first
    forward of the step (π_old = π_θ there): `logprob_mismatch` = weighted mean |Δ logprob|.
+4. A call- or rollout-level correction (`algorithm.off_policy`) needs ρ_s over every row of a
+   sequence before the first backward: π_old comes from a no-grad pass over all packs (as for
+   several epochs), and the sequences' ratios are reported as `off_policy_*`.
 """
 
 import dataclasses
@@ -23,6 +26,7 @@ import torch
 from torch import Tensor
 
 from clawgym.rl import combine_diagnostics, gae_terms, grpo_terms, merge_terms, pack, rows_loss
+from clawgym.rl.losses import off_policy_counts, off_policy_metrics, sequence_ratios
 from clawgym.rl.packing import PackedSequence
 from clawgym.rl.terms import PathTerms, value_terms
 from clawgym.trainer.batch import GroupTree
@@ -80,9 +84,15 @@ def prepare_packs(
     if algo.name == "ppo" and algo.whiten_advantages:
         placed = whitened(placed, world)
     packs: list[PackedSequence] = []
+    by = algo.loss_config().sequence_level
+    offset = 0  # sequence ids are per tree: made distinct over the rank's trees
     for tree, terms in placed:
         vt = value_terms(terms) if algo.name == "ppo" else None
-        packs += pack(tree.flat, budget, merge_terms(terms), vt)
+        merged = merge_terms(terms, by)
+        if by is not None:
+            merged = dataclasses.replace(merged, seq=merged.seq + offset)
+            offset = int(merged.seq.max()) + 1 if len(merged.seq) else offset
+        packs += pack(tree.flat, budget, merged, vt)
     return packs
 
 
@@ -159,7 +169,9 @@ def update(
     """`algo.epochs` optimizer steps on this rank's packs; the batch's diagnostics (same on every rank)."""
     cfg = algo.loss_config()
     n_steps = world.max_int(len(packs))
-    old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 else None
+    by_sequence = cfg.sequence_level is not None
+    old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 or by_sequence else None
+    seq_ratio = sequence_ratios([p.rows for p in packs], old) if by_sequence and old is not None else None
     # the reference's logprobs: for the KL term (kl_coef > 0) or only to measure kl_ref (kl_diagnostic)
     ref = _rows_logprobs(reference, packs, world) if reference is not None and algo.needs_reference else None
     # The optimizer's parameters, not `policy.parameters()`: after a no-grad forward FSDP2 may leave the
@@ -182,6 +194,7 @@ def update(
                 old_logprob=old[k] if old is not None and real else None,
                 ref_logprob=ref[k] if ref is not None and real else None,
                 policy_version=policy_version,
+                seq_ratio=seq_ratio[k] if seq_ratio is not None and real else None,
             )
             if real:
                 parts.append(diagnostics)
@@ -194,6 +207,10 @@ def update(
         else:  # a NaN/inf gradient would poison the weights and every later step: skip this one
             optimizer.zero_grad(set_to_none=True)
     combined = combine_diagnostics([d for d in world.gather(combine_diagnostics(parts)) if d])
+    if seq_ratio is not None:
+        seq = torch.cat([p.rows.seq for p in packs]) if packs else torch.zeros(0, dtype=torch.long)
+        ratios = torch.cat([r.cpu() for r in seq_ratio]) if packs else torch.zeros(0)
+        combined |= off_policy_metrics(world.gather(off_policy_counts(seq, ratios, cfg)))
     # Skipped groups add exactly 0 to the loss; entropy and KL are measured only on trained groups.
     return {"loss": 0.0} | _stable_names(combined) | {"grad_norm": grad_norm}
 
