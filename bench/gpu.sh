@@ -26,6 +26,13 @@
 #                one, vs HF generate on a padded batch, reload
 #   tree_tiny    bench/tree_training.py for tiny-qwen3
 #   pytest_gpu   tests/rl/test_flex_gpu.py (the CI-style assertion of the same invariant)
+#   vllm         bench/gpu_vllm.py serve (only where the interpreter has vLLM, on cuda; VLLM_MODEL,
+#                default tiny-qwen3, or a 0.5-8B folder): logprobs against a teacher-forced forward,
+#                a weight update mid-stream (every token's version tag fits the weights that made it),
+#                reload time, tokens/s at 32-256 concurrent requests
+#   vllm_long_prompt   bench/gpu_vllm.py long_prompt: a 20k-token shared prefix, short suffixes:
+#                prefix-cache hit rate, time to first token cold and warm
+#   pytest_vllm  tests/inference/test_vllm.py -m gpu
 #
 # The last line (also $OUT/gpu.json with every stage's full result, $OUT/gpu.log with every log):
 #   gpu, cuda, python, torch, transformers, missing     the machine; missing = {stage: module}
@@ -38,6 +45,8 @@
 #                speedup_vs_tree_sdpa, speedup_vs_calls, sharing_ratio_vs_calls, wall_s, peak_gib
 #   engine.{model}: on, logprob_max_abs_diff, greedy_equal_hf_generate, speedup_32, tok_s_1,
 #                tok_s_32, vs_hf_generate_32, reload_s
+#   vllm: logprob_max_abs_diff, mixed_tokens (0 = none), reload_s, tok_s {concurrency: tok/s},
+#         prefix_cache_hit_rate, ttft_cold_s, ttft_warm_s
 #   stages       {stage: {rc, s}}                       rc 124 = timed out
 #   errors       {stage[/model[/dtype/impl]]: text}     what failed, and why
 # Exit status 0 when no stage failed, else 1 (the JSON line is printed either way).
@@ -149,6 +158,22 @@ stage tree_tiny 90 "$py" bench/tree_training.py --device "$device" --dtype "$tre
 stage inference_tiny 60 "$py" bench/inference.py --device "$device" --model tiny-qwen3 --tokens "$tokens" \
   --repeat "$([ "$smoke" = 1 ] && echo 1 || echo 2)" --serial "$([ "$smoke" = 1 ] && echo 2 || echo 4)"
 stage pytest_gpu 60 "$py" -m pytest --noconftest -q -p no:cacheprovider tests/rl/test_flex_gpu.py
+# vLLM pins its own torch and is not in the GPU machine's image: these run where it is installed.
+if [ "$device" != cuda ]; then
+  why="vLLM serves on CUDA only (--device $device)"
+elif ! "$py" -c "import vllm" 2>/dev/null; then
+  why="no vllm package for $py (install the pinned one: deploy/vllm-pins.txt, deploy/vllm.md)"
+else
+  why=""
+fi
+if [ -n "$why" ]; then
+  for name in vllm vllm_long_prompt pytest_vllm; do skip "$name" "$why"; done
+else
+  vllm_model=${VLLM_MODEL:-tiny-qwen3}
+  stage vllm 240 "$py" bench/gpu_vllm.py serve --model "$vllm_model"
+  stage vllm_long_prompt 120 "$py" bench/gpu_vllm.py long_prompt --model "$vllm_model"
+  stage pytest_vllm 120 "$py" -m pytest -q -p no:cacheprovider -m gpu tests/inference/test_vllm.py
+fi
 
 echo "== done in $(($(date +%s) - start))s; full results: $out/gpu.json, logs: $out/gpu.log"
 "$py" bench/gpu_report.py "$work" "$out"

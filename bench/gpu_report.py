@@ -96,6 +96,11 @@ def headline(results: dict) -> dict:
             )
     if engine:
         h["engine"] = engine
+    vllm = {**(results.get("vllm") or {}), **(results.get("vllm_long_prompt") or {})}
+    keys = ("logprob_max_abs_diff", "mixed_tokens", "reload_s", "tok_s", "prefix_cache_hit_rate", "ttft_cold_s",
+            "ttft_warm_s")  # fmt: skip
+    if vllm:
+        h["vllm"] = {k: vllm[k] for k in keys if k in vllm}
     return h
 
 

@@ -5,8 +5,8 @@
 #
 #   docker build -f deploy/docker/inference-vllm.Dockerfile -t clawgym/inference-vllm:0.1.0 .
 #
-# Which vLLM versions the engine supports is documented in deploy/vllm.md (the inference owners');
-# keep VLLM_VERSION in step with it.
+# The vLLM the engine is written and contract-tested against is pinned in deploy/vllm-pins.txt;
+# keep VLLM_VERSION in step with it (tests/contracts fails otherwise; deploy/vllm.md).
 
 ARG VLLM_VERSION=v0.33.0
 FROM vllm/vllm-openai:${VLLM_VERSION}

@@ -35,7 +35,8 @@ def test_checkpoint_headers_are_checked_against_the_served_model(tmp_path, tiny_
 def test_vllm_greedy_logprobs_and_reload_on_tiny_qwen3(
     tiny_model, prompts, other_checkpoint, hf_greedy, collect
 ):
-    """On a GPU: greedy equals HF generate, logprobs match a forward at T=0.7, a reload switches versions once."""
+    """On a GPU: greedy equals HF generate, logprobs match a forward at T=0.7, a reload switches versions
+    once and leaves every worker with the checkpoint's weights."""
     from clawgym.inference.vllm_engine import VllmEngine
 
     folder, _ = other_checkpoint
@@ -52,11 +53,13 @@ def test_vllm_greedy_logprobs_and_reload_on_tiny_qwen3(
             chunks = [await anext(stream)]
             await engine.load_weights(1, str(folder))
             chunks += [c async for c in stream]
-            return greedy, sampled, [v for c in chunks for v in c.policy_versions]
+            # the workers hold the new weights (called by name: no function is sent to them)
+            sums = await engine._llm.collective_rpc("clawgym_weight_checksum")
+            return greedy, sampled, [v for c in chunks for v in c.policy_versions], sums
         finally:
             await engine.aclose()
 
-    greedy, sampled, versions = asyncio.run(body())
+    greedy, sampled, versions, sums = asyncio.run(body())
     assert greedy[0] == hf_greedy(tiny_model, prompts[0], 16), "vLLM greedy diverged from HF generate"
     ids, logprobs = sampled[0], sampled[1]
     with torch.no_grad():
@@ -65,3 +68,11 @@ def test_vllm_greedy_logprobs_and_reload_on_tiny_qwen3(
     assert (expected - torch.tensor(logprobs)).abs().max() < 1e-3, "vLLM logprobs are not the tempered ones"
     switch = versions.index(1)
     assert versions == [0] * switch + [1] * (400 - switch), "versions must switch once, mid-stream"
+    _, other = other_checkpoint
+    tied = other.config.tie_word_embeddings  # vLLM then holds the embedding once
+    expected_sum = sum(
+        float(t.double().sum()) for n, t in other.state_dict().items() if n != "lm_head.weight" or not tied
+    )
+    assert sums and all(abs(s - expected_sum) < 1e-3 * max(1.0, abs(expected_sum)) for s in sums), (
+        f"the workers' weights after the reload ({sums}) are not the checkpoint's ({expected_sum})"
+    )

@@ -50,6 +50,15 @@ from clawgym.inference.interface import (
 )
 from clawgym.inference.validation import validate_request
 
+# The vLLM type of each object this module reaches into (tests/contracts checks every call and
+# attribute through them against the pinned vLLM).
+VLLM_TYPES = {
+    "self._llm": "vllm.v1.engine.async_llm.AsyncLLM",
+    "llm": "vllm.v1.engine.async_llm.AsyncLLM",
+    "model_config": "vllm.config.ModelConfig",
+    "out": "vllm.outputs.RequestOutput",
+    "completion": "vllm.outputs.CompletionOutput",
+}
 FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 
 

@@ -21,6 +21,8 @@ What it does not own: pausing generation and the prefix cache (`vllm_engine`).
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+# `self` in the extension is vLLM's worker (tests/contracts checks what is read from it).
+VLLM_TYPES = {"self": "vllm.v1.worker.gpu_worker.Worker"}
 # One tensor as a CUDA IPC handle in plain data: torch's reduce_tensor fields minus the classes.
 IpcTensor = dict[str, Any]
 

@@ -1,0 +1,112 @@
+"""Every vLLM and torch name clawgym uses exists as used, in the pinned versions (api_contract.py).
+
+vLLM is checked in its own venv (tests/contracts/build_vllm_venv.sh; .ci/run builds it): without
+it these tests skip, and fail under CI. torch is the main venv's. Each check is shown to bite: the
+same checker against a package with one used name renamed or one used parameter removed reports it.
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.engines import require_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKER = ROOT / "tests/contracts/api_contract.py"
+VLLM_VENV = ROOT / ".venv-vllm"
+PINS = dict(
+    line.split("==") for line in (ROOT / "deploy/vllm-pins.txt").read_text().splitlines() if "==" in line
+)
+
+
+def check(python: Path | str, target: str, *sabotage: str) -> dict:
+    args = [str(python), str(CHECKER), target] + [a for s in sabotage for a in ("--sabotage", s)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = done.stdout[done.stdout.index("{") :] if "{" in done.stdout else ""
+    assert out, f"the checker printed no result (rc {done.returncode}): {done.stderr[-2000:]}"
+    result = json.loads(out)
+    assert (done.returncode == 0) == (not result["problems"]), "exit status and problems disagree"
+    return result
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    python = VLLM_VENV / "bin/python"
+    if not python.exists():
+        require_engine(f"no vLLM contract venv at {VLLM_VENV}: run tests/contracts/build_vllm_venv.sh")
+    version = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert version == PINS["vllm"], f"{VLLM_VENV} has vLLM {version}, the pin is {PINS['vllm']}: rebuild it"
+    return python
+
+
+def test_the_vllm_pin_is_the_one_the_image_and_the_docs_name():
+    """deploy/vllm-pins.txt is the one place; the Dockerfile's ARG and deploy/vllm.md follow it."""
+    dockerfile = (ROOT / "deploy/docker/inference-vllm.Dockerfile").read_text()
+    arg = re.search(r"^ARG VLLM_VERSION=v?(\S+)$", dockerfile, re.M)
+    assert arg and arg.group(1) == PINS["vllm"], f"Dockerfile VLLM_VERSION {arg and arg.group(1)} != pin"
+    docs = (ROOT / "deploy/vllm.md").read_text()
+    assert f"| {PINS['vllm']} " in docs, f"deploy/vllm.md's versions table does not name {PINS['vllm']}"
+    import torch
+
+    assert torch.__version__.split("+")[0] == PINS["torch"], "the main venv's torch is not the pinned one"
+
+
+def test_every_vllm_name_the_engine_uses_exists_as_used(vllm_python):
+    """Imports, engine args, sampling fields, AsyncLLM methods and their keywords, the worker hook."""
+    result = check(vllm_python, "vllm")
+    assert result["problems"] == [], "vLLM no longer has what the engine uses:\n" + "\n".join(
+        result["problems"]
+    )
+    assert result["checked"] >= 40, f"only {result['checked']} uses found: is the source parser blind?"
+
+
+def test_a_renamed_or_reshaped_vllm_name_is_reported(vllm_python):
+    """The test of the test: reset_prefix_cache renamed away (from AsyncLLM and the EngineClient it
+    inherits from), TokensPrompt renamed, collective_rpc without `args`, a SamplingParams without
+    `detokenize`: each is named with the line that uses it."""
+    result = check(
+        vllm_python,
+        "vllm",
+        "vllm.v1.engine.async_llm:AsyncLLM.reset_prefix_cache",
+        "vllm.engine.protocol:EngineClient.reset_prefix_cache",
+        "vllm.inputs:TokensPrompt",
+        "vllm.v1.engine.async_llm:AsyncLLM.collective_rpc:drop=args",
+        "vllm:SamplingParams:drop=detokenize",
+    )
+    problems = "\n".join(result["problems"])
+    assert "AsyncLLM:reset_prefix_cache" in problems, problems
+    assert "vllm.inputs.TokensPrompt: AttributeError" in problems, problems
+    assert re.search(r"AsyncLLM:collective_rpc: signature .* unexpected keyword argument 'args'", problems), (
+        problems
+    )
+    assert "vllm.SamplingParams: signature" in problems and "'detokenize'" in problems, problems
+    assert re.search(r"vllm_engine\.py:\d+: ", problems), "a problem must name the adapter's line"
+
+
+def test_every_torch_name_the_trainer_uses_exists_as_used():
+    """FSDP2 (fully_shard and its keywords, passed as **options), FlexAttention, CUDA IPC."""
+    result = check(sys.executable, "torch")
+    assert result["problems"] == [], "torch no longer has what the trainer uses:\n" + "\n".join(
+        result["problems"]
+    )
+    assert result["checked"] >= 50, f"only {result['checked']} uses found"
+
+
+def test_a_renamed_or_reshaped_torch_name_is_reported():
+    """fully_shard without `mesh` and a renamed create_block_mask are both caught."""
+    result = check(
+        sys.executable,
+        "torch",
+        "torch.distributed.fsdp:fully_shard:drop=mesh",
+        "torch.nn.attention.flex_attention:create_block_mask",
+    )
+    problems = "\n".join(result["problems"])
+    assert "fully_shard: signature" in problems and "'mesh'" in problems, problems
+    assert "packing.py" in problems and "create_block_mask" in problems, problems
