@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from clawgym.store.bus import EventBus
     from clawgym.store.interface import TrajectoryStore
     from clawgym.store.sql import SqlStore
+    from clawgym.trainer.demonstrations import Demonstrations
     from clawgym.trainer.distributed import World
     from clawgym.trainer.loop import Trainer
     from clawgym.trainer.loop_thread import LoopThread
@@ -263,7 +264,55 @@ def build_trainer(
         world=world,
         close_runner=owns_runner,
         cache_dir=cache_dir,
+        demonstrations=open_demonstrations(cfg, store) if t.is_sft_step(0) else None,
     )
+
+
+def open_demonstrations(cfg: ClawgymConfig, store: TrajectoryStore) -> Demonstrations:
+    """`trainer.sft`'s demonstrations: from an export folder, a run folder's store (read-only), or
+    `store` (the run's own) when `sft.source` is empty; the run is `sft.run_id`, else the source's
+    newest training run. Filtered (`trainer.demonstrations.select`) and made trees."""
+    from clawgym.errors import InvalidArgument, NotFound
+    from clawgym.export.reading import export_groups, export_run_id, is_export
+    from clawgym.report.run_folder import folder_store_url
+    from clawgym.trainer.demonstrations import Demonstrations, select, store_groups
+
+    s, t = cfg.trainer.sft, cfg.trainer
+    folder = Path(s.source).expanduser() if s.source else None
+    if folder is not None and is_export(folder):
+        if s.run_id and s.run_id != export_run_id(folder):
+            raise InvalidArgument(
+                f"trainer.sft.run_id: {folder} holds run {export_run_id(folder)}, not {s.run_id}"
+            )
+        groups, where = export_groups(folder), f"export folder {folder}"
+    else:
+        source = store
+        if folder is not None:
+            url = folder_store_url(folder) if folder.is_dir() else ""
+            if not url:
+                raise InvalidArgument(
+                    f"trainer.sft.source: {folder} is neither a run folder nor an export folder"
+                )
+            source = open_sql_store(StoreConfig(url=url), writable=False)
+        try:
+            run_id = s.run_id or _newest_training_run(source, str(folder))
+            try:
+                source.get_run(run_id)
+            except NotFound:
+                raise NotFound(f"trainer.sft.run_id: no run {run_id!r} in {folder or 'the store'}") from None
+            groups, where = store_groups(source, run_id), f"run {run_id}"
+        finally:
+            if source is not store:
+                source.close()
+    return Demonstrations.of(select(groups, s.min_reward, s.teacher_only), s.groups_per_step, t.seed, where)
+
+
+def _newest_training_run(store: TrajectoryStore, where: str) -> str:
+    """The newest run that is no evaluation's (a run folder's store also holds its evaluations')."""
+    runs = [r for r in store.list_runs() if (r.config or {}).get("kind") != "eval"]
+    if not runs:
+        raise FailedPrecondition(f"trainer.sft.source: {where} holds no training run")
+    return runs[0].id
 
 
 def _rollout_service_source(

@@ -99,6 +99,8 @@ class LogObserver(RunObserver):
 
 
 def step_line(metrics: dict[str, Any]) -> str:
+    if metrics.get("stage") == "sft":
+        return f"SFT loss {metrics.get('loss', math.nan):.3f} · epoch {metrics.get('sft_epoch', 0.0):.2f}"
     return f"reward {metrics.get('reward', math.nan):.2f} · pass {metrics.get('pass_rate', math.nan):.2f}"
 
 
@@ -363,9 +365,8 @@ class Run:
                         f"({left:.0f} s left) would not fit another step and the final evaluation",
                     )
                     return
-            self.relay.target = self.observer.step_starting(
-                trainer.version + 1, t.groups_per_step * t.group_size
-            )
+            rollouts = 0 if t.is_sft_step(trainer.version) else t.groups_per_step * t.group_size
+            self.relay.target = self.observer.step_starting(trainer.version + 1, rollouts)
             started = time.monotonic()
             with self.clock.stage("train"):
                 trainer.run(steps=1)

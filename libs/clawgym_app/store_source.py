@@ -9,25 +9,19 @@ commands read through the `TrajectoryStore` interface and close it.
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
 from clawgym.errors import InvalidArgument
-from clawgym.report.run_folder import CONFIG_FILE, STORE_FILE, store_url
+from clawgym.report.run_folder import CONFIG_FILE, STORE_FILE, folder_store_url
 from clawgym.store.interface import TrajectoryStore
 
 
 def run_dir_store_url(folder: Path) -> str:
     """The store URL of a run folder: its clawgym.db, else the store.url its config.yaml names."""
-    if (folder / STORE_FILE).is_file():
-        return store_url(folder)
-    config = folder / CONFIG_FILE
-    if config.is_file():
-        url = ((yaml.safe_load(config.read_text()) or {}).get("store") or {}).get("url", "")
-        if url:
-            return url
-    raise InvalidArgument(
-        f"{folder} holds no {STORE_FILE} and no store.url in {CONFIG_FILE}: not a run folder"
-    )
+    url = folder_store_url(folder)
+    if not url:
+        raise InvalidArgument(
+            f"{folder} holds no {STORE_FILE} and no store.url in {CONFIG_FILE}: not a run folder"
+        )
+    return url
 
 
 def open_read_store(

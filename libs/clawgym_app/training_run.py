@@ -48,7 +48,8 @@ class ProgressObserver(RunObserver):
         self.console.print(Text(text, style="yellow" if warning else ""))
 
     def step_starting(self, step: int, rollouts: int) -> OnStatus:
-        self.bar = RolloutBar(self.progress, f"  step {step} rollouts", rollouts)
+        what = "rollouts" if rollouts else "(SFT)"
+        self.bar = RolloutBar(self.progress, f"  step {step} {what}", rollouts)
         return self.bar
 
     def step_done(self, version: int, steps: int, metrics: dict[str, Any], seconds: float) -> None:

@@ -62,7 +62,9 @@ def test_sft_packed_tree_equals_sum_over_paths_whole_and_split(arch, dtype, attn
         assert rows == len(np.unique(flat.gen_pos)), (
             "one row per generated position: shared tokens of several samples are computed once"
         )
-        assert_same((loss, g), (linear[0], linear[1]), TOLERANCE[dtype], f"SFT {arch} {dtype} {attn} {budget}")
+        assert_same(
+            (loss, g), (linear[0], linear[1]), TOLERANCE[dtype], f"SFT {arch} {dtype} {attn} {budget}"
+        )
 
 
 def test_token_aggregation_makes_the_loss_the_mean_nll_per_demonstrated_token():

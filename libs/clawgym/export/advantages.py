@@ -81,6 +81,8 @@ def _settings(run: Run) -> tuple[AlgorithmConfig | None, float, str]:
         failed_reward = float(run.config.get("failed_reward", 0.0))
     except (ValidationError, TypeError, ValueError) as e:
         return None, 0.0, f"none: the run's algorithm settings cannot be read ({e.__class__.__name__})"
+    if algo.name == "sft":
+        return algo, failed_reward, "none: an SFT run trains demonstrations, with no advantages"
     if algo.name != "grpo":
         note = f"none: {algo.name}'s advantages are per token (GAE on the value head), not recorded"
         return algo, failed_reward, note

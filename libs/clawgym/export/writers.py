@@ -89,16 +89,16 @@ def export_run(
     return manifest
 
 
-def read_export(out: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every row of an export folder's tables, as plain Python values, in the order written."""
+def read_export(out: Path, tables: tuple[str, ...] = tuple(TABLES)) -> dict[str, list[dict[str, Any]]]:
+    """Every row of an export folder's `tables`, as plain Python values, in the order written."""
     fmt = json.loads((out / MANIFEST).read_text())["format"]
     if fmt == "jsonl":
-        return {t: [json.loads(line) for line in (out / f"{t}.jsonl").open()] for t in TABLES}
+        return {t: [json.loads(line) for line in (out / f"{t}.jsonl").open()] for t in tables}
     if fmt == "parquet":
-        return {t: pq.read_table(out / f"{t}.parquet").to_pylist() for t in TABLES}
+        return {t: pq.read_table(out / f"{t}.parquet").to_pylist() for t in tables}
     import datasets
 
-    return {t: datasets.load_from_disk(str(out / t)).to_list() for t in TABLES}
+    return {t: datasets.load_from_disk(str(out / t)).to_list() for t in tables}
 
 
 # --- formats ---

@@ -14,6 +14,7 @@ from clawgym.report.data import RunReport
 
 STEP_COLUMNS = (
     ("step", "step", "{:d}"),
+    ("stage", "stage", "{}"),  # "sft" on supervised steps, empty on RL ones
     ("reward", "reward", "{:.3f}"),
     ("pass_rate", "pass", "{:.3f}"),
     ("loss", "loss", "{:.4f}"),

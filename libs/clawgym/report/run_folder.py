@@ -48,6 +48,19 @@ def store_url(folder: Path) -> str:
     return f"sqlite:///{folder / STORE_FILE}"
 
 
+def folder_store_url(folder: Path) -> str:
+    """The store URL of a run folder: its clawgym.db, else the store.url its config.yaml names; ''
+    when it has neither (not a run folder)."""
+    if (folder / STORE_FILE).is_file():
+        return store_url(folder)
+    config = folder / CONFIG_FILE
+    if config.is_file():
+        import yaml
+
+        return str(((yaml.safe_load(config.read_text()) or {}).get("store") or {}).get("url", ""))
+    return ""
+
+
 def write_summary(folder: Path, summary: dict[str, Any]) -> Path:
     """Writes summary.json (indented, one trailing newline)."""
     path = folder / SUMMARY_FILE

@@ -42,8 +42,10 @@ class HarnessWeight(Section):
 class AlgorithmConfig(Section):
     """The RL algorithm and its optimiser: GRPO (group-normalised rewards) or PPO (value head + GAE)."""
 
-    name: Literal["grpo", "ppo"] = Field(
-        "grpo", description="grpo: group-normalised rewards; ppo: value head + GAE"
+    name: Literal["grpo", "ppo", "sft"] = Field(
+        "grpo",
+        description="grpo: group-normalised rewards; ppo: value head + GAE; sft: every step is supervised, the "
+        "NLL of the demonstrations in trainer.sft (no rollouts are trained)",
     )
     # --- optimiser ---
     lr: float = Field(1e-5, gt=0, description="AdamW peak learning rate")
@@ -185,6 +187,46 @@ class FsdpSettings(Section):
     )
 
 
+class SftConfig(Section):
+    """Supervised steps on demonstrations (`trainer/sft.py`): the NLL of the generated tokens of chosen
+    rollouts, tree-packed. Every step with algorithm.name sft; the first `steps` steps of a GRPO or
+    PPO run (a warm start), the rest RL."""
+
+    source: str = Field(
+        "",
+        description="where the demonstrations are: a run folder (its store), an export folder "
+        "(`clawgym export`: JSONL, Parquet or HF), or empty: this run's own store (name sft.run_id)",
+    )
+    run_id: str = Field(
+        "",
+        description="the store run whose rollouts are the demonstrations; empty = the source's newest "
+        "training run (an export folder holds one run)",
+    )
+    min_reward: float | None = Field(
+        None,
+        description="keep only rollouts whose reward is at least this (rejection sampling, expert "
+        "iteration); null = every rollout with a call that did not fail, rewarded or not",
+    )
+    teacher_only: bool = Field(
+        False,
+        description="train only on the tokens of calls marked as a teacher's (`teacher` in the recorded "
+        "response's `_clawgym` section); the other calls are dropped, their tokens stay context where a "
+        "later call's prompt repeats them",
+    )
+    steps: int = Field(
+        0,
+        ge=0,
+        description="with algorithm grpo or ppo: the run's first N steps are SFT steps (versions 1..N, a "
+        "warm start), then RL up to trainer.steps; 0 = none. With algorithm sft every step is one",
+    )
+    groups_per_step: int = Field(
+        4,
+        ge=1,
+        description="demonstration groups (one prefix tree each) per SFT step, in an order reshuffled each "
+        "epoch (seeded by trainer.seed); all of them when fewer",
+    )
+
+
 class SamplingConfig(Section):
     """Which tasks a batch rolls out (`curriculum.py`): uniformly, or by each family's expected signal."""
 
@@ -272,6 +314,10 @@ class TrainerConfig(Section):
         default_factory=list,
         description="task ids to sample from; empty = every task the rollout source lists",
     )
+    sft: SftConfig = Field(
+        default_factory=SftConfig,
+        description="demonstrations for supervised steps: algorithm sft, or a warm start before RL",
+    )
     sampling: SamplingConfig = Field(
         default_factory=SamplingConfig,
         description="how a batch's tasks are drawn (uniform or by expected signal)",
@@ -322,6 +368,24 @@ class TrainerConfig(Section):
             # The reference is the frozen base, which LoRA keeps anyway; supporting it is issue work.
             raise ValueError("algorithm.kl_coef > 0 or kl_diagnostic with lora.enabled is not supported yet")
         return self
+
+    @model_validator(mode="after")
+    def _sft_has_demonstrations(self) -> "TrainerConfig":
+        sft, name = self.sft, self.algorithm.name
+        if name == "sft" and sft.steps:
+            raise ValueError("sft.steps: with algorithm.name sft every step is an SFT step; leave it 0")
+        if name != "sft" and sft.steps >= self.steps:
+            raise ValueError(
+                f"sft.steps: {sft.steps} warm-start steps leave no RL step of trainer.steps ({self.steps}); "
+                "trainer.steps counts both stages (or use algorithm.name sft)"
+            )
+        if (name == "sft" or sft.steps) and not (sft.source or sft.run_id):
+            raise ValueError("sft.source: name the demonstrations (a run or export folder) or sft.run_id")
+        return self
+
+    def is_sft_step(self, version: int) -> bool:
+        """Whether the step that makes version + 1 is supervised."""
+        return self.algorithm.name == "sft" or version < self.sft.steps
 
 
 def check_trainer_config(cfg: TrainerConfig) -> None:

@@ -35,12 +35,14 @@ from clawgym.trainer import checkpoint as ckpt
 from clawgym.trainer.batch import Batch, assign_to_ranks, build_batch
 from clawgym.trainer.config import TrainerConfig, check_trainer_config
 from clawgym.trainer.curriculum import TaskSampler
+from clawgym.trainer.demonstrations import Demonstrations
 from clawgym.trainer.distributed import World, shard
 from clawgym.trainer.feed import GroupFeed
 from clawgym.trainer.loop_thread import LoopThread
 from clawgym.trainer.metrics import TrainerMetrics
 from clawgym.trainer.optim import make_optimizer
 from clawgym.trainer.policy import BuiltPolicy, build_policy
+from clawgym.trainer.sft import sft_packs, sft_update
 from clawgym.trainer.source import RolloutSource, make_sampler, plan_batch
 from clawgym.trainer.update import Normaliser, prepare_packs, update
 
@@ -81,10 +83,12 @@ class Trainer:
         metrics: TrainerMetrics | None = None,
         close_runner: bool = False,
         cache_dir: str | None = None,
+        demonstrations: Demonstrations | None = None,
     ) -> None:
         check_trainer_config(cfg)
         self.cfg = cfg
         self.cache_dir = cache_dir  # where a built-in policy is built (`inference.cache_dir`)
+        self.demonstrations = demonstrations  # rank 0: the batches of SFT steps (`cfg.is_sft_step`)
         self.store, self.bus, self.source = store, bus, source
         self.tokenizer = tokenizer
         self.engines = list(engines or [])
@@ -195,6 +199,8 @@ class Trainer:
 
     def step(self) -> bool:
         """One step (see the module doc); False when every group it took was dropped (nothing trained)."""
+        if self.cfg.is_sft_step(self.version):
+            return self._sft_step()
         # 1-3. collect, prefetch, batch (rank 0), then hand each rank its trees
         shards = None
         if self.world.is_main:
@@ -380,6 +386,58 @@ class Trainer:
     def _set_status(self, state: str) -> None:
         s = self.status
         self.status = TrainerStatus(self.run_id, self.version, self.version, state, s.metrics)
+
+    # --- SFT steps (algorithm sft, or a warm start's first sft.steps) ---
+
+    def _sft_step(self) -> bool:
+        """A supervised step: the next demonstrations (`demonstrations.py`) instead of collected groups,
+        the NLL update (`sft.py`), then save, commit and publish as an RL step does; no group consumed."""
+        shards = None
+        if self.world.is_main:
+            assert self.demonstrations is not None, "an SFT step needs the trainer's demonstrations"
+            trees, epoch = self.demonstrations.batch(self.version)
+            norm = Normaliser.of(trees)
+            shards = [(mine, norm) for mine in assign_to_ranks(trees, self.world.size)]
+        my_trees, norm = self.world.scatter(shards)
+        self._set_status("training")
+        started = time.perf_counter()
+        lr = self.scheduler.get_last_lr()[0]
+        packs = sft_packs(my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens)
+        diagnostics = sft_update(self.policy.module, self.optimizer, packs, self.cfg.algorithm, self.world)
+        self.scheduler.step()
+        update_s = time.perf_counter() - started
+        self._set_status("publishing")
+        version = self.version + 1
+        uri = ckpt.version_uri(self.cfg, version)
+        ckpt.save_checkpoint(
+            self.policy, self.optimizer, self.scheduler, self.tokenizer, uri,
+            {"version": version, "plan_rng": self.rng.bit_generator.state, "sampler": self._sampler_state()},
+            self.world, with_optimizer=self.cfg.save_optimizer_state,
+        )  # fmt: skip
+        self.version = version
+        if self.world.is_main:
+            tokens = sum(t.flat.n_positions for t in trees)
+            record = {
+                **diagnostics, "stage": "sft", "lr": lr, "version": version, "groups": len(trees),
+                "rollouts": sum(len(t.rewards) for t in trees), "sft_tokens": norm.generated,
+                "sft_epoch": epoch, "sharing_ratio": Batch(self.version, trees).sharing_ratio(),
+                "tokens": tokens, "tokens_per_s": tokens / max(update_s, 1e-9), "update_s": update_s,
+                "step_s": time.perf_counter() - started,
+            }  # fmt: skip
+            self.store.record_checkpoint(Checkpoint(self.run_id, version, version, uri, record))
+            self.store.record_train_step(self.run_id, version, record)
+            ckpt.prune_checkpoints(self.cfg, version)
+            self._reload_engines(version, uri)
+            self.metrics.observe_step(record, {})
+            self.status = TrainerStatus(self.run_id, version, version, "publishing", record)
+            log.info("checkpoint %d at %s (SFT)", version, uri)
+            log.info(
+                "step %d (SFT): loss %.4f over %d demonstrated tokens, epoch %.2f, %.0f tok/s",
+                version, record["loss"], norm.generated, epoch, record["tokens_per_s"],
+            )  # fmt: skip
+        self.world.barrier()
+        self._set_status("waiting_rollouts")
+        return True
 
     def cancel_rollouts(self) -> None:
         """Cancels the batches still rolling out (an async prefetch when the run stops early): they

@@ -15,6 +15,7 @@ STEP_KEYS = (
     "off_policy_ratio_max", "off_policy_masked_frac", "off_policy_masked_token_frac", "policy_lag", "sharing_ratio",
     "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s", "groups", "groups_dropped", "rollouts",
     "reward", "pass_rate", "version",
+    "sft_tokens", "sft_epoch",  # SFT steps: the demonstrated tokens the NLL averages, epochs done
 )  # fmt: skip
 
 

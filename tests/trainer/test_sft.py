@@ -1,0 +1,125 @@
+"""SFT through the real trainer loop on tiny-qwen3: supervised steps make the demonstrations likelier,
+each step is a checkpoint the engine hot-reloads, a resumed run trains exactly what an uninterrupted
+one does, and a warm start hands the SFT'd policy to the RL steps that follow in the same run.
+
+Demonstrations are written into a real store (SQLite) as the proxy records them
+(`test_demonstrations.write_run`); the RL rollouts come from the toy source on a real torch engine."""
+
+import numpy as np
+import pytest
+import torch
+
+from clawgym.policies import load_model
+from clawgym.rl import merge_terms, pack
+from clawgym.rl.sft import rescaled, sft_terms, tree_nll
+from clawgym.store.sql import SqlStore
+from clawgym.trainer.demonstrations import Demonstrations, select, store_groups
+from clawgym.trainer.loop import Trainer
+from clawgym.trainer.toy import ToyRolloutSource
+from clawgym.trainer.update import Normaliser
+from tests.trainer.test_demonstrations import write_run
+
+
+@pytest.fixture
+def demos_store(sqlite_url: str):
+    store = SqlStore(sqlite_url)
+    run_id, _ = write_run(store)
+    yield store, run_id
+    store.close()
+
+
+def mean_nll(lm: torch.nn.Module, demos: Demonstrations) -> float:
+    """The mean NLL per demonstrated token of every demonstration, under `lm`."""
+    norm = Normaliser.of(demos.trees)
+    total = 0.0
+    with torch.no_grad():
+        for tree in demos.trees:
+            terms = rescaled(sft_terms(tree.flat), norm.scale(tree, "token"))
+            for pk in pack(tree.flat, None, merge_terms(terms)):
+                total += tree_nll(lm, pk)[0].item()
+    return total
+
+
+def sft_trainer(cfg, store, demos, tiny_tok, runner, engines) -> Trainer:
+    """A trainer on `demos`; RL steps (a warm start's) roll out toy tasks on the first of `engines`."""
+    source = ToyRolloutSource(store, engines[0] if engines else None, tiny_tok, runner)
+    return Trainer(cfg, store=store, bus=store.bus, source=source, tokenizer=tiny_tok, engines=engines,
+                   runner=runner, demonstrations=demos)  # fmt: skip
+
+
+def test_sft_steps_make_the_demonstrations_likelier_and_the_engine_serves_each_step(
+    demos_store, trainer_cfg, tiny_tok, runner, engine
+):
+    store, run_id = demos_store
+    cfg = trainer_cfg(
+        steps=4, algorithm={"name": "sft", "lr": 1e-3}, sft={"run_id": run_id, "min_reward": 1.0}
+    )
+    demos = Demonstrations.of(select(store_groups(store, run_id), 1.0), 2, seed=0)
+    before = mean_nll(load_model("tiny-qwen3"), demos)
+    trainer = sft_trainer(cfg, store, demos, tiny_tok, runner, [engine])
+    try:
+        trainer.run()
+        after = mean_nll(trainer.policy.module.lm, demos)
+    finally:
+        trainer.close()
+    assert after < 0.5 * before, (
+        f"4 SFT steps should halve the demonstrations' NLL: {before:.3f} -> {after:.3f}"
+    )
+    steps = store.list_train_steps(trainer.run_id)
+    assert [s.step for s in steps] == [1, 2, 3, 4] and all(s.metrics["stage"] == "sft" for s in steps)
+    losses = [s.metrics["loss"] for s in steps]
+    assert losses[0] == pytest.approx(before, rel=1e-4), "a step's loss is the mean NLL before its update"
+    assert losses[-1] < losses[0], f"the recorded loss falls: {losses}"
+    assert all(s.metrics["sft_tokens"] == demos.tokens and s.metrics["grad_norm"] > 0 for s in steps)
+    assert [c.version for c in store.list_checkpoints(trainer.run_id)] == [1, 2, 3, 4]
+    assert runner.run(engine.status()).policy_version == 4, "the engine serves the last SFT checkpoint"
+    assert store.list_groups(trainer.run_id) == [], "SFT steps roll nothing out"
+
+
+def test_a_resumed_sft_run_trains_what_an_uninterrupted_one_does(demos_store, trainer_cfg, tiny_tok, runner):
+    """Batches are a function of (seed, version) and the optimizer state is checkpointed: two steps,
+    a new trainer, two more give the weights of four steps in one go."""
+    store, run_id = demos_store
+    demos = Demonstrations.of(select(store_groups(store, run_id)), 1, seed=0)
+
+    def run(name: str, *chunks: int) -> tuple[dict[str, torch.Tensor], Trainer]:
+        cfg = trainer_cfg(
+            run_name=name, steps=4, algorithm={"name": "sft", "lr": 1e-3}, sft={"run_id": run_id}
+        )
+        for steps in chunks:
+            trainer = sft_trainer(cfg, store, demos, tiny_tok, runner, [])
+            try:
+                trainer.run(steps=steps)
+                weights = {k: v.detach().clone() for k, v in trainer.policy.module.lm.state_dict().items()}
+            finally:
+                trainer.close()
+        return weights, trainer
+
+    whole, _ = run("whole", 4)
+    resumed, t_resumed = run("resumed", 2, 2)
+    assert t_resumed.version == 4
+    worst = max((whole[k] - resumed[k]).abs().max().item() for k in whole)
+    assert worst < 1e-6, f"the resumed run's weights differ from the uninterrupted run's by {worst}"
+    epochs = [s.metrics["sft_epoch"] for s in store.list_train_steps(t_resumed.run_id)]
+    assert epochs == [0.5, 1.0, 1.5, 2.0], f"one group a step over two groups, continued: {epochs}"
+
+
+def test_a_warm_start_trains_sft_steps_then_rl_on_rollouts_of_the_sftd_policy(
+    demos_store, trainer_cfg, tiny_tok, runner, engine
+):
+    store, run_id = demos_store
+    cfg = trainer_cfg(steps=3, algorithm={"lr": 1e-3}, sft={"run_id": run_id, "steps": 2})
+    demos = Demonstrations.of(select(store_groups(store, run_id)), 2, seed=0)
+    trainer = sft_trainer(cfg, store, demos, tiny_tok, runner, [engine])
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    steps = store.list_train_steps(trainer.run_id)
+    assert [s.metrics.get("stage") for s in steps] == ["sft", "sft", None], "2 SFT steps, then RL"
+    assert "reward" in steps[2].metrics and steps[2].metrics["rollouts"] == 6, "the RL step trained rollouts"
+    groups = store.list_groups(trainer.run_id)
+    versions = {c.policy_version for g in groups for r in store.get_group(g.id).rollouts for c in r.calls}
+    assert versions == {2}, f"the RL rollouts were generated by the warm-started policy (v2): {versions}"
+    assert [c.version for c in store.list_checkpoints(trainer.run_id)] == [1, 2, 3]
+    assert np.isfinite(steps[2].metrics["loss"])
