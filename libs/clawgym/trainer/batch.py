@@ -86,6 +86,18 @@ def trained_rollouts(group: Group, failed_reward: float = 0.0) -> list[tuple[Rol
     return trained
 
 
+def oldest_version(group: Group) -> int | None:
+    """The oldest policy version that generated a token the trainer would train in `group` (what its
+    lag is measured from); None when it has none."""
+    versions = [
+        int(c.output_versions.min())
+        for rollout, _ in trained_rollouts(group)
+        for c in rollout.calls
+        if len(c.output_versions)
+    ]
+    return min(versions) if versions else None
+
+
 def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
     """The group's tree, or None when no rollout of it has a call."""
     tree = RadixTree()

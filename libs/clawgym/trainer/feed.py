@@ -88,7 +88,11 @@ class GroupFeed:
 
     def take(self, n: int) -> list[str]:
         """Up to n owed groups, oldest first; they stay owed (unacked) until `consumed`."""
-        taken = list(self._ready)[:n]
+        return self.take_ids(list(self._ready)[:n])
+
+    def take_ids(self, group_ids: list[str]) -> list[str]:
+        """These owed groups (those of them still owed), which stay owed (unacked) until `consumed`."""
+        taken = [g for g in group_ids if g in self._ready]
         for group_id in taken:
             self._ready.pop(group_id)
         self._taken.update(taken)

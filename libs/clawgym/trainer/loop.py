@@ -3,17 +3,26 @@
 Owns the order of a step and its commit (ARCHITECTURE.md §1, §6). Reading `Trainer.step` top to
 bottom is reading what happens:
 
-1. collect   (rank 0) top up rollout requests, wait until `groups_per_step` groups are owed, take them
-2. prefetch  (async only) request the next batch now, so it rolls out while this one trains
-3. batch     (rank 0) trees per group; groups older than `max_policy_lag` versions are dropped
-4. update    (all ranks) advantages, packed micro-batches, gradient accumulation, AdamW, clipping
-5. save      (all ranks gather, rank 0 writes) the HF folder + optimizer/scheduler/RNG state
-6. commit    (rank 0) register the checkpoint in the store together with the groups it consumed:
+1. collect   (rank 0) top up rollout requests (async: up to `max_policy_lag` steps ahead, so they
+             roll out while this one trains), wait until `groups_per_step` groups are owed and no
+             group the staleness bound would pass is still rolling out, take them, oldest first
+2. batch     (rank 0) trees per group; groups older than `max_policy_lag` versions are dropped
+3. update    (all ranks) advantages, packed micro-batches, gradient accumulation, AdamW, clipping
+4. save      (all ranks gather, rank 0 writes) the HF folder + optimizer/scheduler/RNG state
+5. commit    (rank 0) register the checkpoint in the store together with the groups it consumed:
              the step happened iff this registration did; then ack the bus, record the step's
              metrics, prune old folders, and tell the engines to hot-reload the new version
 
-Killed anywhere before 6, a restarted trainer redoes the step from the last registered checkpoint
-(its groups are still owed); killed after 6, it continues after it (those groups are consumed).
+Killed anywhere before 5, a restarted trainer redoes the step from the last registered checkpoint
+(its groups are still owed); killed after 5, it continues after it (those groups are consumed).
+
+Rollouts span versions (AReaL's bounded staleness, arXiv:2505.24298): in async mode the groups
+started and not yet trained are kept at (`max_policy_lag` + 1) × `groups_per_step`, a rollout
+keeps running across publishes (each call records the version that served it), and a step takes
+the first complete groups whatever versions served them. A group started under version s can be
+trained until the trainer's version is s + `max_policy_lag`; the step at that version waits for
+it if it is still rolling out, so only groups from elsewhere (a predecessor, a batch cut short)
+are ever dropped. Sync mode is the same loop with nothing requested ahead.
 """
 
 import logging
@@ -28,11 +37,11 @@ import torch
 
 from clawgym.errors import ClawgymError, FailedPrecondition, Unavailable
 from clawgym.inference.interface import Engine
-from clawgym.records import Checkpoint
+from clawgym.records import Checkpoint, Group
 from clawgym.store.bus import EventBus
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer import checkpoint as ckpt
-from clawgym.trainer.batch import Batch, assign_to_ranks, build_batch
+from clawgym.trainer.batch import Batch, assign_to_ranks, build_batch, oldest_version
 from clawgym.trainer.config import TrainerConfig, check_trainer_config
 from clawgym.trainer.curriculum import TaskSampler
 from clawgym.trainer.demonstrations import Demonstrations
@@ -104,8 +113,11 @@ class Trainer:
         self.feed: GroupFeed | None = None
         # groups of steps that trained nothing (all dropped or empty): committed with the next checkpoint
         self._untrained = Batch(version=0)
+        self._owed: dict[str, Group] = {}  # the feed's owed groups, read once each (rank 0)
+        self._owed_oldest: dict[str, int] = {}  # their oldest generating version
+        self.dropped_groups = 0  # groups past max_policy_lag, consumed without training, this process
         self.sampler: TaskSampler | None = None  # rank 0
-        self._requested_groups = 0  # by this trainer, for `_outstanding`
+        self._requested_groups = 0  # by this trainer, for `_owed_or_outstanding`
         self._warned_mismatch = False
         self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
         self._download_cache = Path(f"/tmp/clawgym-trainer-{cfg.run_name}")
@@ -201,13 +213,11 @@ class Trainer:
         """One step (see the module doc); False when every group it took was dropped (nothing trained)."""
         if self.cfg.is_sft_step(self.version):
             return self._sft_step()
-        # 1-3. collect, prefetch, batch (rank 0), then hand each rank its trees
+        # 1-2. collect, batch (rank 0), then hand each rank its trees
         shards = None
         if self.world.is_main:
             groups, wait_s = self._collect()
-            self.sampler.observe(groups)  # before the next batch is planned (async mode: just below)
-            if self.cfg.mode == "async" and self.version + 1 < self.cfg.steps:
-                self._top_up()  # 2. the next batch rolls out while this one trains (none after the last)
+            self.sampler.observe(groups)  # before the next collect plans more
             batch = build_batch(groups, self.version, self.cfg.max_policy_lag, self.cfg.failed_reward)
             self._count_lag(batch)
             if not batch.trees:
@@ -220,7 +230,7 @@ class Trainer:
         my_trees, norm = self.world.scatter(shards)
         if norm.generated == 0:
             return False
-        # 4. update
+        # 3. update
         self._set_status("training")
         started = time.perf_counter()
         policy = self.policy.module
@@ -233,7 +243,7 @@ class Trainer:
         )
         self.scheduler.step()
         update_s = time.perf_counter() - started
-        # 5. save
+        # 4. save
         self._set_status("publishing")
         version = self.version + 1
         uri = ckpt.version_uri(self.cfg, version)
@@ -248,7 +258,7 @@ class Trainer:
             with_optimizer=self.cfg.save_optimizer_state,
         )
         self.version = version
-        # 6. commit (rank 0)
+        # 5. commit (rank 0)
         if self.world.is_main:
             tokens = sum(t.flat.n_positions for t in batch.trees)
             record = {
@@ -264,6 +274,7 @@ class Trainer:
                 "reward": float(np.mean([r for t in batch.trees for r in t.rewards])),
                 "pass_rate": float(np.mean([p for t in batch.trees for p in t.passed])),
                 "policy_lag": float(np.mean([version - 1 - t.oldest_version for t in batch.trees])),
+                "policy_lag_max": max(version - 1 - t.oldest_version for t in batch.trees),
                 "sharing_ratio": batch.sharing_ratio(),
                 "tokens": tokens,
                 "tokens_per_s": tokens / max(update_s, 1e-9),
@@ -278,49 +289,119 @@ class Trainer:
 
     # --- 1. collect (rank 0) ---
 
-    def _collect(self) -> tuple[list, float]:
-        """Waits until `groups_per_step` groups are owed, requesting rollouts as needed; takes them."""
+    def _collect(self) -> tuple[list[Group], float]:
+        """Waits until `groups_per_step` groups within the staleness bound are owed and no group
+        started under version `version - max_policy_lag` still rolls out (this is its last step
+        within the bound), requesting rollouts as needed; takes the owed groups past or at the
+        bound, then the oldest others up to `groups_per_step` trainable ones."""
         need = self.cfg.groups_per_step
         started = last_progress = time.monotonic()
+        # read before the sweep: a batch that ended by then has its groups in the store
+        forced = self._last_chance_pending()
         self.feed.sweep()
-        while len(self.feed.ready()) < need:
+        while True:
+            self._read_owed()
             self._top_up()
             self.source.check()
-            before = len(self.feed.ready())
+            if self._trainable() >= need and not forced:
+                break
+            before = len(self._owed)
             self.feed.poll(block_s=0.5)
-            if len(self.feed.ready()) > before:
+            self._read_owed()
+            if len(self._owed) > before:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
                 raise Unavailable(
                     f"no rollout group completed in {self.cfg.rollout_timeout_s:.0f} s "
-                    f"({len(self.feed.ready())} of {need} owed, {self.source.pending_groups()} pending)"
+                    f"({len(self._owed)} of {need} owed, {self.source.pending_groups()} pending, "
+                    f"{forced} started under version {self.version - self.cfg.max_policy_lag} or older)"
                 )
-        ids = self.feed.take(need)
-        return [self.store.get_group(g) for g in ids], time.monotonic() - started
+            was, forced = forced, self._last_chance_pending()
+            if was and not forced:
+                self.feed.sweep()  # the bus may lag the store: find the groups those batches completed
+        ids = self._choose(need)
+        taken = self.feed.take_ids(ids)
+        for group_id in taken:
+            self._owed_oldest.pop(group_id)
+        return [self._owed.pop(g) for g in taken], time.monotonic() - started
+
+    def _read_owed(self) -> None:
+        """Reads each newly owed group once (its calls give its versions); forgets groups no longer owed."""
+        ready = self.feed.ready()
+        for group_id in set(self._owed) - set(ready):
+            del self._owed[group_id], self._owed_oldest[group_id]
+        for group_id in ready:
+            if group_id not in self._owed:
+                group = self._owed[group_id] = self.store.get_group(group_id)
+                oldest = oldest_version(group)
+                # nothing to train: neither stale nor worth waiting for
+                self._owed_oldest[group_id] = self.version if oldest is None else oldest
+
+    def _trainable(self) -> int:
+        """Owed groups within the staleness bound."""
+        bound = self.version - self.cfg.max_policy_lag
+        return sum(v >= bound for v in self._owed_oldest.values())
+
+    def _choose(self, need: int) -> list[str]:
+        """Every owed group past the staleness bound (to be dropped and counted) or at it (its last
+        chance to train), then the oldest others until `need` trainable ones: oldest first keeps the
+        next steps from having to wait."""
+        bound = self.version - self.cfg.max_policy_lag
+        oldest = self._owed_oldest
+        by_age = sorted(self._owed, key=oldest.__getitem__)  # stable: announcement order breaks ties
+        due = [g for g in by_age if oldest[g] <= bound]
+        at_bound = sum(oldest[g] == bound for g in due)
+        return due + [g for g in by_age if oldest[g] > bound][: max(0, need - at_bound)]
+
+    def _last_chance_pending(self) -> int:
+        """Groups still rolling out that were requested under version `version - max_policy_lag` or
+        before: this step is the last their oldest call can be within the bound."""
+        bound = self.version - self.cfg.max_policy_lag
+        return self.source.pending_groups(started_by=bound) if bound >= 0 else 0
 
     def _sampler_state(self) -> dict[str, list[float]]:
         return self.sampler.state() if self.sampler is not None else {}  # rank 0 holds the sampler
 
     def _top_up(self) -> None:
-        """Requests a batch when the owed plus outstanding groups would not fill the next step."""
-        if len(self.feed.ready()) + self._outstanding() < self.cfg.groups_per_step:
-            batch = plan_batch(self.cfg, self.sampler, self.run_id, self.version, self.rng)
-            self._requested_groups += batch.n_groups
+        """Requests groups until those owed and outstanding fill the steps that may train them: this
+        step (sync), or this one and the next `max_policy_lag` (async; AReaL's (staleness + 1) ×
+        batch size bound), never beyond the run's last step. Batches of at most `groups_per_step`."""
+        ahead = self.cfg.max_policy_lag if self.cfg.mode == "async" else 0
+        per_step = self.cfg.groups_per_step
+        missing = per_step * min(1 + ahead, self.cfg.steps - self.version) - self._owed_or_outstanding()
+        while missing > 0:
+            n = min(per_step, missing)
+            batch = plan_batch(self.cfg, self.sampler, self.run_id, self.version, self.rng, n_groups=n)
+            self._requested_groups += n
             self.source.request(batch)
+            missing -= n
 
-    def _outstanding(self) -> int:
-        """Groups requested that may still arrive. The source counts a group until its batch ends,
-        which may be after the feed has seen it (the bus and the source's stream race); groups
-        requested minus groups arrived does not know of batches that failed. Both are upper bounds."""
+    def _owed_or_outstanding(self) -> int:
+        """Groups owed (less those known past the staleness bound: they train nothing) plus those
+        requested that may still arrive. The source counts a group until its batch ends, which may
+        be after the feed has seen it; groups requested minus groups arrived does not know of
+        batches that failed. Both are upper bounds. The source is asked first, and the bus read
+        after: a batch that ended by then has announced its groups."""
+        pending = self.source.pending_groups()
+        self.feed.poll(block_s=0)
         arrived = self.feed.arrived - self._arrived_before
-        return max(0, min(self.source.pending_groups(), self._requested_groups - arrived))
+        bound = self.version - self.cfg.max_policy_lag
+        past = sum(v < bound for v in self._owed_oldest.values())
+        return len(self.feed.ready()) - past + max(0, min(pending, self._requested_groups - arrived))
 
     def _count_lag(self, batch: Batch) -> None:
         for lag in batch.lags:
             self.metrics.policy_lag.observe(lag)
         self.metrics.stale_rollouts.inc(batch.dropped_rollouts)
+        self.metrics.dropped_groups.inc(len(batch.dropped))
+        self.dropped_groups += len(batch.dropped)
+        if batch.dropped:
+            log.warning(
+                "step %d: %d groups dropped, generated more than max_policy_lag (%d) versions ago",
+                batch.version + 1, len(batch.dropped), self.cfg.max_policy_lag,
+            )  # fmt: skip
 
-    # --- 6. commit (rank 0) ---
+    # --- 5. commit (rank 0) ---
 
     def _commit(self, batch: Batch, record: dict[str, Any], uri: str) -> None:
         """Registers the checkpoint with the groups it consumed (the commit point), then the rest."""

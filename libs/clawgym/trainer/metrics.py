@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 STEP_KEYS = (
     "loss", "policy_loss", "value_loss", "approx_kl", "clipfrac", "entropy", "explained_variance",
     "kl_ref", "grad_norm", "lr", "logprob_mismatch", "kl_engine_train", "off_policy_ratio_mean",
-    "off_policy_ratio_max", "off_policy_masked_frac", "off_policy_masked_token_frac", "policy_lag", "sharing_ratio",
-    "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s", "groups", "groups_dropped", "rollouts",
-    "reward", "pass_rate", "version",
+    "off_policy_ratio_max", "off_policy_masked_frac", "off_policy_masked_token_frac", "policy_lag",
+    "policy_lag_max", "sharing_ratio", "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s", "groups",
+    "groups_dropped", "rollouts", "reward", "pass_rate", "version",
     "sft_tokens", "sft_epoch",  # SFT steps: the demonstrated tokens the NLL averages, epochs done
 )  # fmt: skip
 
@@ -78,6 +78,9 @@ class TrainerMetrics:
         )
         self.stale_rollouts = Counter(
             "clawgym_trainer_stale_rollouts", "rollouts dropped as older than max_policy_lag", registry=r
+        )
+        self.dropped_groups = Counter(
+            "clawgym_trainer_dropped_groups", "groups dropped as older than max_policy_lag", registry=r
         )
         self.trained_tokens = Counter("clawgym_trainer_trained_tokens", "tree tokens trained on", registry=r)
         self.trained_groups = Counter("clawgym_trainer_trained_groups", "groups trained on", registry=r)

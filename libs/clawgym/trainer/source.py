@@ -40,8 +40,9 @@ class RolloutSource(Protocol):
         """Starts the batch and returns at once."""
         ...
 
-    def pending_groups(self) -> int:
-        """Groups requested whose batch has not ended yet (they may still complete)."""
+    def pending_groups(self, started_by: int | None = None) -> int:
+        """Groups requested whose batch has not ended yet (they may still complete); with `started_by`,
+        only those of batches requested under policy version `started_by` or older."""
         ...
 
     def check(self) -> None:
@@ -56,12 +57,19 @@ class RolloutSource(Protocol):
 
 
 def plan_batch(
-    cfg: TrainerConfig, sampler: TaskSampler, run_id: str, policy_version: int, rng: np.random.Generator
+    cfg: TrainerConfig,
+    sampler: TaskSampler,
+    run_id: str,
+    policy_version: int,
+    rng: np.random.Generator,
+    n_groups: int | None = None,
 ) -> Batch:
-    """`groups_per_step` groups: each a task drawn by `sampler` and a harness drawn by the mix weights."""
+    """`n_groups` (default `groups_per_step`) groups: each a task drawn by `sampler` and a harness
+    drawn by the mix weights."""
+    n = cfg.groups_per_step if n_groups is None else n_groups
     weights = np.array([h.weight for h in cfg.harnesses], dtype=np.float64)
-    harness = rng.choice(len(cfg.harnesses), size=cfg.groups_per_step, p=weights / weights.sum())
-    tasks = sampler.draw(cfg.groups_per_step, rng)
+    harness = rng.choice(len(cfg.harnesses), size=n, p=weights / weights.sum())
+    tasks = sampler.draw(n, rng)
     requests = tuple(
         RolloutRequest(task, cfg.harnesses[h].name, cfg.group_size)
         for task, h in zip(tasks, harness.tolist(), strict=True)
@@ -91,12 +99,12 @@ class BatchLedger:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}  # batch id → its group count, while it runs
+        self._pending: dict[str, tuple[int, int]] = {}  # batch id → (its group count, version), while it runs
         self._errors: list[BaseException] = []
 
-    def pending_groups(self) -> int:
+    def pending_groups(self, started_by: int | None = None) -> int:
         with self._lock:
-            return sum(self._pending.values())
+            return sum(n for n, v in self._pending.values() if started_by is None or v <= started_by)
 
     def check(self) -> None:
         with self._lock:
@@ -105,7 +113,7 @@ class BatchLedger:
 
     def _started(self, batch: Batch) -> None:
         with self._lock:
-            self._pending[batch.batch_id] = batch.n_groups
+            self._pending[batch.batch_id] = (batch.n_groups, batch.policy_version)
 
     def _ended(self, batch_id: str) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 import zlib
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 
 import numpy as np
@@ -57,6 +58,7 @@ class ToyRolloutSource(BatchLedger):
         turns: int = 2,
         temperature: float = 1.0,
         seed: int = 0,
+        before_call: Callable[[str, int], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__()
         self.store = store
@@ -76,6 +78,8 @@ class ToyRolloutSource(BatchLedger):
         }
         self._follow_up = tokenizer.encode(FOLLOW_UP, add_special_tokens=False)
         self._seed = seed
+        # awaited with (group id, call seq) before each call: a test or bench paces rollouts with it
+        self.before_call = before_call
         self.requested: list[Batch] = []  # every batch asked for, in order (tests read it)
 
     # --- RolloutSource ---
@@ -119,16 +123,18 @@ class ToyRolloutSource(BatchLedger):
         seeds = [zlib.crc32(f"{self._seed}:{group_id}:{k}".encode()) for k in range(request.samples)]
         await asyncio.gather(
             *(
-                self._run_rollout(r.rollout_id, request.task_id, s)
+                self._run_rollout(r.rollout_id, group_id, request.task_id, s)
                 for r, s in zip(registered, seeds, strict=True)
             )
         )
 
-    async def _run_rollout(self, rollout_id: str, task_id: str, seed: int) -> None:
+    async def _run_rollout(self, rollout_id: str, group_id: str, task_id: str, seed: int) -> None:
         await asyncio.to_thread(self.store.start_rollout, rollout_id, "toy")
         prompt = list(self._prompts[task_id])
         generated: list[int] = []
         for seq in range(self.turns):
+            if self.before_call is not None:
+                await self.before_call(group_id, seq)
             started = time.perf_counter()
             ids, logprobs, versions, finish = [], [], [], "length"
             params = SamplingParams(

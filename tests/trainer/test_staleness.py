@@ -1,0 +1,181 @@
+"""Rollouts that span policy versions: async steps train the complete groups, whatever versions
+served them, within `max_policy_lag`; in-flight groups carry over; only groups past the bound drop.
+
+Everything is real on CPU: tiny-qwen3 in the torch engine generates the toy rollouts (a rollout's
+calls are paced by a hook so that publishes happen between them), SQLite store, the trainer loop.
+"""
+
+import asyncio
+import itertools
+
+import numpy as np
+import pytest
+from prometheus_client import generate_latest
+
+from clawgym.records import Call, RolloutSpec
+from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.sql import SqlStore
+from clawgym.trainer import loop as loop_module
+from clawgym.trainer.batch import oldest_version
+
+
+@pytest.fixture
+def store(sqlite_url: str):
+    s = SqlStore(sqlite_url, MemoryBus())
+    yield s
+    s.close()
+
+
+def _consumed(store, run_id: str) -> list[tuple[str, ...]]:
+    return [c.group_ids for c in store.list_checkpoints(run_id)]
+
+
+def _assert_each_group_consumed_once(consumed: list[tuple[str, ...]]) -> None:
+    for a, b in itertools.combinations(consumed, 2):
+        assert not set(a) & set(b), f"a group was consumed by two checkpoints: {consumed}"
+
+
+class HoldsVersion2:
+    """The trainer's view of the engine: publishing version 2 waits for `released`, so that the calls
+    made under version 1 are served by it alone."""
+
+    def __init__(self, engine, released: asyncio.Event) -> None:
+        self.engine, self.released = engine, released
+
+    async def load_weights(self, version: int, uri: str):
+        if version == 2:
+            await self.released.wait()
+        return await self.engine.load_weights(version, uri)
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+
+def test_a_group_served_by_three_versions_is_trained_once_with_each_calls_version(
+    store, trainer_cfg, make_trainer, engine, monkeypatch
+):
+    """One group's rollouts make call k only once the engine serves version k: its calls are served
+    by versions 0, 1 and 2, across two checkpoint publishes. Steps 1 and 2 do not wait for it (other
+    groups complete first); step 3 (version 2, its last within max_policy_lag 2) waits for it and
+    trains it, once, with each token's recorded version in the loss rows."""
+    slow: list[str] = []
+    second_calls_made = asyncio.Event()  # all 3 slow rollouts made call 1: version 2 may be published
+    third_calls = []
+
+    async def pace(group_id: str, seq: int) -> None:
+        if not slow:
+            slow.append(group_id)
+        if group_id == slow[0]:
+            if seq == 2:
+                third_calls.append(group_id)
+                if len(third_calls) == 3:
+                    second_calls_made.set()
+            while (await engine.status()).policy_version < seq:
+                await asyncio.sleep(0.05)
+
+    rows_by_step: list[list[tuple[int, int, float]]] = []  # (version, token id, engine logprob) per row
+    real_prepare = loop_module.prepare_packs
+
+    def spy(*args, **kwargs):
+        packs = real_prepare(*args, **kwargs)
+        rows_by_step.append([
+            (int(p.rows.version[i]), int(p.input_ids[p.rows.token[i]]), float(p.rows.engine_logprob[i]))
+            for p in packs
+            for i in range(len(p.rows.token))
+        ])  # fmt: skip
+        return packs
+
+    monkeypatch.setattr(loop_module, "prepare_packs", spy)
+    # entropy_coef > 0: a group whose rewards happen to be equal is still packed (update.has_gradient)
+    cfg = trainer_cfg(mode="async", steps=4, max_policy_lag=2, algorithm={"lr": 1e-3, "entropy_coef": 1e-4})
+    trainer = make_trainer(cfg, store, [HoldsVersion2(engine, second_calls_made)], turns=3, before_call=pace)
+    trainer.run()
+
+    checkpoints = store.list_checkpoints(trainer.run_id)
+    consumed = _consumed(store, trainer.run_id)
+    _assert_each_group_consumed_once(consumed)
+    holding = [c.version for c in checkpoints if slow[0] in c.group_ids]
+    assert holding == [3], f"the slow group must be consumed once, by step 3 (version 2 → 3): {holding}"
+    assert slow[0] not in store.list_unconsumed_groups(trainer.run_id), "the slow group is owed still"
+    assert all(c.metrics["groups_dropped"] == 0 for c in checkpoints), [c.metrics for c in checkpoints]
+
+    group = store.get_group(slow[0])
+    assert len(group.rollouts) == 3 and all(r.rollout.status == "finished" for r in group.rollouts), (
+        "every rollout of the group must have run to the end across the publishes"
+    )
+    for r in group.rollouts:
+        served = [sorted(set(c.output_versions.tolist())) for c in r.calls]
+        assert served == [[0], [1], [2]], f"call k must have been served by version k alone: {served}"
+    ready_at = next(g.ready_at for g in store.list_groups(trainer.run_id) if g.id == slow[0])
+    assert checkpoints[1].created_at < ready_at, (
+        "step 2 must not wait for the slow group: it was registered before the group completed"
+    )
+    assert checkpoints[2].metrics["policy_lag_max"] == 2, checkpoints[2].metrics
+
+    expected = sorted(
+        (int(v), int(t), round(float(lp), 4))
+        for r in group.rollouts
+        for c in r.calls[1:]
+        for v, t, lp in zip(c.output_versions, c.output_ids, c.output_logprobs, strict=True)
+    )
+    trained = sorted((v, t, round(lp, 4)) for v, t, lp in rows_by_step[2] if v > 0)
+    assert trained == expected, (
+        "step 3's rows generated by versions 1 and 2 must be exactly the slow group's calls 1 and 2, "
+        "each token with the version and engine logprob its call recorded"
+    )
+    assert {v for v, _, _ in rows_by_step[2]} == {0, 1, 2}, "version-0 rows come from the calls 0"
+
+
+def test_in_flight_groups_carry_over_to_the_next_steps(store, trainer_cfg, make_trainer):
+    """Async with max_policy_lag 2: the first collect starts (2 + 1) × groups_per_step groups under
+    version 0; steps 1-3 train all six of them (lags 0, 1, 2), none dropped."""
+    trainer = make_trainer(trainer_cfg(mode="async", steps=3, max_policy_lag=2), store)
+    trainer.run()
+    first = [b for b in trainer.source.requested if b.policy_version == 0]
+    assert sum(b.n_groups for b in first) == 6, (
+        f"(max_policy_lag + 1) × groups_per_step groups must be started ahead: {trainer.source.requested}"
+    )
+    consumed = _consumed(store, trainer.run_id)
+    _assert_each_group_consumed_once(consumed)
+    versions = [[oldest_version(store.get_group(g)) for g in ids] for ids in consumed]
+    assert versions == [[0, 0], [0, 0], [0, 0]], (
+        f"the groups still owed or rolling out after step 1 must be trained by steps 2 and 3: {versions}"
+    )
+    lags = [c.metrics["policy_lag"] for c in store.list_checkpoints(trainer.run_id)]
+    assert lags == [0.0, 1.0, 2.0], f"each carried-over group is trained within the bound: {lags}"
+    assert trainer.dropped_groups == 0 and store.list_unconsumed_groups(trainer.run_id) == []
+
+
+def _write_group(store: SqlStore, run_id: str, group_id: str, version: int, n: int = 3) -> None:
+    """A complete group whose every token version `version` generated (as a lost predecessor's)."""
+    specs = [RolloutSpec(group_id, "toy/0", "reference", version)] * n
+    for i, r in enumerate(store.register_rollouts(run_id, specs)):
+        store.start_rollout(r.rollout_id, "test")
+        out = np.asarray([100 + i, 200 + i, 300 + i], np.int32)
+        call = Call(
+            rollout_id=r.rollout_id, seq=0, protocol="openai_chat", request={}, response={},
+            prompt_ids=np.asarray([1, 2, 3], np.int32), output_ids=out,
+            output_logprobs=np.full(3, -5.0, np.float32), output_versions=np.full(3, version, np.int32),
+            policy_version=version, finish_reason="stop", temperature=1.0,
+        )  # fmt: skip
+        store.record_call(call)
+        store.finish_rollout(r.rollout_id, "finished", reward=float(i), passed=i > 0)
+
+
+def test_a_group_past_the_staleness_bound_is_dropped_and_counted(store, trainer_cfg, make_trainer):
+    """Async with max_policy_lag 1, trainer at version 2: a complete group generated by version 0 is
+    past the bound. The next step consumes it untrained and counts it (step record, Prometheus, the
+    trainer); its own groups are trained."""
+    trainer = make_trainer(trainer_cfg(mode="async", steps=3, max_policy_lag=1), store)
+    trainer.run(steps=2)
+    _write_group(store, trainer.run_id, "stale", version=0)
+    trainer.run()
+    last = store.list_checkpoints(trainer.run_id)[-1]
+    assert "stale" in last.group_ids, "the stale group must be consumed by the next checkpoint"
+    assert "stale" not in last.metrics["trained_groups"], "a group past the bound must not be trained"
+    assert last.metrics["groups_dropped"] == 1 and last.metrics["groups"] == 2, last.metrics
+    assert trainer.dropped_groups == 1, "the trainer counts what it dropped"
+    exported = generate_latest(trainer.metrics.registry).decode()
+    assert "clawgym_trainer_dropped_groups_total 1.0" in exported, "the dropped group must be counted"
+    assert "clawgym_trainer_stale_rollouts_total 3.0" in exported, "with its 3 rollouts"
+    _assert_each_group_consumed_once(_consumed(store, trainer.run_id))
