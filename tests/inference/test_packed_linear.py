@@ -117,7 +117,7 @@ def test_auto_packs_only_the_shapes_it_measured_faster_packed_and_nothing_withou
     assert layers_worth_packing(nn.Linear(64, 64).to(torch.bfloat16), rows=8) == [], "nothing to pack"
     with caplog.at_level("INFO", logger="clawgym.inference.packed_linear"):
         loop = BatchLoop(
-            tiny_model, weight_targets(tiny_model)[0], max_context=64, max_batch=8, max_batch_tokens=4096,
+            tiny_model, weight_targets(tiny_model)[0], max_context=64, max_batch=8, kv_cache_mb=64,
             prefill_chunk=64, policy_version=0, pack_weights="auto",
         )  # fmt: skip
     try:

@@ -6,11 +6,12 @@ tokens to each request's event loop; `clawgym.inference.torch_engine` is the asy
 
 One iteration of the loop (a "step"):
   1. drop aborted requests; apply pending weight swaps (so a swap lands between two steps);
-  2. admit waiting requests, in arrival order, while a row and the padded-token budget allow
-     (`max_batch`, `max_batch_tokens`); each starts from the longest prefix of its prompt already
-     computed, in the prefix cache or by a request still prefilling, taken as it is admitted. A
-     request whose prompt shares a prefix with one still prefilling waits until that one has
-     computed it, then copies it (a GRPO group's G equal prompts are prefilled once); a prefix the
+  2. admit waiting requests, in arrival order, while a row and the KV memory budget allow
+     (`max_batch`; `kv_cache_mb`: rows × the longest prompt + generation limit among them, in bytes
+     of keys and values, so an admitted batch never outgrows it); each starts from the longest
+     prefix of its prompt already computed, in the prefix cache or by a request still prefilling,
+     taken as it is admitted. A request whose prompt shares a prefix with one still prefilling
+     waits until that one has computed it, then copies it (a GRPO group's G equal prompts are prefilled once); a prefix the
      request already has (a cache hit) is no reason to wait, so prompts behind a cached system
      prompt are admitted in one step;
   3. prefill at most `prefill_chunk` (P) prompt tokens in all, shared between the admitted prompts:
@@ -83,6 +84,7 @@ class StepCounters:
     finished: Counter = field(default_factory=Counter)  # finish reason (or "error") -> requests
     reloads: int = 0
     last_reload_s: float = 0.0
+    kv_bytes_peak: int = 0  # the running batch's KV buffers at their largest, spare room included
 
 
 @dataclass(eq=False)
@@ -145,7 +147,7 @@ class BatchLoop:
         *,
         max_context: int,
         max_batch: int,
-        max_batch_tokens: int,
+        kv_cache_mb: float,
         prefill_chunk: int,
         policy_version: int,
         prefix_cache_tokens: int = 0,
@@ -157,7 +159,6 @@ class BatchLoop:
         self.targets = targets
         self.max_context = max_context
         self.max_batch = max_batch
-        self.max_batch_tokens = max_batch_tokens
         self.prefill_chunk = prefill_chunk
         self.version = policy_version
         self.counters = StepCounters()
@@ -170,6 +171,9 @@ class BatchLoop:
         )
         param = next(model.parameters())
         self._dtype, self._device = param.dtype, param.device
+        layers, heads, dim = self._shape
+        self.slot_bytes = 2 * layers * heads * dim * param.element_size()  # one token's keys and values
+        self.max_slots = max(1, int(kv_cache_mb * 2**20) // self.slot_bytes)
         # None: every layer (True), or none (False); "auto": the measured list, which may be empty
         layers = layers_worth_packing(model, max_batch) if pack_weights == "auto" else None
         packs = pack_weights and layers != []
@@ -306,7 +310,7 @@ class BatchLoop:
     # --- admission and prefill --------------------------------------------------------------------
 
     def _admit(self) -> None:
-        """Moves waiting requests, in arrival order, to prefilling while a row and the padded-token
+        """Moves waiting requests, in arrival order, to prefilling while a row and the KV memory
         budget allow; one that should follow a prefilling prompt stays waiting (`_follows`). Each
         starts its prefill as it is admitted, so the next one's `_follows` sees the prefix it already
         has: the prompts behind a cached one are admitted together, not one per step."""
@@ -329,15 +333,19 @@ class BatchLoop:
                     self._waiting.remove(request)
 
     def _fits(self, request: Request, busy: list[Request]) -> bool:
-        """Whether the batch, once every prefilling prompt and this one joined it, stays within
-        `max_batch_tokens` (rows × padded width); an empty batch always takes one request."""
+        """Whether the batch, once every prefilling prompt and this one joined it, stays within the KV
+        budget however long each row generates: rows × the longest prompt + generation limit (rows are
+        right-aligned, so the buffer is as wide as its longest row). An empty batch takes one request
+        (`needs_slots` refused those that never fit)."""
         if not self._rows and not busy:
             return True
-        width = self._cache.width if self._cache is not None else 0
-        joining = [*busy, request]
-        longest = max(width, *(len(r.prompt) for r in joining))
-        rows = len(self._rows) + len(joining)
-        return rows * longest + rows <= self.max_batch_tokens
+        joining = [*self._rows, *busy, request]
+        return len(joining) * max(self.needs_slots(r.prompt, r.limit) for r in joining) <= self.max_slots
+
+    @staticmethod
+    def needs_slots(prompt: list[int], limit: int) -> int:
+        """Cache columns a request may hold at its end: its prompt and every token it may generate."""
+        return len(prompt) + limit
 
     def _follows(self, request: Request, busy: list[Request]) -> bool:
         """True while a prefilling request has yet to compute a prefix (>= the cache's `min_hit`
@@ -362,7 +370,9 @@ class BatchLoop:
         prompt: a prefix cache entry, or the first columns of a prompt still prefilling."""
         layers, heads, dim = self._shape
         capacity = min(len(request.prompt) + 64, self.max_context)
-        request.cache = BatchKVCache.empty(layers, heads, dim, capacity, self._dtype, self._device)
+        request.cache = BatchKVCache.empty(
+            layers, heads, dim, capacity, self._dtype, self._device, self.max_slots
+        )
         request.kv_version = self.version
         hit = self.prefix_cache.lookup(request.prompt)
         length, keys, values = (hit.length, hit.entry.keys, hit.entry.values) if hit else (0, [], [])
@@ -533,15 +543,20 @@ class BatchLoop:
             self._cache, caches = caches[0], caches[1:]
         if caches:
             self._cache.merge(caches, self.max_context, self.max_batch)
+        self._count_kv()
         for request in requests:
             request.cache = None
             self._rows.append(request)
+
+    def _count_kv(self) -> None:
+        self.counters.kv_bytes_peak = max(self.counters.kv_bytes_peak, self._cache.slots * self.slot_bytes)
 
     # --- decode -----------------------------------------------------------------------------------
 
     def _decode_step(self) -> None:
         cache = self._cache
         cache.reserve(1, self.max_context)
+        self._count_kv()
         try:
             logits = self._forward(
                 torch.tensor([[r.next_token] for r in self._rows]),

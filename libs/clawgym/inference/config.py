@@ -71,10 +71,12 @@ class InferenceConfig(Section):
     )
     policy_version: int = Field(0, ge=0, description="version number of the weights served at start")
     max_batch: int = Field(32, ge=1, description="requests decoded together at most (torch engine)")
-    max_batch_tokens: int = Field(
-        262_144,
-        ge=1,
-        description="torch engine: running rows × padded KV width admitted at most (memory bound)",
+    kv_cache_mb: float = Field(
+        1024,
+        gt=0,
+        description="torch engine: memory for the running batch's keys and values (rows × the longest prompt "
+        "+ generation limit among them); a request waits for room rather than grow it, and one that alone "
+        "needs more is refused. SmolLM2-135M in float32 takes 46 KB a token: 1024 MB hold 32 rows of 700",
     )
     prefill_chunk: int = Field(
         512,

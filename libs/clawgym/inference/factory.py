@@ -27,7 +27,7 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         device=cfg.device,
         policy_version=cfg.policy_version,
         max_batch=cfg.max_batch,
-        max_batch_tokens=cfg.max_batch_tokens,
+        kv_cache_mb=cfg.kv_cache_mb,
         prefill_chunk=cfg.prefill_chunk,
         prefix_cache_tokens=cfg.prefix_cache_tokens,
         prefill_batch=cfg.prefill_batch,

@@ -9,7 +9,9 @@ and all rows are right-aligned at `end`: row b holds its `lengths[b]` tokens in
 [end - lengths[b], end); the columns before are padding, masked out by `decode_mask`. Leaving rows
 copy only the rows that fill their places and move `start`; joining rows are written into free
 rows of the buffer (a re-lay only when rows or columns run out, growing the rows twofold), and
-running out of capacity re-lays the buffer.
+running out of capacity re-lays the buffer. `max_slots` (rows × columns, from the engine's byte
+budget) caps every re-lay: spare rows and columns are dropped before the buffer would exceed it;
+what the live rows need is the caller's admission to keep within it.
 Position ids are per row (`lengths[b]` for the next token), so padding never shifts RoPE.
 """
 
@@ -36,9 +38,16 @@ class BatchKVCache:
     """Keys and values of the running rows, right-aligned, with per-row lengths."""
 
     def __init__(
-        self, keys: list[torch.Tensor], values: list[torch.Tensor], start: int, end: int, lengths: list[int]
+        self,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        start: int,
+        end: int,
+        lengths: list[int],
+        max_slots: int = 0,
     ):
         self.keys, self.values = keys, values  # the rows' views of the buffers below
+        self.max_slots = max_slots  # rows × columns the buffers may hold at most; 0 = unbounded
         # (R >= B, H, capacity, D) per layer: rows [B, R) are room for rows joining without a re-lay
         self._buffers_k, self._buffers_v = keys, values
         self.start, self.end = start, end
@@ -46,13 +55,14 @@ class BatchKVCache:
 
     @classmethod
     def empty(
-        cls, num_layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device
+        cls, num_layers: int, kv_heads: int, head_dim: int, capacity: int, dtype, device, max_slots: int = 0
     ) -> "BatchKVCache":
-        """A one-row cache with room for `capacity` tokens (a request about to be prefilled)."""
+        """A one-row cache with room for `capacity` tokens (a request about to be prefilled); once the
+        running batch, its re-lays hold at most `max_slots` rows × columns."""
         shape = (1, kv_heads, capacity, head_dim)
         keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        return cls(keys, values, 0, 0, [0])
+        return cls(keys, values, 0, 0, [0], max_slots)
 
     # --- views for the model -------------------------------------------------------------------
 
@@ -68,6 +78,20 @@ class BatchKVCache:
     @property
     def capacity(self) -> int:
         return self.keys[0].shape[2]
+
+    @property
+    def slots(self) -> int:
+        """Rows × columns of the buffers (spare rows included): what the budget counts."""
+        return self._buffers_k[0].shape[0] * self.capacity
+
+    def _bounded(self, rows: int, room: int, capacity: int, needed: int) -> tuple[int, int]:
+        """(room, capacity) with spare rows, then spare columns, dropped to fit `max_slots`."""
+        if not self.max_slots or room * capacity <= self.max_slots:
+            return room, capacity
+        room = max(rows, self.max_slots // capacity)
+        if room * capacity > self.max_slots:
+            capacity = max(needed, self.max_slots // room)
+        return room, capacity
 
     def hf_cache(self) -> Cache:
         """An HF `Cache` whose layers append into this buffer; call `advance(n)` after the forward."""
@@ -93,7 +117,7 @@ class BatchKVCache:
             return
         needed = self.width + n
         capacity = min(max(2 * needed, 64), max(limit, needed))
-        self._relayout(capacity)
+        self._relayout(capacity, needed=needed)
 
     def decode_mask(self, dtype: torch.dtype) -> torch.Tensor:
         """Additive mask for one decode step: 0 where a row's own tokens are, dtype-min on padding.  (B, 1, 1, width + 1)."""
@@ -196,7 +220,7 @@ class BatchKVCache:
         if rows > self._buffers_k[0].shape[0] or self.end < width or self.end >= self.capacity:
             capacity = min(max(self.capacity, 2 * width, 64), max(limit, width + 1))
             room = max(rows, min(2 * rows, max_rows)) if max_rows else rows
-            self._relayout(capacity, end=width, row_room=room)
+            self._relayout(capacity, end=width, row_room=room, rows=rows, needed=width + 1)
         start = self.end - width
         if start < self.start:  # the running rows' new padding columns: masked, and must be finite
             for buffer in (*self.keys, *self.values):
@@ -214,20 +238,25 @@ class BatchKVCache:
         self.keys = [k[:rows] for k in self._buffers_k]
         self.values = [v[:rows] for v in self._buffers_v]
 
-    def _relayout(self, capacity: int, end: int | None = None, row_room: int = 0) -> None:
-        """Fresh buffers of `capacity` columns and at least `row_room` rows, the live columns copied
-        right-aligned at column `end` (default: the live width, so `start` becomes 0), zeros before."""
+    def _relayout(
+        self, capacity: int, end: int | None = None, row_room: int = 0, rows: int = 0, needed: int = 0
+    ) -> None:
+        """Fresh buffers of `capacity` columns and at least `row_room` rows (fewer, down to `rows`, and
+        fewer columns, down to `needed`, when `max_slots` asks), the live columns copied right-aligned
+        at column `end` (default: the live width, so `start` becomes 0), zeros before."""
         end = self.width if end is None else end
-        rows, room = self.rows, max(self.rows, row_room, self._buffers_k[0].shape[0])
+        live = self.rows
+        room = max(live, row_room, self._buffers_k[0].shape[0])
+        room, capacity = self._bounded(max(live, rows), room, capacity, max(needed, end))
         pad = end - self.width
         buffers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
         for old_layers, new_layers in ((self.keys, buffers[0]), (self.values, buffers[1])):
             for old in old_layers:
                 new = old.new_empty((room, old.shape[1], capacity, old.shape[3]))
-                new[:rows, :, :pad] = 0  # columns after `end` are written before they are read
-                new[:rows, :, pad:end] = old[:, :, self.start : self.end]
+                new[:live, :, :pad] = 0  # columns after `end` are written before they are read
+                new[:live, :, pad:end] = old[:, :, self.start : self.end]
                 new_layers.append(new)
         self._buffers_k, self._buffers_v = buffers
-        self.keys = [k[:rows] for k in self._buffers_k]
-        self.values = [v[:rows] for v in self._buffers_v]
+        self.keys = [k[:live] for k in self._buffers_k]
+        self.values = [v[:live] for v in self._buffers_v]
         self.start, self.end = pad, end

@@ -15,7 +15,7 @@ from typing import Literal
 
 import torch
 
-from clawgym.errors import ClawgymError, Unavailable
+from clawgym.errors import ClawgymError, InvalidArgument, Unavailable
 from clawgym.inference.batch_loop import BatchLoop, Request, StepCounters
 from clawgym.inference.checkpoint import fit_checkpoint, read_safetensors, weight_targets
 from clawgym.inference.interface import EngineStatus, PromptIds, SamplingParams, TokenChunk, id_list
@@ -33,14 +33,15 @@ class TorchEngine:
         name: str,
         policy_version: int = 0,
         max_batch: int = 32,
-        max_batch_tokens: int = 262_144,
+        kv_cache_mb: float = 1024,
         prefill_chunk: int = 512,
         max_context: int | None = None,
         prefix_cache_tokens: int = 8192,
         prefill_batch: int = 32,
         pack_weights: bool | Literal["auto"] = "auto",
     ) -> None:
-        """`max_batch`: running rows; `max_batch_tokens`: rows × padded width admitted; `prefill_chunk`:
+        """`max_batch`: running rows; `kv_cache_mb`: the running batch's keys and values at most (a request
+        waits for room rather than grow it; one that alone exceeds it is refused); `prefill_chunk`:
         prompt tokens computed per loop step in all, shared fairly between prompts (long prompts
         interleave with decode steps and newcomers; the bound is in `batch_loop`'s docstring);
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off);
@@ -59,7 +60,7 @@ class TorchEngine:
             self._targets,
             max_context=self.max_context,
             max_batch=max_batch,
-            max_batch_tokens=max_batch_tokens,
+            kv_cache_mb=kv_cache_mb,
             prefill_chunk=prefill_chunk,
             policy_version=policy_version,
             prefix_cache_tokens=prefix_cache_tokens,
@@ -93,6 +94,14 @@ class TorchEngine:
         """Streams the request's tokens; closing the iterator (or cancelling its task) aborts it."""
         prompt = id_list(prompt_ids)
         limit = validate_request(prompt, params, self.vocab_size, self.max_context)
+        needs = self._loop.needs_slots(prompt, limit)
+        if needs > self._loop.max_slots:
+            mb = needs * self._loop.slot_bytes / 2**20
+            raise InvalidArgument(
+                f"prompt ({len(prompt)} tokens) + up to {limit} new tokens need {mb:.0f} MB of KV cache, "
+                f"beyond the engine's budget (inference.kv_cache_mb {self._loop.max_slots * self._loop.slot_bytes / 2**20:.0f}): "
+                "ask for fewer new tokens or raise it"
+            )
         request = Request(
             id=request_id,
             prompt=prompt,
