@@ -76,7 +76,8 @@ class InferenceConfig(Section):
         gt=0,
         description="torch engine: memory for the running batch's keys and values (rows × the longest prompt "
         "+ generation limit among them); a request waits for room rather than grow it, and one that alone "
-        "needs more is refused. SmolLM2-135M in float32 takes 46 KB a token: 1024 MB hold 32 rows of 700",
+        "needs more is refused. SmolLM2-135M in float32 takes 45 KB a token: 1024 MB hold 32 rows of 700, "
+        "or 2 rows allowed to run to its 8k context (proxy.max_new_tokens bounds the limit)",
     )
     prefill_chunk: int = Field(
         512,
