@@ -141,13 +141,18 @@ def run_config(cfg: ClawgymConfig) -> ClawgymConfig:
 
 def build_proxy_app(cfg: ClawgymConfig, engine: Engine, store: TrajectoryStore, tokenizer: Any) -> FastAPI:
     """The proxy's HTTP app (`clawgym.proxy.app`) on these parts, rendering tools as the served policy
-    (`inference.model`) does and reading its tool calls in the format its template teaches."""
+    (`inference.model`) does and reading its tool calls in the format its template teaches; an oracle
+    teacher without suites answers from the run's (`trainer.suite`, `evaluation.suite`)."""
     from clawgym.policies import policy_spec
     from clawgym.proxy.app import create_app
 
     spec = policy_spec(cfg.inference.model)
+    proxy = cfg.proxy
+    if proxy.teacher.kind == "oracle" and not proxy.teacher.suites:  # the suites this run takes tasks from
+        suites = list(dict.fromkeys(s for s in (cfg.trainer.suite, cfg.evaluation.suite) if s))
+        proxy = proxy.model_copy(update={"teacher": proxy.teacher.model_copy(update={"suites": suites})})
     return create_app(
-        cfg.proxy,
+        proxy,
         engine,
         store,
         tokenizer,

@@ -89,6 +89,17 @@ class Call:
     temperature: float | None = None
 
 
+TEACHER_KEY = "teacher"  # in a recorded response's `_clawgym` section: the teacher that served the call
+
+
+def is_teacher(call: Call) -> bool:
+    """Whether the proxy recorded `call` as served by a teacher (a truthy `_clawgym.teacher`, e.g. the
+    teacher model's name): the proxy writes `_clawgym`, a harness cannot. A teacher's tokens carry no
+    policy logprob (NaN): they are demonstrations, never on-policy samples."""
+    meta = call.response.get("_clawgym") if isinstance(call.response, dict) else None
+    return isinstance(meta, dict) and bool(meta.get(TEACHER_KEY))
+
+
 @dataclass(frozen=True)
 class RolloutWithCalls:
     rollout: Rollout

@@ -8,6 +8,7 @@ protocol field would be ragged and lossy. Decoded text is for reading: training 
 """
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +98,14 @@ class Annotations:
         return None if self.decode is None else self.decode([int(t) for t in ids])
 
 
+def _logprobs(logprobs: np.ndarray) -> list[float | None]:
+    """Logprobs as a list, null where none was recorded (a teacher's tokens: NaN in the store)."""
+    arr = np.asarray(logprobs)
+    if np.isfinite(arr).all():
+        return arr.tolist()
+    return [x if math.isfinite(x) else None for x in arr.tolist()]
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -117,7 +126,7 @@ def call_rows(rollout: RolloutWithCalls, notes: Annotations = Annotations()) -> 
             "policy_version": c.policy_version, "temperature": c.temperature, "finish_reason": c.finish_reason,
             "latency_s": c.latency_s, "created_at": c.created_at,
             "prompt_ids": np.asarray(c.prompt_ids).tolist(), "output_ids": np.asarray(c.output_ids).tolist(),
-            "output_logprobs": np.asarray(c.output_logprobs).tolist(),
+            "output_logprobs": _logprobs(c.output_logprobs),
             "output_versions": np.asarray(c.output_versions).tolist(),
             "prompt_text": notes.text(c.prompt_ids), "output_text": notes.text(c.output_ids),
             "request_json": _json(c.request), "response_json": _json(c.response), "headers_json": _json(c.headers),

@@ -28,6 +28,7 @@ from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.gateway import Gateway, JsonReply, StreamReply
 from clawgym.proxy.live import LiveState, make_live_state
 from clawgym.proxy.metrics import ProxyMetrics
+from clawgym.proxy.teacher import Teacher, make_teacher
 from clawgym.store.interface import TrajectoryStore
 
 
@@ -71,8 +72,10 @@ def create_app(
     registry: CollectorRegistry | None = None,
     supports_tools: bool | None = None,
     tool_call_format: str | None = None,
+    teacher: Teacher | None = None,
 ) -> FastAPI:
-    """The proxy app; `live` defaults to Redis when `cfg.redis_url` is set, else in-process."""
+    """The proxy app; `live` defaults to Redis when `cfg.redis_url` is set, else in-process; `teacher`
+    to the one `cfg.teacher` names (none: the engine answers)."""
     metrics = ProxyMetrics(registry)
     if live is None:
         live = make_live_state(cfg.redis_url, cfg.redis_prefix, cfg.turn_cache_ttl_s, cfg.memory_max_rollouts)
@@ -85,6 +88,7 @@ def create_app(
         metrics,
         supports_tools=supports_tools,
         tool_call_format=tool_call_format,
+        teacher=teacher if teacher is not None else make_teacher(cfg.teacher),
     )
     anthropic, chat, responses = AnthropicMessages(), OpenAIChat(), OpenAIResponses()
 

@@ -4,7 +4,9 @@ Owns the proxy's fields and defaults; the engine it talks to is configured by th
 section (`clawgym.inference.config`), the store by `store`.
 """
 
-from pydantic import Field, field_validator
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from clawgym.rendering.tool_formats import FORMATS
 from clawgym.section import Section
@@ -25,6 +27,43 @@ DEFAULT_RECORDED_HEADERS = (
     "originator",
     "x-stainless-lang",
 )
+
+
+class TeacherConfig(Section):
+    """Who answers the harness's calls instead of the policy (`proxy/teacher.py`): the answers are
+    recorded in the policy's tokens, marked as a teacher's, for supervised steps (`trainer.sft`)."""
+
+    kind: Literal["", "upstream", "oracle"] = Field(
+        "",
+        description="empty = the policy answers (training, evaluation); upstream = an OpenAI- or "
+        "Anthropic-compatible server (`url`, `model`, `api_key`: another clawgym proxy, vLLM, a hosted "
+        "API); oracle = each task's reference solution in the harness's own action format",
+    )
+    url: str = Field("", description="upstream: the server's base URL, with its /v1")
+    api: Literal["openai_chat", "anthropic"] = Field(
+        "openai_chat",
+        description="upstream: the protocol it speaks (POST /chat/completions or /messages)",
+    )
+    model: str = Field("", description="upstream: the model name sent, and recorded as the teacher")
+    api_key: SecretStr = Field(
+        SecretStr(""),
+        description="upstream: its API key (Authorization: Bearer / x-api-key); never logged nor recorded",
+    )
+    max_tokens: int = Field(
+        4096, gt=0, description="upstream: reply length asked for when the harness asks for none"
+    )
+    timeout_s: float = Field(300.0, gt=0, description="upstream: seconds one teacher answer may take")
+    suites: list[str] = Field(
+        default_factory=list,
+        description="oracle: the task suites (names or folders) whose solutions it answers with; "
+        "empty = trainer.suite and evaluation.suite",
+    )
+
+    @model_validator(mode="after")
+    def _upstream_named(self) -> "TeacherConfig":
+        if self.kind == "upstream" and not (self.url and self.model):
+            raise ValueError("proxy.teacher: kind upstream needs url and model")
+        return self
 
 
 class ProxyConfig(Section):
@@ -147,6 +186,10 @@ class ProxyConfig(Section):
         description="how the policy's generated text carries tool calls: qwen (Hermes/Qwen3 "
         "`<tool_call>{json}`), qwen3-coder (`<function=…><parameter=…>`), llama3, glm, deepseek or harmony "
         "(gpt-oss); empty = the format the policy's chat template teaches (qwen where it shows none)",
+    )
+    teacher: TeacherConfig = Field(
+        default_factory=TeacherConfig,
+        description="a teacher that answers every call instead of the policy (demonstrations)",
     )
     recorded_headers: list[str] = Field(
         default_factory=lambda: list(DEFAULT_RECORDED_HEADERS),

@@ -41,6 +41,7 @@ from clawgym.proxy.live import LiveState
 from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.proxy.nesting import check_arguments_depth, check_body_depth
 from clawgym.proxy.pools import WorkerPools
+from clawgym.proxy.teacher import Teacher, TeacherEngine
 from clawgym.records import Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
 from clawgym.rendering.splice import PromptBuilder, chain_keys
@@ -155,8 +156,10 @@ class Gateway:
         *,
         supports_tools: bool | None = None,
         tool_call_format: str | None = None,
+        teacher: Teacher | None = None,
     ) -> None:
         self.cfg = cfg
+        self.teacher = teacher  # answers every call instead of the engine (`proxy/teacher.py`)
         self.instance = cfg.instance or socket.gethostname()
         self.engine = engine
         self.store = store
@@ -313,12 +316,18 @@ class Gateway:
             starts_in_thinking=self.template.info.starts_in_thinking,
             tool_format=self.tool_format,
             policy_version=status.policy_version,
+            teacher=self.teacher.name if self.teacher is not None else "",
             started=started,
             timings={**timings, "chain_keys": t1 - t0, "turn_fetch": t2 - t1, "render": t3 - t2},
         )
+        engine = self.engine
+        if self.teacher is not None:  # the policy's engine still gives the context and version above
+            engine = TeacherEngine(
+                self.teacher, self.template, self.pools, conv, opts, rollout, status.policy_version
+            )
         run = CallRun(
             setup,
-            self.engine,
+            engine,
             IncrementalDetokenizer(self.tokenizer),
             self.store,
             self.live,
@@ -415,4 +424,6 @@ class Gateway:
         if self.background:
             await asyncio.wait(set(self.background), timeout=grace_s)
         await self.live.aclose()
+        if self.teacher is not None:
+            await self.teacher.aclose()
         self.pools.shutdown()

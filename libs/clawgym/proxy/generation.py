@@ -40,7 +40,7 @@ from clawgym.proxy.held import HeldTurns
 from clawgym.proxy.live import LiveState, turn_of
 from clawgym.proxy.metrics import ProxyMetrics
 from clawgym.proxy.pools import WorkerPools
-from clawgym.records import Call, Rollout
+from clawgym.records import TEACHER_KEY, Call, Rollout
 from clawgym.rendering.detokenize import IncrementalDetokenizer
 from clawgym.rendering.splice import BuiltPrompt, GeneratedTurn, HeldTurn, turn_key
 from clawgym.rendering.tool_formats import DEFAULT_FORMAT, make_parser
@@ -78,6 +78,7 @@ class CallSetup:
     starts_in_thinking: bool = False
     tool_format: str = DEFAULT_FORMAT  # how the policy writes tool calls (`clawgym.rendering.tool_formats`)
     policy_version: int = 0  # the engine's version when the call started (used if no token is generated)
+    teacher: str = ""  # the teacher that answers instead of the engine (`proxy/teacher.py`); "" = the policy
     started: float = field(default_factory=time.perf_counter)
     timings: dict[str, float] = field(default_factory=dict)  # pre-engine stages, seconds
 
@@ -370,6 +371,7 @@ class CallRun:
         # clawgym-specific: how the prompt was built and where the time went (not sent to the harness)
         response["_clawgym"] = {
             "proxy": self._instance,  # which replica served it
+            **({TEACHER_KEY: s.teacher} if s.teacher else {}),  # not the policy's sample: never RL-trained
             "prefix_extended": s.prompt.extended,
             "rendered_tokens": s.prompt.rendered_tokens,
             "reused_tokens": s.prompt.segment_start,

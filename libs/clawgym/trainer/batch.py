@@ -5,6 +5,10 @@ rewards the run assigns to rollouts that ended without one), its policy lag, whe
 (older than `max_policy_lag`) or empty (no generated token), the batch's sharing and reward
 statistics, and which rank trains which trees. Advantages and losses are `clawgym.rl`'s.
 
+RL trains on-policy samples only: a rollout with a call a teacher served (`records.is_teacher`: its
+tokens have no policy logprob) is left out of its group's RL tree (`on_policy`), counted; supervised
+steps read them (`demonstrations`).
+
 One tree per group, not one per batch: GRPO normalises within a group, so a group is the unit a
 rank can train alone, and its samples share the task prompt (most of the sharing); the loss
 normalisation is made global across groups and ranks in `update.py`.
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from clawgym.records import Group, RolloutWithCalls
+from clawgym.records import Group, RolloutWithCalls, is_teacher
 from clawgym.trajectory import FlatTree, RadixTree, TreeStats, tree_from_calls
 
 
@@ -51,6 +55,7 @@ class Batch:
     dropped_rollouts: int = 0  # rollouts of the dropped groups
     empty: list[str] = field(default_factory=list)  # nothing generated (every rollout failed early)
     lags: list[int] = field(default_factory=list)  # policy lag of every group with tokens
+    teacher_rollouts: int = 0  # rollouts left out for holding a teacher's calls (never trained by RL)
 
     @property
     def group_ids(self) -> list[str]:
@@ -124,10 +129,21 @@ def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
     )
 
 
+def on_policy(group: Group) -> tuple[Group, int]:
+    """`group` without the rollouts holding a teacher's call, and how many those were."""
+    kept = [r for r in group.rollouts if not any(is_teacher(c) for c in r.calls)]
+    if len(kept) == len(group.rollouts):
+        return group, 0
+    return Group(group.id, group.run_id, kept), len(group.rollouts) - len(kept)
+
+
 def build_batch(groups: list[Group], version: int, max_policy_lag: int, failed_reward: float = 0.0) -> Batch:
-    """Trees of `groups`; groups generated more than `max_policy_lag` versions before `version` are dropped."""
+    """Trees of `groups`' on-policy rollouts; groups generated more than `max_policy_lag` versions before
+    `version` are dropped; a group left with nothing on-policy is empty."""
     batch = Batch(version=version)
     for group in groups:
+        group, teacher = on_policy(group)
+        batch.teacher_rollouts += teacher
         tree = group_tree(group, failed_reward)
         if tree is None:
             batch.empty.append(group.id)

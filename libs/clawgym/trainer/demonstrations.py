@@ -11,7 +11,7 @@ nor the loss (`clawgym.rl.sft`).
    group's shared task prompt is computed once.
 2. With `teacher_only`, a rollout keeps only the calls the proxy marked as a teacher's (`is_teacher`);
    a student call before a teacher call still reaches the tree as that call's prompt (context), one
-   after the last teacher call not at all.
+   after the last teacher call not at all. A teacher call's absent logprobs are read as 0 (`demonstrated`).
 3. The order is a fixed function of (seed, step): epoch e is a permutation of the groups drawn from
    seed + e, and step k takes the next `groups_per_step` of the epochs laid end to end. A resumed run
    at version v therefore trains exactly what an uninterrupted one would have.
@@ -23,18 +23,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from clawgym.errors import FailedPrecondition
-from clawgym.records import Call, Group, RolloutWithCalls
+from clawgym.records import TEACHER_KEY, Call, Group, RolloutWithCalls, is_teacher
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.batch import GroupTree, group_tree, trained_rollouts
 
-TEACHER_KEY = "teacher"  # in a recorded response's `_clawgym` section: the teacher that served the call
+__all__ = ["TEACHER_KEY", "Demonstrations", "is_teacher", "select", "store_groups"]
 
 
-def is_teacher(call: Call) -> bool:
-    """Whether the proxy recorded `call` as served by a teacher (a truthy `_clawgym.teacher`, e.g. the
-    teacher model's name): the proxy writes `_clawgym`, a harness cannot."""
-    meta = call.response.get("_clawgym") if isinstance(call.response, dict) else None
-    return isinstance(meta, dict) and bool(meta.get(TEACHER_KEY))
+def demonstrated(call: Call) -> Call:
+    """`call` as SFT reads it: a teacher's tokens have no policy logprob (NaN in the store), which SFT
+    never uses (`clawgym.rl.sft`, departure 1), so they are read as 0 and the tree takes them."""
+    if np.isfinite(call.output_logprobs).all():
+        return call
+    return dataclasses.replace(call, output_logprobs=np.zeros(len(call.output_ids), np.float32))
 
 
 def select(groups: list[Group], min_reward: float | None = None, teacher_only: bool = False) -> list[Group]:
@@ -47,6 +48,7 @@ def select(groups: list[Group], min_reward: float | None = None, teacher_only: b
             if min_reward is not None and (reward is None or reward < min_reward):
                 continue
             calls = [c for c in rollout.calls if is_teacher(c)] if teacher_only else rollout.calls
+            calls = [demonstrated(c) if is_teacher(c) else c for c in calls]
             if calls:
                 kept.append(RolloutWithCalls(rollout.rollout, calls))
         if kept:

@@ -19,7 +19,10 @@ services (`orchestrator.grpc_url`) the proxy and orchestrator record into their 
 `--store.url` is refused there. `--set KEY=VALUE` overrides any config field.
 
 `--harness oracle` / `--harness nop` validate a suite (the oracle should pass every task, nop none)
-without a model in the loop.
+without a model in the loop. With a teacher answering the calls (`proxy.teacher`: `oracle`, each
+task's solution in the harness's own format, or `upstream`, another model), the recorded run is a
+demonstrations run (kind "demonstrations", not "eval"): `trainer.sft.source` set to the store's run
+folder reads it as its newest run.
 """
 
 from __future__ import annotations
@@ -278,7 +281,9 @@ def run_eval(cfg: ClawgymConfig, req: EvalRequest, console: Console) -> tuple[Ev
                 "--checkpoint 0 is the initial policy, which has no checkpoint to load; "
                 f"the engine serves v{served}"
             )
-        run_id = eval_run(runtime.store, cfg.trainer.run_name, {
+        # with a teacher answering, the rollouts are demonstrations: a run trainer.sft.source reads
+        kind = {"kind": "demonstrations"} if cfg.proxy.teacher.kind else {}
+        run_id = eval_run(runtime.store, cfg.trainer.run_name, {**kind,
             "model": cfg.trainer.model, "of_run": of_run, "version": version, "checkpoint": uri,
             "suite": spec.suite, "task_ids": list(spec.task_ids), "harnesses": list(spec.harnesses),
             "samples": spec.samples, "ks": list(spec.ks), "proxy": cfg.proxy.model_dump(mode="json"),
