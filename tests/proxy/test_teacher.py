@@ -132,9 +132,10 @@ def test_a_teacher_call_is_recorded_in_the_policy_tokens_marked_and_without_logp
     )
 
 
-def test_an_anthropic_harness_is_answered_by_an_anthropic_upstream_teacher(proxy_factory, tokenizer):
-    """Anthropic Messages harness → upstream over Anthropic Messages: the tool call comes back as a
-    `tool_use` block, recorded in the policy's tokens and marked."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_harness_is_answered_by_an_anthropic_upstream_teacher(proxy_factory, tokenizer, stream):
+    """Anthropic Messages harness (JSON or SSE) → upstream over Anthropic Messages: the tool call comes
+    back as a `tool_use` block, recorded in the policy's tokens and marked."""
     upstream, p = teacher_pair(proxy_factory, api="anthropic")
     client = anthropic.Anthropic(base_url=p.url, api_key=p.token, max_retries=0)
     tool = {
@@ -142,13 +143,18 @@ def test_an_anthropic_harness_is_answered_by_an_anthropic_upstream_teacher(proxy
         "description": "Run a shell command.",
         "input_schema": BASH["function"]["parameters"],
     }
-    message = client.messages.create(
-        model="policy",
-        max_tokens=256,
-        system="You run commands.",
-        messages=[{"role": "user", "content": "What is here?"}],
-        tools=[tool],
-    )
+    request = {
+        "model": "policy",
+        "max_tokens": 256,
+        "system": "You run commands.",
+        "messages": [{"role": "user", "content": "What is here?"}],
+        "tools": [tool],
+    }
+    if stream:
+        with client.messages.stream(**request) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**request)
     blocks = [(b.type, getattr(b, "text", None) or getattr(b, "input", None)) for b in message.content]
     assert blocks == [("text", "Listing first."), ("tool_use", {"command": "ls -la"})], blocks
     (call,) = p.calls()
