@@ -191,6 +191,12 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return pb.ListUnconsumedGroupsResponse(group_ids=self.store.list_unconsumed_groups(request.run_id))
 
     @unary
+    def OpenGroupVersions(
+        self, request: pb.OpenGroupVersionsRequest, context: grpc.ServicerContext
+    ) -> pb.OpenGroupVersionsResponse:
+        return pb.OpenGroupVersionsResponse(oldest_versions=self.store.open_group_versions(request.run_id))
+
+    @unary
     def OrchestratorHeartbeat(
         self, request: pb.OrchestratorHeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.OrchestratorHeartbeatResponse:

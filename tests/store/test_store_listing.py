@@ -6,6 +6,7 @@ depend on whether they hold a `SqlStore` or a `StoreClient`.
 
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 from clawgym.config import StoreConfig
@@ -80,3 +81,44 @@ def test_listings_show_runs_groups_rollouts_with_rewards_and_steps(any_store: Tr
 def test_listing_an_unknown_run_is_not_found(any_store: TrajectoryStore, read: str) -> None:
     with pytest.raises(NotFound, match="unknown run"):
         getattr(any_store, read)("no-such-run")
+
+
+def test_open_group_versions_give_each_open_groups_oldest_generating_version(
+    any_store: TrajectoryStore, make_call
+) -> None:
+    """The trainer's staleness read: per open group of the run with a generated token recorded, the
+    oldest version that generated one, whatever version the group was requested under. Complete
+    groups, groups with no call or only calls without output, failed rollouts' calls and another
+    run's groups are left out."""
+    run = any_store.create_run("run")
+    other = any_store.create_run("other")
+
+    def call(rollout_id: str, seq: int, version: int, n_output: int = 4):
+        return make_call(rollout_id, seq, n_output=n_output, policy_version=version,
+                         output_versions=np.full(n_output, version, np.int32))  # fmt: skip
+
+    late = any_store.register_rollouts(run.id, [RolloutSpec("g-late", "t", "reference", 0)] * 2)
+    any_store.record_call(call(late[0].rollout_id, 0, 5))
+    any_store.record_call(call(late[0].rollout_id, 1, 6))
+    any_store.record_call(call(late[1].rollout_id, 0, 3))
+    any_store.finish_rollout(late[1].rollout_id, "finished", reward=1.0, passed=True)
+    failed = any_store.register_rollouts(run.id, [RolloutSpec("g-failed", "t", "reference", 0)] * 2)
+    any_store.record_call(call(failed[0].rollout_id, 0, 1))
+    any_store.finish_rollout(failed[0].rollout_id, "failed", error="sandbox lost")
+    any_store.record_call(call(failed[1].rollout_id, 0, 2))
+    empty = any_store.register_rollouts(run.id, [RolloutSpec("g-empty", "t", "reference", 0)])
+    any_store.record_call(call(empty[0].rollout_id, 0, 0, n_output=0))
+    any_store.register_rollouts(run.id, [RolloutSpec("g-none", "t", "reference", 0)])
+    done = any_store.register_rollouts(run.id, [RolloutSpec("g-done", "t", "reference", 0)])
+    any_store.record_call(call(done[0].rollout_id, 0, 0))
+    any_store.finish_rollout(done[0].rollout_id, "finished", reward=0.0, passed=False)
+    theirs = any_store.register_rollouts(other.id, [RolloutSpec("g-theirs", "t", "reference", 0)])
+    any_store.record_call(call(theirs[0].rollout_id, 0, 0))
+
+    assert any_store.open_group_versions(run.id) == {"g-late": 3, "g-failed": 2}, (
+        "an open group counts from its oldest generated token (an ended rollout's included, a failed "
+        "one's not); groups complete, without output or of another run are left out"
+    )
+    assert any_store.open_group_versions(other.id) == {"g-theirs": 0}
+    with pytest.raises(NotFound, match="unknown run"):
+        any_store.open_group_versions("no-such-run")

@@ -206,6 +206,10 @@ class StoreClient:
         reply = self._call(self._stub.ListUnconsumedGroups, pb.ListUnconsumedGroupsRequest, run_id=run_id)
         return list(reply.group_ids)
 
+    def open_group_versions(self, run_id: str) -> dict[str, int]:
+        reply = self._call(self._stub.OpenGroupVersions, pb.OpenGroupVersionsRequest, run_id=run_id)
+        return dict(reply.oldest_versions)
+
     def orchestrator_heartbeat(self, instance_id: str, name: str, lease_s: float) -> list[str]:
         reply = self._call(
             self._stub.OrchestratorHeartbeat, pb.OrchestratorHeartbeatRequest,

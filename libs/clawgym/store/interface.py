@@ -107,6 +107,12 @@ class TrajectoryStore(Protocol):
         """The run's complete groups that no checkpoint consumed yet (the trainer's resume sweep)."""
         ...
 
+    def open_group_versions(self, run_id: str) -> dict[str, int]:
+        """Group id → the oldest policy version that generated a token of it so far, for the run's
+        groups still open (a rollout not ended) that have one: where the trainer's staleness bound
+        counts from while a group rolls out."""
+        ...
+
     def record_train_step(self, run_id: str, step: int, metrics: dict[str, Any]) -> None: ...
     def list_train_steps(self, run_id: str) -> list[TrainStep]:
         """The run's optimizer steps with their metrics, in step order."""

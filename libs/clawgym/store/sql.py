@@ -44,7 +44,7 @@ from contextlib import contextmanager, suppress
 from typing import Any, NamedTuple
 
 import psycopg
-from sqlalchemy import delete, exc, insert, or_, select, update
+from sqlalchemy import delete, exc, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -618,6 +618,26 @@ class SqlStore:
                     .order_by(GroupRow.ready_at, GroupRow.id)
                 )
             )
+
+    def open_group_versions(self, run_id: str) -> dict[str, int]:
+        """Per open group of the run (a rollout not ended) with a generated token recorded: the oldest
+        policy version that generated one (a call's policy_version is its first token's), over the
+        calls of its rollouts not failed. Groups with none yet are left out. One query, by index."""
+        with self._read() as s:
+            self._run(s, run_id)
+            found = s.execute(
+                select(GroupRow.id, func.min(CallRow.policy_version))
+                .join(RolloutRow, RolloutRow.group_id == GroupRow.id)
+                .join(CallRow, CallRow.rollout_id == RolloutRow.id)
+                .where(
+                    GroupRow.run_id == run_id,
+                    GroupRow.ready_at.is_(None),
+                    RolloutRow.status != "failed",
+                    CallRow.n_output > 0,
+                )
+                .group_by(GroupRow.id)
+            )
+            return {group_id: int(version) for group_id, version in found}
 
     def reannounce_ready_groups(self) -> int:
         """Publishes `groups.ready` again for every complete, unconsumed group of a created or running

@@ -5,7 +5,8 @@ bottom is reading what happens:
 
 1. collect   (rank 0) top up rollout requests (async: up to `max_policy_lag` steps ahead, so they
              roll out while this one trains), wait until `groups_per_step` groups are owed and no
-             group the staleness bound would pass is still rolling out, take them, oldest first
+             group at its last step within the staleness bound is still rolling out, take them,
+             oldest first
 2. batch     (rank 0) trees per group; groups older than `max_policy_lag` versions are dropped
 3. update    (all ranks) advantages, packed micro-batches, gradient accumulation, AdamW, clipping
 4. save      (all ranks gather, rank 0 writes) the HF folder + optimizer/scheduler/RNG state
@@ -19,10 +20,13 @@ Killed anywhere before 5, a restarted trainer redoes the step from the last regi
 Rollouts span versions (AReaL's bounded staleness, arXiv:2505.24298): in async mode the groups
 started and not yet trained are kept at (`max_policy_lag` + 1) × `groups_per_step`, a rollout
 keeps running across publishes (each call records the version that served it), and a step takes
-the first complete groups whatever versions served them. A group started under version s can be
-trained until the trainer's version is s + `max_policy_lag`; the step at that version waits for
-it if it is still rolling out, so only groups from elsewhere (a predecessor, a batch cut short)
-are ever dropped. Sync mode is the same loop with nothing requested ahead.
+the first complete groups whatever versions served them. Staleness counts from a group's oldest
+generated token, never from the version it was requested under: no trained token is more than
+`max_policy_lag` versions older than the weights it updates. A group whose oldest token is of
+version c can be trained until the trainer's version is c + `max_policy_lag`; the step at that
+version waits for it if it is still rolling out (the store's `open_group_versions`), and a group
+whose first call comes late costs no wait before it. Sync mode is the same loop with nothing
+requested ahead.
 """
 
 import logging
@@ -120,6 +124,7 @@ class Trainer:
         self._requested_groups = 0  # by this trainer, for `_owed_or_outstanding`
         self._warned_mismatch = False
         self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
+        self._wait: dict[str, float] = {}  # the last collect's waiting figures, for its step record
         self._download_cache = Path(f"/tmp/clawgym-trainer-{cfg.run_name}")
 
     # --- start: the run, the latest checkpoint, the feed ---
@@ -280,6 +285,7 @@ class Trainer:
                 "tokens_per_s": tokens / max(update_s, 1e-9),
                 "update_s": update_s,
                 "rollout_wait_s": wait_s,
+                **self._wait,
                 "step_s": time.perf_counter() - started,
             }
             self._commit(batch, record, uri)
@@ -291,22 +297,26 @@ class Trainer:
 
     def _collect(self) -> tuple[list[Group], float]:
         """Waits until `groups_per_step` groups within the staleness bound are owed and no group
-        started under version `version - max_policy_lag` still rolls out (this is its last step
-        within the bound), requesting rollouts as needed; takes the owed groups past or at the
-        bound, then the oldest others up to `groups_per_step` trainable ones."""
+        whose oldest token is of version `version - max_policy_lag` still rolls out (this is its
+        last step within the bound), requesting rollouts as needed; takes the owed groups past or at
+        the bound, then the oldest others up to `groups_per_step` trainable ones."""
         need = self.cfg.groups_per_step
         started = last_progress = time.monotonic()
-        # read before the sweep: a batch that ended by then has its groups in the store
+        # read before the sweep: a group that completed by then is in the store
         forced = self._last_chance_pending()
         self.feed.sweep()
+        bound_wait = 0.0  # seconds waited only for groups at their last step (enough were owed)
         while True:
             self._read_owed()
             self._top_up()
             self.source.check()
-            if self._trainable() >= need and not forced:
+            enough = self._trainable() >= need
+            if enough and not forced:
                 break
-            before = len(self._owed)
+            before, polled = len(self._owed), time.monotonic()
             self.feed.poll(block_s=0.5)
+            if enough:
+                bound_wait += time.monotonic() - polled
             self._read_owed()
             if len(self._owed) > before:
                 last_progress = time.monotonic()
@@ -314,11 +324,16 @@ class Trainer:
                 raise Unavailable(
                     f"no rollout group completed in {self.cfg.rollout_timeout_s:.0f} s "
                     f"({len(self._owed)} of {need} owed, {self.source.pending_groups()} pending, "
-                    f"{forced} started under version {self.version - self.cfg.max_policy_lag} or older)"
+                    f"{forced} rolling out since version {self.version - self.cfg.max_policy_lag})"
                 )
             was, forced = forced, self._last_chance_pending()
             if was and not forced:
                 self.feed.sweep()  # the bus may lag the store: find the groups those batches completed
+        self._wait = {
+            "rollout_wait_bound_s": bound_wait,
+            "groups_owed": len(self._owed),
+            "groups_in_flight": self._owed_or_outstanding(),
+        }
         ids = self._choose(need)
         taken = self.feed.take_ids(ids)
         for group_id in taken:
@@ -354,10 +369,14 @@ class Trainer:
         return due + [g for g in by_age if oldest[g] > bound][: max(0, need - at_bound)]
 
     def _last_chance_pending(self) -> int:
-        """Groups still rolling out that were requested under version `version - max_policy_lag` or
-        before: this step is the last their oldest call can be within the bound."""
+        """Groups still rolling out whose oldest generated token (recorded so far) is of version
+        `version - max_policy_lag`: this step is the last that can train them. One with no token yet
+        is younger than this step's bound whenever it started (its first call is served by this
+        version or a newer one); one with an older token is past the bound and drops whatever we do."""
         bound = self.version - self.cfg.max_policy_lag
-        return self.source.pending_groups(started_by=bound) if bound >= 0 else 0
+        if bound < 0:
+            return 0
+        return sum(v == bound for v in self.store.open_group_versions(self.run_id).values())
 
     def _sampler_state(self) -> dict[str, list[float]]:
         return self.sampler.state() if self.sampler is not None else {}  # rank 0 holds the sampler

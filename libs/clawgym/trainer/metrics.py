@@ -13,8 +13,9 @@ STEP_KEYS = (
     "loss", "policy_loss", "value_loss", "approx_kl", "clipfrac", "entropy", "explained_variance",
     "kl_ref", "grad_norm", "lr", "logprob_mismatch", "kl_engine_train", "off_policy_ratio_mean",
     "off_policy_ratio_max", "off_policy_masked_frac", "off_policy_masked_token_frac", "policy_lag",
-    "policy_lag_max", "sharing_ratio", "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s", "groups",
-    "groups_dropped", "rollouts", "reward", "pass_rate", "version",
+    "policy_lag_max", "sharing_ratio", "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s",
+    "rollout_wait_bound_s", "groups_owed", "groups_in_flight", "groups", "groups_dropped", "rollouts",
+    "reward", "pass_rate", "version",
     "sft_tokens", "sft_epoch",  # SFT steps: the demonstrated tokens the NLL averages, epochs done
 )  # fmt: skip
 
@@ -39,6 +40,8 @@ GAUGES = {  # step key → help; the gauge is clawgym_trainer_<key>
     "tokens_per_s": "tree tokens trained per second",
     "step_s": "seconds of the last update + checkpoint",
     "rollout_wait_s": "seconds the last step waited for groups",
+    "rollout_wait_bound_s": "of them, seconds it waited only for groups at their last step within max_policy_lag",
+    "groups_in_flight": "groups started and not trained when the last step took its groups",
 }
 
 

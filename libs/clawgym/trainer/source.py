@@ -40,9 +40,8 @@ class RolloutSource(Protocol):
         """Starts the batch and returns at once."""
         ...
 
-    def pending_groups(self, started_by: int | None = None) -> int:
-        """Groups requested whose batch has not ended yet (they may still complete); with `started_by`,
-        only those of batches requested under policy version `started_by` or older."""
+    def pending_groups(self) -> int:
+        """Groups requested whose batch has not ended yet (they may still complete)."""
         ...
 
     def check(self) -> None:
@@ -99,12 +98,12 @@ class BatchLedger:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[int, int]] = {}  # batch id → (its group count, version), while it runs
+        self._pending: dict[str, int] = {}  # batch id → its group count, while it runs
         self._errors: list[BaseException] = []
 
-    def pending_groups(self, started_by: int | None = None) -> int:
+    def pending_groups(self) -> int:
         with self._lock:
-            return sum(n for n, v in self._pending.values() if started_by is None or v <= started_by)
+            return sum(self._pending.values())
 
     def check(self) -> None:
         with self._lock:
@@ -113,7 +112,7 @@ class BatchLedger:
 
     def _started(self, batch: Batch) -> None:
         with self._lock:
-            self._pending[batch.batch_id] = (batch.n_groups, batch.policy_version)
+            self._pending[batch.batch_id] = batch.n_groups
 
     def _ended(self, batch_id: str) -> None:
         with self._lock:

@@ -390,6 +390,25 @@ class ListUnconsumedGroupsResponse(_message.Message):
     group_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, group_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class OpenGroupVersionsRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class OpenGroupVersionsResponse(_message.Message):
+    __slots__ = ("oldest_versions",)
+    class OldestVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    OLDEST_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    oldest_versions: _containers.ScalarMap[str, int]
+    def __init__(self, oldest_versions: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
 class OrchestratorHeartbeatRequest(_message.Message):
     __slots__ = ("instance_id", "name", "lease_s")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]

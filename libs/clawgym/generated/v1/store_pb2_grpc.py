@@ -134,6 +134,11 @@ class StoreStub:
                 request_serializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsRequest.SerializeToString,
                 response_deserializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsResponse.FromString,
                 _registered_method=True)
+        self.OpenGroupVersions = channel.unary_unary(
+                '/clawgym.v1.Store/OpenGroupVersions',
+                request_serializer=clawgym_dot_v1_dot_store__pb2.OpenGroupVersionsRequest.SerializeToString,
+                response_deserializer=clawgym_dot_v1_dot_store__pb2.OpenGroupVersionsResponse.FromString,
+                _registered_method=True)
         self.RecordTrainStep = channel.unary_unary(
                 '/clawgym.v1.Store/RecordTrainStep',
                 request_serializer=clawgym_dot_v1_dot_store__pb2.TrainStep.SerializeToString,
@@ -298,6 +303,14 @@ class StoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenGroupVersions(self, request, context):
+        """Per open group of a run (a rollout not ended) with a generated token recorded, the oldest policy
+        version that generated one: where the trainer's staleness bound counts from while it rolls out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RecordTrainStep(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -434,6 +447,11 @@ def add_StoreServicer_to_server(servicer, server):
                     servicer.ListUnconsumedGroups,
                     request_deserializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsRequest.FromString,
                     response_serializer=clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsResponse.SerializeToString,
+            ),
+            'OpenGroupVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenGroupVersions,
+                    request_deserializer=clawgym_dot_v1_dot_store__pb2.OpenGroupVersionsRequest.FromString,
+                    response_serializer=clawgym_dot_v1_dot_store__pb2.OpenGroupVersionsResponse.SerializeToString,
             ),
             'RecordTrainStep': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordTrainStep,
@@ -1001,6 +1019,33 @@ class Store:
             '/clawgym.v1.Store/ListUnconsumedGroups',
             clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsRequest.SerializeToString,
             clawgym_dot_v1_dot_store__pb2.ListUnconsumedGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenGroupVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/clawgym.v1.Store/OpenGroupVersions',
+            clawgym_dot_v1_dot_store__pb2.OpenGroupVersionsRequest.SerializeToString,
+            clawgym_dot_v1_dot_store__pb2.OpenGroupVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
