@@ -3,7 +3,11 @@ instances of the trained families and for the families never trained on, and per
 
 Runs the real quickstart (the installed `clawgym` CLI, embedded mode, CPU) once with the given
 options, then reads its run folder: stage times, per-step times (rollouts vs update), rollout and
-token throughput, Pass@1 before/after with 95% intervals and the paired difference.
+token throughput, Pass@1 before/after with 95% intervals and the paired difference, and the peak
+resident memory of the run, sampled every 0.5 s over the quickstart process and every process under
+it (sandboxes included): `peak_rss_gb` sums their PSS (each shared page counted once, split between
+its processes), `peak_rss_sum_gb` their plain RSS (shared pages once per process: an upper bound),
+`peak_rss_main_gb` is the main process's own.
 
     .venv/bin/python bench/quickstart.py                       # the defaults (SmolLM2-135M, ~9-11 min)
     .venv/bin/python bench/quickstart.py -- --model tiny-qwen3 --steps 2 --eval-tasks 8   # a smoke run
@@ -14,16 +18,52 @@ Arguments after `--` go to `clawgym quickstart` unchanged. The LAST line is one 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 CLAWGYM = Path(sys.executable).with_name("clawgym")
+
+
+class MemorySampler(threading.Thread):
+    """Peaks, over a run, of the memory of a process and its descendants: the summed proportional set
+    size (PSS: resident pages, each shared page split between the processes mapping it, so the
+    sandboxes' shared interpreter counts once), the plain RSS sum (shared pages once per process: an
+    upper bound), and the process's own RSS."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.interval_s = interval_s
+        self.peak_pss = self.peak_rss_sum = self.peak_main = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.done.wait(self.interval_s):
+            try:
+                processes = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            pss = rss = main = 0
+            for process in processes:
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):  # ended meanwhile
+                    info = process.memory_full_info()  # /proc/PID/smaps_rollup: ~2 ms a process
+                    pss, rss = pss + info.pss, rss + info.rss
+                    main = info.rss if process is self.root else main
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_rss_sum = max(self.peak_rss_sum, rss)
+            self.peak_main = max(self.peak_main, main)
 
 
 def step_figures(db: Path) -> list[dict]:
@@ -57,14 +97,19 @@ def main() -> None:
     extra = [a for a in args.rest if a != "--"]
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="clawgym-quickstart-"))
     started = time.monotonic()
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [str(CLAWGYM), "quickstart", "--run-dir", str(run_dir), "--json", *extra],
         stdout=subprocess.PIPE, stderr=None, text=True, env=os.environ,
     )  # fmt: skip
+    sampler = MemorySampler(proc.pid)
+    sampler.start()
+    stdout, _ = proc.communicate()
+    sampler.done.set()
+    sampler.join()
     wall = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"clawgym quickstart failed with {done.returncode}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if proc.returncode != 0:
+        raise SystemExit(f"clawgym quickstart failed with {proc.returncode}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     steps = step_figures(run_dir / "clawgym.db")
     counts = rollout_figures(run_dir / "clawgym.db")
     stages = result["stages_s"]
@@ -90,6 +135,9 @@ def main() -> None:
         **{k: result.get(k) for k in ("steps", "eval_tasks", "eval_tasks_unseen_families", "minutes")},
         "per_family": result.get("per_family"),
         "wall_s": round(wall, 1),
+        "peak_rss_gb": round(sampler.peak_pss / 2**30, 2),
+        "peak_rss_sum_gb": round(sampler.peak_rss_sum / 2**30, 2),
+        "peak_rss_main_gb": round(sampler.peak_main / 2**30, 2),
         "stages_s": stages,
         "rollout_vs_update_time": round(rollout_s / update_s, 2) if update_s else None,
         "mean_step_s": round((rollout_s + update_s) / len(steps), 1) if steps else None,

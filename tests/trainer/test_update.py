@@ -109,9 +109,12 @@ def test_groups_without_reward_variance_are_not_packed_and_the_gradient_is_uncha
     def grads(packs) -> list[torch.Tensor]:
         model = build_policy(cfg).module
         optimizer, _ = make_optimizer(model, cfg.algorithm, cfg.steps)
-        optimizer.step = lambda: None  # keep the weights: compare the gradients themselves
+        seen: list[torch.Tensor] = []
+        # keep the weights and read the gradients the step is given (the update frees them after it)
+        optimizer.step = lambda: seen.extend(p.grad.clone() for p in model.parameters() if p.grad is not None)
         update(model, optimizer, packs, cfg.algorithm, world, 0)
-        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        assert all(p.grad is None for p in model.parameters()), "the update frees its gradients"
+        return seen
 
     with_skip, without = grads(skipped), grads(every)
     assert len(with_skip) == len(without) and all(

@@ -53,8 +53,7 @@ def sft_update(
     grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)))
     if np.isfinite(grad_norm):
         optimizer.step()
-    else:  # as in update.py: a NaN/inf gradient would poison every later step
-        optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=True)  # as in update.py: freed for the rollouts; NaN/inf dropped unused
     combined = combine_diagnostics([d for d in world.gather(combine_diagnostics(parts)) if d])
     return {
         "loss": combined.get("loss", 0.0),

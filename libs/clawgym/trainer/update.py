@@ -204,8 +204,9 @@ def update(
         grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)))
         if np.isfinite(grad_norm):
             optimizer.step()
-        else:  # a NaN/inf gradient would poison the weights and every later step: skip this one
-            optimizer.zero_grad(set_to_none=True)
+        # freed now, not at the next step: between updates the rollouts need that memory (a copy of
+        # the weights); a NaN/inf gradient is dropped unused, as it would poison every later step
+        optimizer.zero_grad(set_to_none=True)
     combined = combine_diagnostics([d for d in world.gather(combine_diagnostics(parts)) if d])
     if seq_ratio is not None:
         seq = torch.cat([p.rows.seq for p in packs]) if packs else torch.zeros(0, dtype=torch.long)
