@@ -12,15 +12,14 @@ trainer's publishes, and each call is tagged with the version serving it. (The s
 logprobs are not the policy's: the trainer's logprob-mismatch warning is expected.)
 
 Arms per σ: `sync` (trainer.mode sync: request a step's groups, wait for all of them, train) and
-`async` (trainer.mode async, max_policy_lag = `--staleness`). Figures per arm, over the steady
-state from the first step's commit to the last one collected with the full window of groups in
-flight (async: the last `--staleness` steps request only what the run's remaining steps train and
-so wait for the slowest of fewer groups; their wall time is `drain_s`): trainer_busy_fraction
-(Σ update_s / wall), rollouts_per_min (trained rollouts), dropped_groups (the whole run),
-mean/max_staleness (versions between the trainer and a trained group's oldest call; mean over
-groups), and where steps waited: rollout_wait_s_mean, rollout_wait_bound_s_mean (only for a group
-at its last step within the bound), groups_owed_mean and groups_in_flight_mean at each take. The
-LAST line is one JSON object: per σ under "sigma", and the top-level figures are σ = 1.5's async arm.
+`async` (trainer.mode async, max_policy_lag = `--staleness`). Figures per arm, from the first
+step's commit to the last one's: trainer_busy_fraction (Σ update_s / wall), rollouts_per_min
+(trained rollouts), dropped_groups, mean/max_staleness (versions between the trainer and a trained
+group's oldest call; mean over groups), and where steps waited: rollout_wait_s_mean,
+rollout_wait_bound_s_mean (only for a group at its last step within the bound), groups_owed_mean
+and groups_in_flight_mean at each take, drain_s (of the wall, the last `--staleness` steps, which
+request no group past the run's end). The LAST line is one JSON object: per σ under "sigma", and
+the top-level figures are σ = 1.5's async arm.
 """
 
 from __future__ import annotations
@@ -139,17 +138,16 @@ def arm(mode: str, sigma: float, args, tokenizer, task_id: str, root: Path) -> d
         stop_proxy()
         runner.close()
         store.close()
-    # async: the last `staleness` steps are the drain (the trainer requests no group past the run's
-    # last step, so each waits for the slowest of fewer groups): out of the steady state, timed apart
-    last = max(2, len(checkpoints) - (args.staleness if mode == "async" else 0))
-    steady = [c.metrics for c in checkpoints[1:last]]
-    wall = checkpoints[last - 1].created_at - checkpoints[0].created_at
+    steady = [c.metrics for c in checkpoints[1:]]
+    wall = checkpoints[-1].created_at - checkpoints[0].created_at
+    # async: the last `staleness` steps request no group past the run's last step (fewer in flight)
+    drain = max(1, len(checkpoints) - (args.staleness if mode == "async" else 0))
     groups = sum(m["groups"] for m in steady)
     return {
         "steps": len(checkpoints),
         "wall_s": round(wall, 1),
         "wall_all_s": round(wall_all, 1),
-        "drain_s": round(checkpoints[-1].created_at - checkpoints[last - 1].created_at, 1),
+        "drain_s": round(checkpoints[-1].created_at - checkpoints[drain - 1].created_at, 1),
         "trainer_busy_fraction": round(sum(m["update_s"] for m in steady) / wall, 3),
         "rollouts_per_min": round(60 * sum(m["rollouts"] for m in steady) / wall, 1),
         "dropped_groups": trainer.dropped_groups,

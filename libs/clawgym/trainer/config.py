@@ -327,10 +327,11 @@ class TrainerConfig(Section):
     max_policy_lag: int = Field(
         1,
         ge=0,
-        description="staleness bound: the most versions a group's oldest call may lag the version being "
-        "trained; an older group is dropped (counted: groups_dropped). async: also how many steps ahead "
-        "rollouts are requested, and a step waits for a group still rolling out that started this many "
-        "versions ago (its last step within the bound), so the run's own groups are not dropped",
+        description="staleness bound: the most versions a group's oldest generated token may lag the version "
+        "being trained; an older group is dropped (counted: groups_dropped). async: also how many steps "
+        "ahead rollouts are requested, and a step waits for a group still rolling out whose oldest recorded "
+        "call is this many versions old (its last step within the bound), so the run's own groups are not "
+        "dropped",
     )
     failed_reward: float = Field(
         0.0,
