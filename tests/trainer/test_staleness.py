@@ -309,7 +309,7 @@ def test_a_step_waits_for_a_rolling_group_at_its_last_step_and_drops_one_past_it
         "the group past the bound must be consumed without training"
     )
     assert last.metrics["groups_dropped"] == 1 and trainer.dropped_groups == 1, last.metrics
-    assert last.metrics["rollout_wait_bound_s"] >= 3.0, (
+    assert last.metrics["rollout_wait_bound_s"] >= 1.5, (
         f"the step's record must show its wait for the group at its last step: {last.metrics}"
     )
     _assert_each_group_consumed_once(_consumed(store, trainer.run_id))
