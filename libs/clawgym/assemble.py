@@ -253,6 +253,13 @@ def build_trainer(
     engines = list(engines) if engines is not None else []
     if not engines and cfg.inference.grpc_url:
         engines = [open_engine(cfg)]
+    pushes = [getattr(e, "weight_sync", "files") == "cuda_ipc" for e in engines]
+    if cfg.inference.weight_sync == "cuda_ipc" and (world.size > 1 or not engines or not all(pushes)):
+        raise FailedPrecondition(
+            "inference.weight_sync=cuda_ipc hands one trainer process's tensors to a vLLM engine in that "
+            "process (one GPU); an inference service, the torch engine or torchrun ranks reload from "
+            "checkpoint files: use weight_sync files"
+        )
     source: RolloutSource
     if t.rollout_source == "toy":
         source, engines = _toy_source(cfg, store, tokenizer, runner, engines)

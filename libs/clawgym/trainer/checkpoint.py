@@ -167,14 +167,14 @@ def save_checkpoint(
     state is None unless `with_optimizer`."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(built.module, options=options)
-    optim_state = get_optimizer_state_dict(built.module, optimizer, options=options) if with_optimizer else None
+    optim_state = (
+        get_optimizer_state_dict(built.module, optimizer, options=options) if with_optimizer else None
+    )
     if not world.is_main:
         return
     lm_state = {k.removeprefix("lm."): v for k, v in state.items() if k.startswith("lm.")}
-    weights = merge_lora_state(lm_state, built.lora) if built.lora is not None else lm_state
+    weights = _as_served(lm_state, built)
     config = built.module.lm.config
-    if getattr(config, "tie_word_embeddings", False):
-        weights.pop("lm_head.weight", None)  # tied to the embedding, as save_pretrained writes it
     extra = {
         "optimizer": optim_state,
         "scheduler": scheduler.state_dict(),
@@ -195,6 +195,21 @@ def save_checkpoint(
         torch.save(extra, folder / STATE_FILE)
 
     _publish_folder(write, uri)
+
+
+def serving_weights(built: BuiltPolicy) -> dict[str, torch.Tensor]:
+    """The policy's weights as an engine serves them (HF names, LoRA merged, a tied head left out),
+    where they are: what a checkpoint holds, without the copy to host memory. One process only (under
+    FSDP2 the weights are shards; `save_checkpoint` gathers them)."""
+    lm_state = {k: v.detach() for k, v in built.module.lm.state_dict().items()}
+    return _as_served(lm_state, built)
+
+
+def _as_served(lm_state: dict[str, torch.Tensor], built: BuiltPolicy) -> dict[str, torch.Tensor]:
+    weights = merge_lora_state(lm_state, built.lora) if built.lora is not None else lm_state
+    if getattr(built.module.lm.config, "tie_word_embeddings", False):
+        weights.pop("lm_head.weight", None)  # tied to the embedding, as save_pretrained writes it
+    return weights
 
 
 def _publish_folder(write: Callable[[Path], None], uri: str) -> None:

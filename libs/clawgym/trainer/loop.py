@@ -463,7 +463,12 @@ class Trainer:
         silently feed the run rollouts that lag further every step, until all are dropped."""
         for i, engine in enumerate(self.engines):
             try:
-                self.runner.run(engine.load_weights(version, uri), timeout_s=RELOAD_TIMEOUT_S)
+                if getattr(engine, "weight_sync", "files") == "cuda_ipc":
+                    # an in-process vLLM on this GPU: its workers copy the trainer's tensors (CUDA IPC)
+                    pushed = engine.push_weights(version, ckpt.serving_weights(self.policy))
+                    self.runner.run(pushed, timeout_s=RELOAD_TIMEOUT_S)
+                else:
+                    self.runner.run(engine.load_weights(version, uri), timeout_s=RELOAD_TIMEOUT_S)
                 status = self.runner.run(engine.status(), timeout_s=RELOAD_TIMEOUT_S)
             except Exception as e:
                 typed = type(e) if isinstance(e, ClawgymError) else ClawgymError
