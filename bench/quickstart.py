@@ -124,7 +124,7 @@ def main() -> None:
     rollout_s = sum(s["rollout_wait_s"] for s in steps)
     update_s = sum(s["step_s"] for s in steps)
     for suffix, what in (("", "trained families"), ("_unseen_families", "unseen families")):
-        if f"pass1_before{suffix}" in result and f"pass1_after{suffix}" in result:
+        if result.get(f"pass1_before{suffix}") is not None and result.get(f"pass1_after{suffix}") is not None:
             print(f"Pass@1, {what}: before {result[f'pass1_before{suffix}']:.3f} {result[f'ci95_before{suffix}']}  "
                   f"after {result[f'pass1_after{suffix}']:.3f} {result[f'ci95_after{suffix}']}  "
                   f"difference {result.get(f'delta{suffix}', float('nan')):+.3f} {result.get(f'ci95_delta{suffix}')}")  # fmt: skip
