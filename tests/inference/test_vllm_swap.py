@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from clawgym.errors import Unavailable
+from clawgym.inference import vllm_engine
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.interface import SamplingParams
-from clawgym.inference import vllm_engine
 from clawgym.inference.vllm_engine import VllmEngine
 from clawgym.policies import resolve_model
 
