@@ -44,14 +44,32 @@ class StreamParser:
         self._starts_in_thinking = starts_in_thinking
         self._pending_ws = ""  # whitespace held until we know more text follows it
         self._segment_start = True  # leading whitespace of a text segment is dropped
+        self._buf = ""  # fed text not yet decided
         self.text = ""
         self.thinking = ""
         self.tool_calls: list[ToolCall] = []
 
     def feed(self, text: str) -> list[OutputEvent]:
-        raise NotImplementedError
+        self._buf += text
+        events: list[OutputEvent] = []
+        while self._step(events, final=False):
+            pass
+        return events
 
     def finish(self) -> list[OutputEvent]:
+        events: list[OutputEvent] = []
+        while self._step(events, final=True):
+            pass
+        self._flush(events)
+        self._buf = ""
+        return events
+
+    def _step(self, events: list[OutputEvent], final: bool) -> bool:
+        """Consumes what can be decided from the buffer; True if it should be called again."""
+        raise NotImplementedError
+
+    def _flush(self, events: list[OutputEvent]) -> None:
+        """At the end of the turn: what is still held back (the format says what it becomes)."""
         raise NotImplementedError
 
     # --- what formats build calls with ---
@@ -111,40 +129,23 @@ class TaggedParser(StreamParser):
     def __init__(self, new_id: NewId, **kwargs) -> None:
         super().__init__(new_id, **kwargs)
         self._state = "thinking" if self._starts_in_thinking else ("start" if self.thinks else "text")
-        self._buf = ""
 
     def parse_body(self, body: str) -> ToolCall | None:
         """The call a block's body (between the tags) encodes, or None if it is malformed."""
         raise NotImplementedError
 
-    # --- feeding ---
-
-    def feed(self, text: str) -> list[OutputEvent]:
-        self._buf += text
-        events: list[OutputEvent] = []
-        while self._step(events, final=False):
-            pass
-        return events
-
-    def finish(self) -> list[OutputEvent]:
-        """Flushes what is held back: an unterminated thinking block stays thinking, an unterminated
-        tool call becomes text."""
-        events: list[OutputEvent] = []
-        while self._step(events, final=True):
-            pass
+    def _flush(self, events: list[OutputEvent]) -> None:
+        """An unterminated thinking block stays thinking, an unterminated tool call becomes text."""
         if self._state == "call":
             self._emit_text(self.call_open + self._buf, events)
         elif self._state == "thinking":
             self._emit_thinking(self._buf.rstrip("\n"), events)
         elif self._buf:
             self._emit_text(self._buf, events)
-        self._buf = ""
-        return events
 
     # --- the state machine ---
 
     def _step(self, events: list[OutputEvent], final: bool) -> bool:
-        """Consumes what can be decided from the buffer; True if it should be called again."""
         if self._state == "start":
             stripped = self._buf.lstrip()
             if stripped.startswith(THINK_OPEN):

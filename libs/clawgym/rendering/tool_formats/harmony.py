@@ -29,29 +29,16 @@ class HarmonyParser(StreamParser):
     def __init__(self, new_id: NewId, **kwargs) -> None:
         super().__init__(new_id, **kwargs)
         self._state = "header"  # header → body → header …; "plain" once the output is not harmony
-        self._buf = ""
         self._header = ""
         self._kind = ""  # the open message: "thinking", "text" or "call"
         self._recipient = ""
 
-    def feed(self, text: str) -> list[OutputEvent]:
-        self._buf += text
-        events: list[OutputEvent] = []
-        while self._step(events, final=False):
-            pass
-        return events
-
-    def finish(self) -> list[OutputEvent]:
+    def _flush(self, events: list[OutputEvent]) -> None:
         """An open message ends with the turn: thinking and text flush, a call is parsed."""
-        events: list[OutputEvent] = []
-        while self._step(events, final=True):
-            pass
         if self._state == "body":
             self._close_message(self._buf, events)
         elif self._buf.strip():
             self._emit_text(self._buf, events)
-        self._buf = ""
-        return events
 
     # --- the state machine ---
 

@@ -50,26 +50,13 @@ class Llama3Parser(StreamParser):
     def __init__(self, new_id: NewId, **kwargs) -> None:
         super().__init__(new_id, **kwargs)
         self._state = "start" if self._parse_calls else "text"
-        self._buf = ""
         self._tag = ""  # the python tag that opened the calls, given back with a malformed one
         self._object: _ObjectEnd | None = None
 
-    def feed(self, text: str) -> list[OutputEvent]:
-        self._buf += text
-        events: list[OutputEvent] = []
-        while self._step(events, final=False):
-            pass
-        return events
-
-    def finish(self) -> list[OutputEvent]:
+    def _flush(self, events: list[OutputEvent]) -> None:
         """A cut-off object (with its python tag) becomes text."""
-        events: list[OutputEvent] = []
-        while self._step(events, final=True):
-            pass
         if self._buf.strip():
             self._emit_text(self._tag + self._buf, events)
-        self._buf = ""
-        return events
 
     def _step(self, events: list[OutputEvent], final: bool) -> bool:
         if self._state == "start":
