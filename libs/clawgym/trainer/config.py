@@ -50,7 +50,9 @@ class AlgorithmConfig(Section):
     # --- optimiser ---
     lr: float = Field(1e-5, gt=0, description="AdamW peak learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (β1, β2)")
+    betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW (β1, β2); with β1 = 0 no first moment is kept (the same update)"
+    )
     adam_eps: float = Field(1e-8, gt=0, description="AdamW ε")
     max_grad_norm: float = Field(1.0, gt=0, description="clip the global gradient norm to this")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(

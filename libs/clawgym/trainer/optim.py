@@ -1,7 +1,8 @@
 """AdamW and the learning-rate schedule: linear warmup, then constant, linear or cosine decay.
 
 Owns the optimizer's parameter groups (the value head may have its own learning rate) and the
-schedule as a pure function of the step, so that a resumed run continues the same curve.
+schedule as a pure function of the step, so that a resumed run continues the same curve. With
+β1 = 0 the optimizer is `MomentumFreeAdamW`: AdamW's update without the first-moment buffer.
 """
 
 import math
@@ -31,18 +32,56 @@ def lr_factor(step: int, algo: AlgorithmConfig, total_steps: int) -> float:
     return 1.0
 
 
+class MomentumFreeAdamW(torch.optim.Optimizer):
+    """AdamW with β1 = 0, without the first moment AdamW would keep: with β1 = 0 that buffer only ever
+    holds the last gradient, a copy of the weights' size (540 MB for SmolLM2-135M in float32). Per
+    parameter, at step t with gradient g:
+
+        v ← β2 v + (1 − β2) g²
+        θ ← θ (1 − lr λ) − lr g / (√v / √(1 − β2^t) + ε)
+
+    which is `torch.optim.AdamW(betas=(0, β2))`'s update (tests/trainer/test_optim.py)."""
+
+    def __init__(self, params, lr: float, beta2: float, eps: float, weight_decay: float) -> None:
+        super().__init__(params, {"lr": lr, "beta2": beta2, "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, beta2, eps, decay = group["lr"], group["beta2"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                v, g = state["exp_avg_sq"], p.grad
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                p.mul_(1 - lr * decay)
+                denom = (v.sqrt() / math.sqrt(1 - beta2 ** state["step"].item())).add_(eps)
+                p.addcdiv_(g, denom, value=-lr)
+
+
 def make_optimizer(
     policy: PolicyModule, algo: AlgorithmConfig, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over the trainable parameters (LM, and the value head at `value_lr` if set) and its schedule."""
+    """AdamW (momentum-free when β1 = 0) over the trainable parameters (LM, and the value head at
+    `value_lr` if set) and its schedule."""
     value_ids = {id(p) for p in policy.value_head.parameters()} if policy.value_head is not None else set()
     lm = [p for p in policy.parameters() if p.requires_grad and id(p) not in value_ids]
     groups = [{"params": lm, "lr": algo.lr}]
     if value_ids:
         value = [p for p in policy.parameters() if id(p) in value_ids]
         groups.append({"params": value, "lr": algo.value_lr or algo.lr})
-    optimizer = torch.optim.AdamW(
-        groups, lr=algo.lr, betas=algo.betas, eps=algo.adam_eps, weight_decay=algo.weight_decay
-    )
+    beta1, beta2 = algo.betas
+    optimizer: torch.optim.Optimizer
+    if beta1 == 0:
+        optimizer = MomentumFreeAdamW(groups, algo.lr, beta2, algo.adam_eps, algo.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(
+            groups, lr=algo.lr, betas=algo.betas, eps=algo.adam_eps, weight_decay=algo.weight_decay
+        )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, algo, total_steps))
     return optimizer, scheduler
