@@ -299,7 +299,7 @@ class Run:
             if e.at_start and not any(ev.label == "before" for ev in outcome.evals):
                 self._evaluate(outcome, "before", "eval before")
             self._train(outcome)
-            if e.at_end and not outcome.stopped and trainer.version >= self.cfg.trainer.steps:
+            if e.at_end and not outcome.stopped:  # a run the time budget ended early included
                 self._evaluate(outcome, "after", "eval after")
         finally:
             self.tracker.close()

@@ -45,3 +45,19 @@ def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_
     assert saved.trainer.sampling.mode == "signal", "--sampling reaches the trainer's task draw"
     assert saved.trainer.mode == "sync", "--mode reaches the trainer's loop (async by default)"
     assert "clawgym quickstart" in done.stderr, "progress goes to stderr with --json"
+
+
+def test_a_quickstart_its_time_budget_ends_early_still_evaluates_after(clawgym, tmp_path):
+    """The budget stops training early to leave room for the final evaluation: that evaluation runs."""
+    done = clawgym(
+        "quickstart", "--model", "tiny-qwen3", "--steps", "500", "--eval-tasks", "4", "--eval-unseen-tasks", "2",
+        "--group-size", "2", "--groups-per-step", "2", "--max-new-tokens", "16", "--mode", "sync",
+        "--minutes", "0.75", "--run-dir", str(tmp_path / "run"), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, f"clawgym quickstart failed:\n{done.stdout}\n{done.stderr}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 1 <= result["steps"] < 500, f"the budget must end training early: {result['steps']} steps"
+    assert "would not fit another step" in " ".join(done.stderr.split()), "the early end is said"
+    assert result.get("pass1_after") is not None and result.get("pass1_after_unseen_families") is not None, (
+        f"the final evaluation ran after the early end: {result}"
+    )
