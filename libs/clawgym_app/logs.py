@@ -1,10 +1,7 @@
-"""Process setup of a run command: logs into the run folder (the terminal shows progress), torch threads,
-the allocator's handling of large buffers."""
+"""Process setup of a run command: logs into the run folder (the terminal shows progress), torch threads."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
 import warnings
@@ -51,20 +48,3 @@ def set_threads(threads: int = 0) -> int:
     torch.set_num_threads(threads)
     return threads
 
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
-
-
-def release_freed_buffers(threshold: int = 1 << 20) -> bool:
-    """Makes large buffers (tensors, KV caches) go back to the OS when freed. glibc serves allocations
-    above its mmap threshold from their own mappings, but raises the threshold (up to 32 MB) each time
-    such a mapping is freed; after that, freed buffers stay in the heap as fragments. An embedded run
-    that alternates rollouts and updates grew by over a gigabyte that way (measured on SmolLM2-135M:
-    one update's resident memory 4.2 GB after, 3.0 GB with the threshold fixed). Setting it fixes it.
-    False where the C library is not glibc (nothing changes there)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        return bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, threshold))
-    except (OSError, AttributeError):  # not glibc: no mallopt
-        return False

@@ -52,6 +52,7 @@ from clawgym.trainer.demonstrations import Demonstrations
 from clawgym.trainer.distributed import World, shard
 from clawgym.trainer.feed import GroupFeed
 from clawgym.trainer.loop_thread import LoopThread
+from clawgym.trainer.memory import return_free_memory
 from clawgym.trainer.metrics import TrainerMetrics
 from clawgym.trainer.optim import make_optimizer
 from clawgym.trainer.policy import BuiltPolicy, build_policy
@@ -248,6 +249,7 @@ class Trainer:
         )
         self.scheduler.step()
         update_s = time.perf_counter() - started
+        return_free_memory()  # the update's activations, for the rollouts until the next one
         # 4. save
         self._set_status("publishing")
         version = self.version + 1
@@ -511,6 +513,7 @@ class Trainer:
         diagnostics = sft_update(self.policy.module, self.optimizer, packs, self.cfg.algorithm, self.world)
         self.scheduler.step()
         update_s = time.perf_counter() - started
+        return_free_memory()  # the update's activations, for the rollouts until the next one
         self._set_status("publishing")
         version = self.version + 1
         uri = ckpt.version_uri(self.cfg, version)

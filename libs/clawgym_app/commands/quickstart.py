@@ -137,9 +137,6 @@ class QuickstartOptions:
                 "tasks": train_ids,
                 "sampling": {"mode": self.sampling},
                 "seed": self.seed,
-                # recompute each layer in the backward: the update's activations are the largest
-                # memory of a laptop-sized run (measured: the update's peak 4.2 GB without, 2.9 GB with)
-                "activation_checkpointing": True,
                 "mode": self.mode,
                 "max_policy_lag": 1,
                 "checkpoint_uri": str(run_dir / CHECKPOINTS_DIR),
@@ -236,7 +233,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     from clawgym.report.run_folder import LOG_FILE, fresh_run_dir, write_summary
     from clawgym.run import in_folder, write_run_config
     from clawgym_app.commands.train import forget_folder
-    from clawgym_app.logs import log_to_file, quiet_libraries, release_freed_buffers, set_threads
+    from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
 
     started = time.monotonic()
     run_dir = Path(opts.run_dir) if opts.run_dir else fresh_run_dir()
@@ -257,7 +254,6 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     from clawgym_app.training_run import run_with_progress
 
     threads = set_threads(opts.threads)
-    release_freed_buffers()
     levels = f", levels <= {opts.max_level}" if opts.max_level else ""
     train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
     console.print(

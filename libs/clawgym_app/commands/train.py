@@ -59,7 +59,7 @@ def command(
     from clawgym.report.run_folder import LOG_FILE
     from clawgym.run import in_folder, refuse_trained_evaluation, write_run_config
     from clawgym.tracking.writers import check_available
-    from clawgym_app.logs import log_to_file, quiet_libraries, release_freed_buffers
+    from clawgym_app.logs import log_to_file, quiet_libraries
 
     console = Console(stderr=True) if as_json else Console()
     folder: Path | None = None
@@ -85,7 +85,6 @@ def command(
         folder.mkdir(parents=True, exist_ok=True)
         log_to_file(folder / LOG_FILE)
         quiet_libraries()
-        release_freed_buffers()
         write_run_config(folder, cfg)
         stack = None
         if spawn_services:
