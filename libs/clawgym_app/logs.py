@@ -47,4 +47,3 @@ def set_threads(threads: int = 0) -> int:
         threads = 1 if busy else torch.get_num_threads()
     torch.set_num_threads(threads)
     return threads
-
