@@ -115,3 +115,37 @@ def test_a_renamed_or_reshaped_torch_name_is_reported():
     problems = "\n".join(result["problems"])
     assert "fully_shard: signature" in problems and "'mesh'" in problems, problems
     assert "packing.py" in problems and "create_block_mask" in problems, problems
+
+
+def test_the_inference_image_keeps_vllms_versions_when_it_adds_clawgyms_requirements(vllm_python):
+    """The vLLM image installs clawgym's requirements (less torch) over vLLM's own: each must admit a
+    version vLLM's own requirement admits (a transformers floor above vLLM's ceiling would replace
+    vLLM's transformers there). Candidates: the version in the contract venv and clawgym's pins."""
+    from packaging.requirements import Requirement
+
+    sys.path.insert(0, str(ROOT / "deploy/docker"))
+    from requirements import requirements
+
+    ours = [Requirement(r) for r in requirements(str(ROOT / "pyproject.toml"), {"torch"})]
+    script = (
+        "import importlib.metadata as m, json\n"
+        "print(json.dumps({'requires': m.requires('vllm'), 'versions': {d.metadata['Name'].lower(): d.version "
+        "for d in m.distributions()}}))"
+    )
+    done = subprocess.run([str(vllm_python), "-c", script], capture_output=True, text=True, check=True)
+    found = json.loads(done.stdout)
+    theirs = {r.name.lower(): r.specifier for r in map(Requirement, found["requires"]) if r.marker is None}
+    assert "transformers" in theirs, "test setup: vLLM requires transformers"
+    refused = []
+    for req in ours:
+        spec = theirs.get(req.name.lower())
+        if spec is None:
+            continue
+        pins = [s.version for s in req.specifier if s.operator == "=="]
+        candidates = [v for v in (found["versions"].get(req.name.lower()), *pins) if v]
+        if not any(
+            req.specifier.contains(v, prereleases=True) and spec.contains(v, prereleases=True)
+            for v in candidates
+        ):
+            refused.append(f"clawgym's {req} and vLLM's {req.name}{spec} admit none of {candidates}")
+    assert not refused, "\n".join(refused)
