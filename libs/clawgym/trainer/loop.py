@@ -171,7 +171,9 @@ class Trainer:
         if self.world.size > 1:
             shard(self.policy.module, self.policy.module.decoder_layers(), self.world, self.cfg.fsdp)
             if self.policy.reference is not None:
-                shard(self.policy.reference, self.policy.reference.decoder_layers(), self.world, self.cfg.fsdp)
+                shard(
+                    self.policy.reference, self.policy.reference.decoder_layers(), self.world, self.cfg.fsdp
+                )
         self.optimizer, self.scheduler = make_optimizer(
             self.policy.module, self.cfg.algorithm, self.cfg.steps
         )
@@ -249,22 +251,8 @@ class Trainer:
         )
         self.scheduler.step()
         update_s = time.perf_counter() - started
-        return_free_memory()  # the update's activations, for the rollouts until the next one
         # 4. save
-        self._set_status("publishing")
-        version = self.version + 1
-        uri = ckpt.version_uri(self.cfg, version)
-        ckpt.save_checkpoint(
-            self.policy,
-            self.optimizer,
-            self.scheduler,
-            self.tokenizer,
-            uri,
-            {"version": version, "plan_rng": self.rng.bit_generator.state, "sampler": self._sampler_state()},
-            self.world,
-            with_optimizer=self.cfg.save_optimizer_state,
-        )
-        self.version = version
+        version, uri = self._save_next_version()
         # 5. commit (rank 0)
         if self.world.is_main:
             tokens = sum(t.flat.n_positions for t in batch.trees)
@@ -459,6 +447,20 @@ class Trainer:
                 version, mismatch, self.cfg.algorithm.temperature,
             )  # fmt: skip
 
+    def _save_next_version(self) -> tuple[int, str]:
+        """After an update (RL or SFT): its checkpoint as the next version, which this becomes."""
+        return_free_memory()  # the update's activations, for the rollouts until the next one
+        self._set_status("publishing")
+        version = self.version + 1
+        uri = ckpt.version_uri(self.cfg, version)
+        ckpt.save_checkpoint(
+            self.policy, self.optimizer, self.scheduler, self.tokenizer, uri,
+            {"version": version, "plan_rng": self.rng.bit_generator.state, "sampler": self._sampler_state()},
+            self.world, with_optimizer=self.cfg.save_optimizer_state,
+        )  # fmt: skip
+        self.version = version
+        return version, uri
+
     def _reload_engines(self, version: int, uri: str) -> None:
         """Tells every engine to serve `version` and checks that it does before the version counts as
         published. A refusal raises, naming version and uri: an engine left on old weights would
@@ -513,16 +515,7 @@ class Trainer:
         diagnostics = sft_update(self.policy.module, self.optimizer, packs, self.cfg.algorithm, self.world)
         self.scheduler.step()
         update_s = time.perf_counter() - started
-        return_free_memory()  # the update's activations, for the rollouts until the next one
-        self._set_status("publishing")
-        version = self.version + 1
-        uri = ckpt.version_uri(self.cfg, version)
-        ckpt.save_checkpoint(
-            self.policy, self.optimizer, self.scheduler, self.tokenizer, uri,
-            {"version": version, "plan_rng": self.rng.bit_generator.state, "sampler": self._sampler_state()},
-            self.world, with_optimizer=self.cfg.save_optimizer_state,
-        )  # fmt: skip
-        self.version = version
+        version, uri = self._save_next_version()
         if self.world.is_main:
             tokens = sum(t.flat.n_positions for t in trees)
             record = {
