@@ -1,4 +1,5 @@
-"""A real Chat Completions server on loopback that answers with scripted replies, for harness tests.
+"""Fixtures of the harness tests: a local sandbox backend, and a real Chat Completions server on loopback
+that answers with scripted replies.
 
 It is an HTTP server on a free port that speaks the non-streaming Chat Completions shape; only
 the replies are scripted. It records every request (body and headers) for the tests to read.
@@ -6,12 +7,16 @@ the replies are scripted. It records every request (body and headers) for the te
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+
+from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 
 
 class ScriptedChatServer:
@@ -77,3 +82,13 @@ class ScriptedChatServer:
 def chat_server() -> Iterator[ScriptedChatServer]:
     with ScriptedChatServer() as server:
         yield server
+
+
+@pytest.fixture
+def backend(tmp_path: Path):
+    """A local sandbox backend whose sandboxes live in the test's folder."""
+    cfg = SandboxConfig()
+    cfg.local.root_dir = str(tmp_path / "sandboxes")
+    b = make_sandbox_backend(cfg)
+    yield b
+    asyncio.run(b.close())

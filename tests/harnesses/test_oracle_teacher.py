@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from clawgym.harnesses.registry import get_harness
 from clawgym.inference.scripted import ScriptedEngine
@@ -23,9 +22,6 @@ from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec, is_teacher
-from clawgym.rl import merge_terms, pack
-from clawgym.rl.sft import rescaled, sft_terms, tree_nll
-from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.generate import mini_suite_dir
@@ -34,18 +30,9 @@ from clawgym.trainer.demonstrations import Demonstrations, select, store_groups
 from clawgym.trainer.loop import Trainer
 from clawgym.trainer.loop_thread import LoopThread
 from clawgym.trainer.toy import ToyRolloutSource
-from clawgym.trainer.update import Normaliser
+from tests.trainer.test_sft import mean_nll
 
 FAMILIES = ("write_word", "make_dir", "copy_file")
-
-
-@pytest.fixture
-def backend(tmp_path: Path):
-    cfg = SandboxConfig()
-    cfg.local.root_dir = str(tmp_path / "sandboxes")
-    b = make_sandbox_backend(cfg)
-    yield b
-    asyncio.run(b.close())
 
 
 def mini_tasks(suite: Path, families=FAMILIES):
@@ -110,17 +97,6 @@ def test_the_oracle_solves_mini_tasks_through_the_reference_harness_and_sft_trai
         sft_one_step(store, run_id, demos, tmp_path)
     finally:
         store.close()
-
-
-def mean_nll(lm, demos: Demonstrations) -> float:
-    norm = Normaliser.of(demos.trees)
-    total = 0.0
-    with torch.no_grad():
-        for tree in demos.trees:
-            terms = rescaled(sft_terms(tree.flat), norm.scale(tree, "token"))
-            for pk in pack(tree.flat, None, merge_terms(terms)):
-                total += tree_nll(lm, pk)[0].item()
-    return total
 
 
 def sft_one_step(store: SqlStore, run_id: str, demos: Demonstrations, tmp_path: Path) -> None:

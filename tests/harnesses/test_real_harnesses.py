@@ -24,7 +24,6 @@ from clawgym.policies import load_tokenizer, policy_spec
 from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
 from clawgym.records import RolloutSpec
-from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.generate import mini_suite_dir
@@ -69,15 +68,6 @@ class Proxy:
         self.server.should_exit = True
         self.thread.join(timeout=30)
         self.store.close()
-
-
-@pytest.fixture
-def backend(tmp_path: Path):
-    cfg = SandboxConfig()
-    cfg.local.root_dir = str(tmp_path / "sandboxes")
-    b = make_sandbox_backend(cfg)
-    yield b
-    asyncio.run(b.close())
 
 
 def mini_task(family: str, tmp_path: Path, phrasing: str):

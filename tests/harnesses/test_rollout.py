@@ -10,19 +10,9 @@ import pytest
 from clawgym.harnesses.registry import get_harness
 from clawgym.orchestrator.attempt import run_task
 from clawgym.orchestrator.failures import InfraFailure
-from clawgym.sandbox import SandboxConfig, make_sandbox_backend
 from clawgym.tasks.loader import load_task
 
 DATA = Path(__file__).parents[1] / "tasks" / "data"
-
-
-@pytest.fixture
-def backend(tmp_path: Path):
-    cfg = SandboxConfig()
-    cfg.local.root_dir = str(tmp_path / "sandboxes")
-    b = make_sandbox_backend(cfg)
-    yield b
-    asyncio.run(b.close())
 
 
 def test_reference_harness_solves_a_clawgym_task_through_a_chat_server(chat_server, backend):
