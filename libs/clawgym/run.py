@@ -33,7 +33,7 @@ from clawgym.config_report import hide
 from clawgym.errors import ClawgymError, InvalidArgument
 from clawgym.evaluation.runner import EvalResult, EvalSpec, recorded_results
 from clawgym.evaluation.select import HeldOut, eval_spec, held_out
-from clawgym.evaluation.shared import describe
+from clawgym.evaluation.shared import describe, unseen_label
 from clawgym.orchestrator.interface import RolloutStatus
 from clawgym.report import EvalPoint, RunReport, steps_from_store, write_report
 from clawgym.report.run_folder import CHECKPOINTS_DIR, CONFIG_FILE, store_url, write_summary
@@ -415,17 +415,20 @@ class Run:
     def summary(self, outcome: RunOutcome) -> dict[str, Any]:
         """Headline figures (`clawgym.report.summary`): steps, minutes, Pass@1 before/after per
         harness with 95% CIs and the paired difference, for the held-out instances of the trained
-        families (the plain keys) and for the families never trained on (`_unseen_families`), what
-        each set shares with training (read off the suite: `evaluation.shared`), Pass@1 per family,
-        the evaluation's size."""
+        families (the plain keys) and for the families never trained on (`_unseen_families`, named
+        by `label_unseen_families`: siblings or new skills), each difference's interval over tasks
+        and over families, what each set shares with training (read off the suite:
+        `evaluation.shared`), Pass@1 per family, the evaluation's size."""
         out: dict[str, Any] = {"steps": outcome.version, "minutes": round(self.clock.elapsed / 60, 2)}
         first = next((e.result for e in outcome.evals if e.label == "before"), None)
         last = next((e.result for e in reversed(outcome.evals) if e.label == "after"), None)
         parts = self.held_out()
         trained, unseen = parts.ids("trained"), parts.ids("unseen")
-        out |= before_after(self.spec.harnesses, first, last, trained or None)
+        family_of = parts.family_of
+        out |= before_after(self.spec.harnesses, first, last, trained or None, family_of=family_of)
         if unseen:
-            out |= before_after(self.spec.harnesses, first, last, unseen, "_unseen_families")
+            out |= before_after(self.spec.harnesses, first, last, unseen, "_unseen_families", family_of)
+            out["label_unseen_families"] = unseen_label(parts.shared["unseen"])
         out["eval_tasks"] = len(trained) if unseen else len(self.spec.task_ids)
         if unseen:
             out["eval_tasks_unseen_families"] = len(unseen)
@@ -437,8 +440,10 @@ class Run:
             for kind, shared in sorted(parts.shared.items(), key=lambda kv: kv[0] != "trained")
         }
         out["per_family"] = per_family(
-            self.spec.harnesses, {"before": first, "after": last}, parts.family_of, parts.kind_of
+            self.spec.harnesses, {"before": first, "after": last}, family_of, parts.kind_of
         )
+        for family, share in (parts.shared["unseen"].by_family if unseen else {}).items():
+            out["per_family"][family]["shares"] = share.as_json()
         return out
 
     def held_out(self) -> HeldOut:

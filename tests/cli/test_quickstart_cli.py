@@ -27,6 +27,10 @@ def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_
             f"the JSON contract has {key}: {result}"
         )
     assert "ci95_delta_unseen_families" in result, f"the unseen families' paired difference: {result}"
+    for part in ("", "_unseen_families"):  # 4 trained and 2 unseen tasks, each over 2 families at least
+        low, high = result[f"ci95_delta{part}_by_family"]
+        assert low <= result[f"delta{part}"] <= high, f"the difference's interval over families: {result}"
+    assert result["label_unseen_families"] == "sibling families", "copy_dir runs cp, delete_by_extension rm"
     assert 0.0 <= result["pass1_before"] <= 1.0 and len(result["ci95_after"]) == 2, result
     low, high = result["ci95_before"]
     assert low <= result["pass1_before"] <= high, f"Pass@1 lies in its interval: {result}"

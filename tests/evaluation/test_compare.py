@@ -47,3 +47,14 @@ def test_the_summary_suffixes_each_harness_of_a_mix_and_skips_the_difference_wit
         f"only the before figures, one set per harness: {out}"
     )
     assert (out["pass1_before_a"], out["pass1_before_b"]) == (0.5, 1.0), out
+
+
+def test_the_summary_adds_the_family_level_interval_where_tasks_span_two_families():
+    before, after = _result(0, reference=[0] * 12), _result(5, reference=[1] * 6 + [0] * 6)
+    family_of = {f"t{i}": "odd" if i % 2 else "even" for i in range(12)}
+    out = before_after(["reference"], before, after, None, "_unseen_families", family_of)
+    assert list(out)[-2:] == ["ci95_delta_unseen_families_by_family", "significant_unseen_families"], out
+    low, high = out["ci95_delta_unseen_families_by_family"]
+    assert low <= out["delta_unseen_families"] <= high, out
+    only_one = before_after(["reference"], before, after, None, "", {f"t{i}": "one" for i in range(12)})
+    assert "ci95_delta_by_family" not in only_one, "one family: no family-level interval"

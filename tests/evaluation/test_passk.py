@@ -13,6 +13,8 @@ from clawgym.evaluation.passk import (
     TaskCounts,
     bootstrap_interval,
     estimate,
+    family_bootstrap_interval,
+    family_paired_difference,
     paired_difference,
     pass_at_k,
     wilson_interval,
@@ -80,3 +82,43 @@ def test_paired_difference_pairs_tasks_and_excludes_zero_for_a_clear_gain():
     assert 0 < low <= delta <= high, f"a gain on half of 40 paired tasks is significant: [{low}, {high}]"
     with pytest.raises(InvalidArgument, match="no task"):
         paired_difference(before, [TaskCounts("other", 1, 1)])
+
+
+def _gain_in_one_family_of_eight() -> tuple[list[TaskCounts], list[TaskCounts], dict[str, str]]:
+    """8 families of 24 tasks; every task of family f0 goes from failing to passing, no other moves."""
+    ids = [f"f{f}-{i}" for f in range(8) for i in range(24)]
+    before = [TaskCounts(t, 1, 0) for t in ids]
+    after = [TaskCounts(t, 1, int(t.startswith("f0-"))) for t in ids]
+    return before, after, {t: t.split("-")[0] for t in ids}
+
+
+def test_a_gain_carried_by_one_family_is_significant_over_tasks_but_not_over_families():
+    """The reason for the family-level interval: 24 flipped tasks of one family in 192 look like a
+    sure gain task by task, yet a draw of 8 families misses that family a third of the time."""
+    before, after, family_of = _gain_in_one_family_of_eight()
+    delta, (task_low, _) = paired_difference(before, after)
+    same, (low, high) = family_paired_difference(before, after, family_of)
+    assert same == delta == pytest.approx(0.125)
+    assert task_low > 0, "over tasks the gain is beyond its interval"
+    assert low == 0.0 < delta < high, f"over families it is not: [{low}, {high}]"
+
+
+def test_family_bootstrap_is_reproducible_brackets_the_mean_and_needs_two_families():
+    rng = np.random.default_rng(1)
+    groups = [list(rng.integers(0, 2, size=n).astype(float)) for n in (24, 24, 12, 30)]
+    mean = float(np.mean([v for g in groups for v in g]))
+    first = family_bootstrap_interval(groups)
+    assert first == family_bootstrap_interval(groups), "a fixed seed: the same interval twice"
+    assert first[0] <= mean <= first[1], (first, mean)
+    assert family_bootstrap_interval([[1.0] * 5, [1.0] * 7]) == (1.0, 1.0), "no variation, no width"
+    before, after, family_of = _gain_in_one_family_of_eight()
+    one_family = {t: "all" for t in family_of}
+    assert family_paired_difference(before, after, one_family) is None, "one family: no family-level interval"
+
+
+def test_family_bootstrap_is_wider_than_the_task_bootstrap_when_families_differ():
+    """Families whose gains differ (0 to 0.7): the task-level interval is too narrow for new families."""
+    groups = [[1.0] * round(24 * p) + [0.0] * (24 - round(24 * p)) for p in (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)]
+    task = bootstrap_interval([v for g in groups for v in g])
+    family = family_bootstrap_interval(groups)
+    assert family[1] - family[0] > 1.5 * (task[1] - task[0]), (family, task)

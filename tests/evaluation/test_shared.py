@@ -63,3 +63,32 @@ def test_the_held_out_text_says_what_the_suites_data_shows_is_shared(tmp_path):
 def test_an_evaluated_harness_not_trained_through_is_named(tmp_path):
     held = summary_of(tmp_path, harnesses=["reference", "nop"])["held_out"]
     assert "the harness prompt, except for nop (not trained through)" in held[""], held
+
+
+def sibling_suite(tmp_path: Path) -> Path:
+    """rename trains; archive (no training task) runs rename's `mv` in its answer shape, shout's
+    `tr` is no training task's program: a sibling family and a new skill."""
+    src = tmp_path / "src"
+    write_task(src, "rename-0", "train", "Rename a.txt to b.txt.", "set -e\nmv a.txt b.txt\n")
+    write_task(src, "rename-1", "test", "Rename c.txt to d.txt.", "set -e\nmv c.txt d.txt\n")
+    write_task(src, "archive-0", "test", "Move x.log into old/.", "set -e\nmv x.log old/\n")
+    write_task(src, "shout-0", "test", "Upper-case u.txt into v.txt.", "set -e\ntr a-z A-Z < u.txt > v.txt\n")
+    return write_suite(plan_import(src), tmp_path / "suites", "siblings").path
+
+
+def test_families_without_training_tasks_are_labelled_siblings_or_new_skills_by_their_solutions(tmp_path):
+    cfg = ClawgymConfig(trainer={"suite": str(sibling_suite(tmp_path))})
+    summary = Run(cfg, parts=None, run_dir=tmp_path / "run").summary(RunOutcome("r", 0))  # type: ignore[arg-type]
+    assert summary["label_unseen_families"] == "unseen families (1 of 2 siblings)", summary
+    unseen = summary["held_out"]["_unseen_families"]
+    assert "in 1 of the 2 families (siblings: archive: mv, the answer shape of 1 of 1)" in unseen, unseen
+    assert "any program, flag or answer shape of training, in shout (new skills)" in unseen, unseen
+    shares = {f: row.get("shares") for f, row in summary["per_family"].items()}
+    assert shares["archive"] == {
+        "sibling": True,
+        "programs": ["mv"],
+        "flags": [],
+        "same_shape": 1,
+        "solutions": 1,
+    }
+    assert shares["shout"]["sibling"] is False and shares["rename"] is None, shares

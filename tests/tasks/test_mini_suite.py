@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import shlex
 from collections import Counter
 from pathlib import Path
 
 from clawgym.evaluation.select import held_out, train_and_held_out
+from clawgym.evaluation.shared import unseen_label
 from clawgym.harnesses import reference_agent
 from clawgym.orchestrator.check import check_tasks, summarize
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
+from clawgym.tasks.commands import command_parts
 from clawgym.tasks.loader import load_tasks
 from clawgym.tasks.mini.families import FAMILIES
 from clawgym.tasks.mini.generate import (
@@ -25,8 +26,6 @@ from clawgym.tasks.mini.generate import (
 )
 from clawgym.tasks.provision import Provisioner
 
-OPERATORS = {">", ">>", "<", "|", "&&", "||", ";", "&"}
-
 
 def tree_digest(root: Path) -> str:
     digest = hashlib.sha256()
@@ -35,25 +34,6 @@ def tree_digest(root: Path) -> str:
         if path.is_file():
             digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def shape(command: str) -> tuple[tuple[str, ...], set[str]]:
-    """(the command's answer shape, its programs): programs, flags and operators kept, every other
-    word an ARG; `echo hello > a.txt` is ("echo", "ARG", ">", "ARG")."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    words, programs, at_start = [], set(), True
-    for word in lexer:
-        if word in OPERATORS:
-            words.append(word)
-            at_start = word not in (">", ">>", "<")
-        elif at_start:
-            words.append(word)
-            programs.add(word)
-            at_start = False
-        else:
-            words.append(word if word.startswith("-") else "ARG")
-    return tuple(words), programs
 
 
 def test_generation_is_byte_for_byte_reproducible(tmp_path):
@@ -127,6 +107,29 @@ def test_quickstart_held_out_sets_are_what_they_say():
     assert set(parts.families("unseen")) == {f for f in unseen_families() if _level(f) <= 2}
     assert not set(parts.families("unseen")) & parts.trained
     assert not set(eval_ids) & set(train_ids)
+    # what the audit of the unseen families found, read off their solutions: 6 of the 8 run a trained
+    # family's program (3 in a training task's answer shape); 2 are new skills
+    shared = parts.shared["unseen"]
+    assert unseen_label(shared) == "unseen families (6 of 8 siblings)", shared.by_family
+    assert [f for f, s in shared.by_family.items() if not s.sibling] == ["first_line", "write_two_lines"]
+    assert sum(s.same_shape == s.solutions for s in shared.by_family.values()) == 3, shared.by_family
+
+
+def test_the_validation_split_is_drawn_like_test_and_repeats_no_other_split():
+    """Settings are chosen on validation: as many tasks per family as test, the same unseen families,
+    no instruction or solution of train or test; the quickstart's held-out sets come from either."""
+    splits = generate_tasks()
+    assert Counter(t.family for t in splits["validation"]) == Counter(t.family for t in splits["test"])
+    for other in ("train", "test"):
+        texts = {t.instruction for t in splits[other]} | {t.solution for t in splits[other]}
+        clash = [t for t in splits["validation"] if t.instruction in texts or t.solution in texts]
+        assert not clash, f"validation repeats {other}: {clash[:2]}"
+    train_ids, test_ids = train_and_held_out("mini", max_level=2, held_out=24, unseen=16)
+    same_train, val_ids = train_and_held_out("mini", max_level=2, held_out=24, unseen=16, split="validation")
+    assert same_train == train_ids and len(val_ids) == len(test_ids) == 40
+    assert all(t.startswith("mini-validation-") for t in val_ids) and not set(val_ids) & set(test_ids)
+    parts = held_out("mini", train_ids, val_ids)
+    assert (len(parts.ids("trained")), len(parts.ids("unseen"))) == (24, 16), "both held-out kinds"
 
 
 def test_worked_examples_share_no_answer_shape_or_program_with_any_family():
@@ -139,15 +142,19 @@ def test_worked_examples_share_no_answer_shape_or_program_with_any_family():
     ]
     assert len(examples) == 3 and all(examples), examples
     splits = generate_tasks()
-    solution_shapes = {shape(t.solution)[0] for ts in splits.values() for t in ts}
-    solution_programs = set().union(*(shape(t.solution)[1] for ts in splits.values() for t in ts))
-    assert shape("echo hello > greeting.txt")[0] in solution_shapes, (
+    solution_shapes = {command_parts(t.solution).shape for ts in splits.values() for t in ts}
+    solution_programs = set().union(
+        *(command_parts(t.solution).programs for ts in splits.values() for t in ts)
+    )
+    assert command_parts("echo hello > greeting.txt").shape in solution_shapes, (
         "the shape check would catch the old example"
     )
     for command in examples:
-        example_shape, programs = shape(command)
-        assert example_shape not in solution_shapes, f"example {command!r} has a solution's shape"
-        assert not programs & solution_programs, f"example {command!r} uses {programs & solution_programs}"
+        parts = command_parts(command)
+        assert parts.shape not in solution_shapes, f"example {command!r} has a solution's shape"
+        assert not parts.programs & solution_programs, (
+            f"example {command!r} uses {parts.programs & solution_programs}"
+        )
 
 
 def test_every_task_passes_its_oracle_and_fails_nop(tmp_path):

@@ -14,13 +14,17 @@ Intervals, 95% by default:
    widened where needed to the Wilson interval of the estimate over the tasks (value × tasks of
    tasks): a bootstrap of all-pass or all-fail tasks has no width, yet 10 perfect tasks are not proof.
 3. A before/after difference on the same tasks: a paired bootstrap over tasks.
+4. The same difference with families as the unit (`family_paired_difference`): tasks of one family
+   share their program and phrasings, so 192 tasks of 8 families are not 192 independent draws. A
+   two-stage bootstrap resamples the families, then the tasks within each family drawn; its
+   interval says how the gain would vary over other families like these, not only other tasks.
 Bootstraps use a fixed seed, so the same counts give the same interval.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,3 +139,50 @@ def paired_difference(
         raise InvalidArgument("no task was evaluated both before and after")
     diff = [pass_at_k(t.n, t.c, k) - pass_at_k(b[t.task_id].n, b[t.task_id].c, k) for t in common]
     return float(np.mean(diff)), bootstrap_interval(diff)
+
+
+def family_bootstrap_interval(
+    values_by_family: Sequence[Sequence[float]],
+    *,
+    level: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
+    """Two-stage percentile bootstrap of the mean over all tasks: draw as many families as there
+    are, with replacement, then each drawn family's tasks with replacement; a resample's figure is
+    the mean over every task drawn (a family weighs by its task count, as in the plain mean)."""
+    groups = [np.asarray(v, dtype=np.float64) for v in values_by_family if len(v)]
+    if not groups:
+        return 0.0, 1.0
+    rng = np.random.default_rng(seed)
+    n_families = len(groups)
+    sizes = np.array([g.size for g in groups], dtype=np.float64)
+    # sums[f, r, j]: the sum of family f's tasks redrawn for slot j of resample r
+    sums = np.stack(
+        [g[rng.integers(0, g.size, size=(resamples, n_families, g.size))].sum(axis=2) for g in groups]
+    )
+    picked = rng.integers(0, n_families, size=(resamples, n_families))  # (resamples, slots)
+    slot_sums = np.take_along_axis(sums.transpose(1, 2, 0), picked[..., None], axis=2)[..., 0]
+    means = slot_sums.sum(axis=1) / sizes[picked].sum(axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def family_paired_difference(
+    before: Sequence[TaskCounts], after: Sequence[TaskCounts], family_of: Mapping[str, str], k: int = 1
+) -> tuple[float, tuple[float, float]] | None:
+    """after - before of Pass@k on the tasks both evaluated, with the two-stage (families, then
+    tasks) bootstrap interval; None where the tasks span fewer than two families."""
+    b = {t.task_id: t for t in before}
+    by_family: dict[str, list[float]] = {}
+    for t in after:
+        if t.task_id in b and t.task_id in family_of:
+            was = b[t.task_id]
+            by_family.setdefault(family_of[t.task_id], []).append(
+                pass_at_k(t.n, t.c, k) - pass_at_k(was.n, was.c, k)
+            )
+    if len(by_family) < 2:
+        return None
+    diffs = [d for v in by_family.values() for d in v]
+    return float(np.mean(diffs)), family_bootstrap_interval(list(by_family.values()))

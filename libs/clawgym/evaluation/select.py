@@ -57,10 +57,11 @@ def eval_tasks(suite: str, n: int = 0, split: str = "test", task_images: bool = 
 
 
 def train_and_held_out(
-    suite: str, max_level: int = 0, held_out: int = 0, unseen: int | None = None
+    suite: str, max_level: int = 0, held_out: int = 0, unseen: int | None = None, split: str = "test"
 ) -> tuple[list[str], list[str]]:
-    """(train, held-out) task ids: the suite's runnable tasks of its train and test splits (all tasks
-    where a split is missing), at most `max_level` (tasks carrying a `level`; 0 = every level). The
+    """(train, held-out) task ids: the suite's runnable tasks of its train and `split` splits (all
+    tasks where one is missing; a missing `validation` split is an error, since falling back would
+    tune on what test reports), at most `max_level` (tasks carrying a `level`; 0 = every level). The
     held-out ones are cut to `held_out` tasks of families with train tasks and `unseen` tasks of
     families without (each spread over families; 0 = all, None = the same cut as `held_out`)."""
     from clawgym.tasks.loader import load_tasks
@@ -70,7 +71,10 @@ def train_and_held_out(
     if max_level:
         tasks = [t for t in tasks if int(t.metadata.get("level", 0) or 0) <= max_level]
     train = [t for t in tasks if t.split == "train"] or tasks
-    test = [t for t in tasks if t.split == "test"] or tasks
+    test = [t for t in tasks if t.split == split]
+    if not test and split == "validation":
+        raise InvalidArgument(f"suite {suite!r} has no validation split")
+    test = test or tasks
     trained = {str(t.metadata.get("family", "")) for t in train}
     seen = [t for t in test if str(t.metadata.get("family", "")) in trained]
     new = [t for t in test if str(t.metadata.get("family", "")) not in trained]

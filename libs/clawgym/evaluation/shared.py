@@ -4,8 +4,11 @@ The report prints it beside each held-out figure. Only facts the loaded tasks ho
 family (`metadata.family`, or the one an import recorded), instructions equal to a training task's,
 reference solutions whose files equal a training task's, and the values of the metadata keys that
 say how a task was written (`DESCRIBING`) where the suite records them; a key it records nowhere is
-named as unknown, not guessed. Which harnesses are trained through comes from the run's config.
-This module reads task files (solutions) but runs nothing.
+named as unknown, not guessed. Per evaluated family, what its shell solutions share with the
+training tasks' (`tasks.commands`): programs, flags and answer shapes. A family with no training
+task that runs a trained family's program or has a training task's answer shape is a *sibling*
+family, not a new skill, and is labelled so (`unseen_label`). Which harnesses are trained through
+comes from the run's config. This module reads task files (solutions) but runs nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +18,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clawgym.tasks.commands import CommandParts, command_parts
 from clawgym.tasks.model import Task
 
 DESCRIBING = ("template", "phrasing", "category")  # metadata keys naming how a task was written
+
+
+@dataclass(frozen=True)
+class FamilyShare:
+    """One evaluated family's shell solutions against the training tasks' solutions."""
+
+    solutions: int  # its tasks with a shell solution to read
+    programs: tuple[str, ...] = ()  # programs its solutions run that a training solution runs too
+    flags: tuple[str, ...] = ()  # ... flags likewise
+    same_shape: int = 0  # its tasks whose answer shape a training task has
+
+    @property
+    def sibling(self) -> bool:
+        return bool(self.programs or self.same_shape)
+
+    def as_json(self) -> dict:
+        return {"sibling": self.sibling, "programs": list(self.programs), "flags": list(self.flags),
+                "same_shape": self.same_shape, "solutions": self.solutions}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -33,6 +55,10 @@ class Shared:
     same_solution: tuple[str, ...] = ()  # ... whose solution files a training task has too
     # metadata key → (evaluated tasks whose value a training task has too, evaluated tasks recording it)
     recorded: dict[str, tuple[int, int]] = field(default_factory=dict)
+    by_family: dict[str, FamilyShare] = field(default_factory=dict)  # families with shell solutions
+
+    def siblings(self) -> list[str]:
+        return [f for f, share in self.by_family.items() if share.sibling]
 
 
 def compare(
@@ -48,6 +74,7 @@ def compare(
         if values:
             recorded[key] = (sum(v in trained_values for v in values), len(values))
     with_solution = [t for t in evaluated if t.has_solution]
+    trained_parts = [p for t in train if (p := _shell_solution(t)) is not None]
     return Shared(
         tasks=len(evaluated),
         families=tuple(sorted({family_of[t.id] for t in evaluated})),
@@ -57,7 +84,45 @@ def compare(
         solutions=len(with_solution),
         same_solution=tuple(t.id for t in with_solution if _solution_digest(t) in solutions),
         recorded=recorded,
+        by_family=_family_shares(trained_parts, evaluated, family_of),
     )
+
+
+def _family_shares(
+    trained: Sequence[CommandParts], evaluated: Sequence[Task], family_of: dict[str, str]
+) -> dict[str, FamilyShare]:
+    if not trained:
+        return {}
+    programs = frozenset().union(*(p.programs for p in trained))
+    flags = frozenset().union(*(p.flags for p in trained))
+    shapes = {p.shape for p in trained}
+    mine: dict[str, list[CommandParts]] = {}
+    for t in evaluated:
+        if (parts := _shell_solution(t)) is not None:
+            mine.setdefault(family_of[t.id], []).append(parts)
+    return {
+        family: FamilyShare(
+            solutions=len(parts),
+            programs=tuple(sorted(frozenset().union(*(p.programs for p in parts)) & programs)),
+            flags=tuple(sorted(frozenset().union(*(p.flags for p in parts)) & flags)),
+            same_shape=sum(p.shape in shapes for p in parts),
+        )
+        for family, parts in sorted(mine.items())
+    }
+
+
+def unseen_label(s: Shared) -> str:
+    """What to call families with no training task, by what their solutions share with training's:
+    `sibling families`, `new-skill families`, a mix with its count, or `unseen families` where no
+    shell solution tells."""
+    if not s.by_family:
+        return "unseen families"
+    siblings = len(s.siblings())
+    if siblings == len(s.by_family):
+        return "sibling families"
+    if siblings == 0:
+        return "new-skill families"
+    return f"unseen families ({siblings} of {len(s.by_family)} siblings)"
 
 
 def describe(kind: str, s: Shared, untrained_harnesses: Sequence[str] = ()) -> str:
@@ -78,6 +143,16 @@ def describe(kind: str, s: Shared, untrained_harnesses: Sequence[str] = ()) -> s
         )
     else:
         shared.append("the harness prompt (every evaluated harness is trained through)")
+    if kind != "trained" and s.by_family:
+        siblings = s.siblings()
+        if siblings:
+            shared.append(
+                f"a program or answer shape of a trained family's solutions, in {len(siblings)} of the "
+                f"{len(s.by_family)} families (siblings: {'; '.join(_sibling(f, s.by_family[f]) for f in siblings)})"
+            )
+        if len(siblings) < len(s.by_family):
+            new = [f for f in s.by_family if f not in siblings]
+            apart.append(f"any program, flag or answer shape of training, in {', '.join(new)} (new skills)")
     if s.same_instruction:
         shared.append(f"the instruction of {len(s.same_instruction)} ({_some(s.same_instruction)})")
     else:
@@ -98,6 +173,29 @@ def describe(kind: str, s: Shared, untrained_harnesses: Sequence[str] = ()) -> s
     if unknown:
         text += f" Unknown (the suite's metadata records none): {', '.join(unknown)}."
     return text
+
+
+def _sibling(family: str, share: FamilyShare) -> str:
+    what = [" ".join(share.programs + share.flags)] if share.programs or share.flags else []
+    if share.same_shape:
+        what.append(f"the answer shape of {share.same_shape} of {share.solutions}")
+    return f"{family}: {', '.join(what)}"
+
+
+def _shell_solution(task: Task) -> CommandParts | None:
+    """The parts of a task's shell solution (its `.sh` files, in order), None without one."""
+    texts = []
+    for item in sorted(task.solution, key=lambda f: f.target):
+        source = Path(item.source)
+        files = (
+            sorted(source.rglob("*.sh")) if source.is_dir() else [source] if source.suffix == ".sh" else []
+        )
+        for path in files:
+            try:
+                texts.append(path.read_text())
+            except (OSError, UnicodeDecodeError):
+                return None
+    return command_parts("\n".join(texts)) if texts else None
 
 
 def _n(n: int, noun: str) -> str:

@@ -1,11 +1,13 @@
 """A training run's headline figures: the keys of `summary.json`, of the report's summary and of `--json`.
 
 Owns the figures' names and rounding: per harness `pass1_before`, `ci95_before`, `pass1_after`,
-`ci95_after` (Pass@1 with its 95% interval), `delta` and `ci95_delta` (the paired difference) and
-`significant` (the 95% intervals apart), each with a `_<harness>` suffix when a run evaluates
-several harnesses; the same keys ending in `_unseen_families` for the held-out tasks of families
-the run never trained on (`before_after(..., task_ids, suffix)`), and Pass@1 per family. Not the statistics behind them (`clawgym.evaluation.compare`), nor when a
-run evaluates (the app's training run).
+`ci95_after` (Pass@1 with its 95% interval), `delta` and `ci95_delta` (the paired difference over
+tasks), `ci95_delta_by_family` (the same difference with families resampled, then their tasks:
+`passk.family_paired_difference`) and `significant` (the 95% intervals apart), each with a
+`_<harness>` suffix when a run evaluates several harnesses; the same keys with `_unseen_families`
+before `_by_family` (or at the end) for the held-out tasks of families the run never trained on
+(`before_after(..., task_ids, suffix)`), and Pass@1 per family. Not the statistics behind them
+(`clawgym.evaluation.compare`), nor when a run evaluates (the app's training run).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from clawgym.evaluation.compare import compare
-from clawgym.evaluation.passk import TaskCounts, estimate
+from clawgym.evaluation.passk import TaskCounts, estimate, family_paired_difference
 from clawgym.evaluation.runner import EvalResult
 
 DIGITS = 4
@@ -35,10 +37,12 @@ def before_after(
     after: EvalResult | None,
     task_ids: Collection[str] | None = None,
     suffix: str = "",
+    family_of: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Pass@1 before and after per harness with 95% intervals; the paired difference and the verdict
-    where both evaluations exist. Keys in that order, harness after harness; `task_ids` restricts
-    the figures to part of the evaluated tasks, whose keys end in `suffix`."""
+    where both evaluations exist, and with `family_of` (task id → family) the difference's interval
+    over families where the tasks span two or more. Keys in that order, harness after harness;
+    `task_ids` restricts the figures to part of the evaluated tasks, whose keys end in `suffix`."""
     out: dict[str, Any] = {}
     for harness in harnesses:
         tail = ("" if len(harnesses) == 1 else f"_{harness}") + suffix
@@ -54,6 +58,9 @@ def before_after(
                 c = compare(b, a)
                 out[f"delta{tail}"] = round(c.delta, DIGITS)
                 out[f"ci95_delta{tail}"] = _interval(c.ci95_delta)
+                by_family = family_paired_difference(b, a, family_of) if family_of else None
+                if by_family is not None:
+                    out[f"ci95_delta{tail}_by_family"] = _interval(by_family[1])
                 out[f"significant{tail}"] = c.intervals_apart
     return out
 

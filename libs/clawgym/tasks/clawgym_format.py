@@ -2,7 +2,7 @@
 
     TASK/
       data_entry.json   {"user_query": "...", "input_mount_dir": "/root/.openclaw/workspace",
-                         "id": "...", "split": "train"|"test", "timeout_s": 900, ...}
+                         "id": "...", "split": "train"|"validation"|"test", "timeout_s": 900, ...}
       input_files/      copied into the workspace before the harness starts (optional)
       reward/           copied to /tests after the harness exits; either
         reward.sh         `bash reward.sh WORKDIR` (cwd WORKDIR) prints the reward as its last line
@@ -63,8 +63,8 @@ def load_clawgym_task(path: Path) -> Task:
     if not isinstance(workdir, str) or not workdir.startswith("/"):
         raise TaskFormatError(f"{entry_file}: input_mount_dir must be an absolute path, got {workdir!r}")
     split = entry.get("split", "")
-    if split not in ("train", "test", ""):
-        raise TaskFormatError(f"{entry_file}: split must be train or test, got {split!r}")
+    if split not in ("train", "validation", "test", ""):
+        raise TaskFormatError(f"{entry_file}: split must be train, validation or test, got {split!r}")
 
     reward_dir = path / "reward"
     if (reward_dir / "reward.sh").is_file():

@@ -27,7 +27,7 @@ LOGS_DIR = "/logs"  # Harbor: test.sh writes /logs/verifier/reward.txt
 DEFAULT_WORKDIR = "/workspace"  # where a task without a stated directory is worked on
 
 VerifierKind = Literal["reward_sh", "check_py", "pytest", "reward_file"]
-Split = Literal["train", "test", ""]
+Split = Literal["train", "validation", "test", ""]
 
 
 class TaskFormatError(InvalidArgument):

@@ -12,8 +12,8 @@ own). Split by family (the default), a share of the families is held out whole, 
 both splits; split by task, a share of the tasks. The held-out ones are those whose
 sha256("<suite name>:<family or task id>") sorts first: a re-import under the same name holds out
 the same, another name its own. At least one is held out and one kept wherever there are two. A
-task with its own split keeps it, and the unsplit tasks of its family follow: held out only when
-every task of the family that has a split is held out.
+task with its own split (train, validation or test) keeps it, and the unsplit tasks of its family
+follow: held out (test) only when every task of the family that has a split is held out.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from clawgym.tasks.model import Task, TaskFormatError
 SUITE_FILE = "suite.json"
 SPLITS_KEY = "task_splits"  # suite.json: task id → train | test, as the import assigned it
 FAMILIES_KEY = "task_families"  # suite.json: task id → family
-SPLITS = ("train", "test")
+SPLITS = ("train", "test")  # what an import assigns
+HELD_OUT = frozenset({"test", "validation"})  # a task's own splits that keep it out of training
 _NUMBERED = re.compile(r"^(.+?)[-_]\d+$")
 
 SplitBy = Literal["family", "task"]
@@ -109,7 +110,7 @@ def assign_split(tasks: Sequence[Task], seed: str, rule: SplitRule | None) -> Su
         fixed: dict[str, set[str]] = {}
         for task_id, split in own.items():
             fixed.setdefault(families[task_id], set()).add(split)
-        followed = {t: "test" if fixed[families[t]] == {"test"} else "train" for t in unsplit
+        followed = {t: "test" if fixed[families[t]] <= HELD_OUT else "train" for t in unsplit
                     if families[t] in fixed}  # fmt: skip
         keys = {t: families[t] for t in unsplit if t not in followed}
     held = _held_out(sorted(set(keys.values())), seed, rule.held_out)

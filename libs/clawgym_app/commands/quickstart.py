@@ -56,6 +56,9 @@ class QuickstartOptions:
     # overlapping by a few hundredths; 192 cost 18-57 s more per evaluation (seed 0: 75 -> 93 s
     # before training, 57 -> 114 s after)
     eval_unseen_tasks: int = 192
+    # held-out tasks from the suite's `test` split (the figures a run reports) or its `validation`
+    # split (drawn alike, for choosing settings without touching test)
+    eval_split: str = "test"
     eval_samples: int = 1
     group_size: int = 8
     groups_per_step: int = 4
@@ -148,16 +151,18 @@ class QuickstartOptions:
                 "rollout_timeout_s": 900.0,
                 "sweep_interval_s": 5.0,
             },
-            evaluation={"task_ids": eval_ids, "samples": self.eval_samples, "ks": [1], "split": "test"},
+            evaluation={"task_ids": eval_ids, "samples": self.eval_samples, "ks": [1], "split": self.eval_split},
         )
 
     def task_ids(self) -> tuple[list[str], list[str]]:
-        """(train, held-out) task ids: the suite's train and test splits up to `max_level`; the
-        held-out ones are `eval_tasks` new instances of trained families and `eval_unseen_tasks`
+        """(train, held-out) task ids: the suite's train and `eval_split` splits up to `max_level`;
+        the held-out ones are `eval_tasks` new instances of trained families and `eval_unseen_tasks`
         tasks of families never trained on, each spread over its families."""
         from clawgym.evaluation.select import train_and_held_out
 
-        return train_and_held_out(self.suite, self.max_level, self.eval_tasks, self.eval_unseen_tasks)
+        return train_and_held_out(
+            self.suite, self.max_level, self.eval_tasks, self.eval_unseen_tasks, split=self.eval_split
+        )
 
 
 Q = QuickstartOptions()  # the defaults --help shows
@@ -171,6 +176,10 @@ def command(
     ),
     eval_unseen_tasks: int = typer.Option(
         Q.eval_unseen_tasks, help="held-out tasks of families never trained on, evaluated too (0 = all)"
+    ),
+    eval_split: str = typer.Option(
+        Q.eval_split,
+        help="held-out split: test (the figures to report) or validation (drawn alike: for choosing settings)",
     ),
     eval_samples: int = typer.Option(Q.eval_samples, help="rollouts per held-out task (n of Pass@1)"),
     group_size: int = typer.Option(Q.group_size, "--group-size", "-G", help="G: samples per task group"),
@@ -204,7 +213,7 @@ def command(
     """Train the bundled small policy through the reference harness on the bundled suite; Pass@1 before/after."""
     opts = QuickstartOptions(
         model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks,
-        eval_unseen_tasks=eval_unseen_tasks, eval_samples=eval_samples,
+        eval_unseen_tasks=eval_unseen_tasks, eval_split=eval_split, eval_samples=eval_samples,
         group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
         max_new_tokens=max_new_tokens, max_turns=max_turns, sampling=sampling, concurrency=concurrency,
         mode=mode, threads=threads, minutes=minutes, seed=seed, run_dir=run_dir,
@@ -299,7 +308,8 @@ def summary_table(outcome: RunOutcome) -> Table:
         low, high = s.get(key, [float("nan")] * 2)
         return f"[{low:.3f}, {high:.3f}]"
 
-    for suffix, what in (("", "trained families"), ("_unseen_families", "unseen families")):
+    unseen_label = s.get("label_unseen_families", "unseen families")
+    for suffix, what in (("", "trained families"), ("_unseen_families", unseen_label)):
         if f"pass1_before{suffix}" in s:
             table.add_row(
                 f"held-out Pass@1 before, {what}",
@@ -316,6 +326,8 @@ def summary_table(outcome: RunOutcome) -> Table:
                 "  difference (paired 95% CI)",
                 f"{s[f'delta{suffix}']:+.3f}  {interval(f'ci95_delta{suffix}')}",
             )
+            if f"ci95_delta{suffix}_by_family" in s:
+                table.add_row("  difference, families resampled (95% CI)", interval(f"ci95_delta{suffix}_by_family"))
             table.add_row("  95% intervals apart", verdict)
     unseen = s.get("eval_tasks_unseen_families")
     table.add_row(

@@ -1,15 +1,17 @@
 """Writes the bundled mini suite to disk in the ClawGym task format, deterministically.
 
 Every task's randomness comes from a string seed (suite seed, family, split, index), so the same
-code writes the same bytes on any machine. Two kinds of held-out task, both in the `test` split:
+code writes the same bytes on any machine. Two kinds of held-out task, in the `test` split and,
+drawn alike, in the `validation` split:
 
 - new instances of a *trained* family (its `train` split holds other instances);
 - every task of an *unseen* family: about a quarter of each level's families, chosen by a hash
   of the seed and the family name (not by how well a policy does on them), have no train tasks
   at all. `data_entry.json` says which (`family_split`: `trained` or `unseen`).
 
-The test split is drawn first; no train task repeats a held-out instruction or solution, whatever
-its family. `mini_suite_dir()` generates once into a cache folder named after a hash of the
+Settings are chosen on `validation`; `test` is for the figures a run reports. The test split is
+drawn first, then train, then validation; no task repeats an instruction or solution of an
+earlier-drawn held-out split, and validation repeats none of train's either. `mini_suite_dir()` generates once into a cache folder named after a hash of the
 generator's source, so a changed family means a fresh folder.
 """
 
@@ -64,15 +66,18 @@ def generate_tasks(
     test: int = TEST_PER_FAMILY,
     unseen: int = UNSEEN_PER_FAMILY,
 ) -> dict[str, list[MiniTask]]:
-    """{"train": [...], "test": [...]}: every family's held-out tasks first (`unseen` for a held-out
-    family, else `test`), then `train` tasks of the trained families, none repeating a held-out
-    instruction or solution."""
+    """{"train": [...], "test": [...], "validation": [...]}: every family's test tasks first (`unseen`
+    of a held-out family, else `test`), then `train` tasks of the trained families, none repeating a
+    test instruction or solution, then validation tasks as many as test, repeating neither."""
     held_out = set(unseen_families(seed))
-    splits: dict[str, list[MiniTask]] = {"train": [], "test": []}
-    taken: set[str] = set()  # instructions and solutions of the test split
+    splits: dict[str, list[MiniTask]] = {"train": [], "test": [], "validation": []}
+    taken: set[str] = set()  # instructions and solutions of the splits drawn so far (train: none)
     plan = [(f, "test", unseen if f in held_out else test) for f in FAMILIES]
     plan += [(f, "train", train) for f in FAMILIES if f not in held_out]
-    for family, split, count in plan:
+    plan += [(f, "validation", unseen if f in held_out else test) for f in FAMILIES]
+    for i, (family, split, count) in enumerate(plan):
+        if split == "validation" and plan[i - 1][1] == "train":  # train is drawn: validation repeats none
+            taken |= {t.solution for t in splits["train"]} | {t.instruction for t in splits["train"]}
         make, seen, made = FAMILIES[family], set(), 0
         for attempt in range(count * _MAX_TRIES):
             task = make(random.Random(f"{seed}:{family}:{split}:{attempt}"))
