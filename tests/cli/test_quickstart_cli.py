@@ -43,6 +43,7 @@ def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_
     assert "### Pass@1 per family" in report and "families with no training task" in report, (
         "the report shows Pass@1 per family and says what each held-out set shares with training"
     )
+    assert "| copy_dir | unseen, sibling: cp -r |" in report, "a sibling family's kind names what it shares"
     assert (run_dir / "reward_pass_rate.png").stat().st_size > 10_000, "the reward/pass-rate plot exists"
     saved = ClawgymConfig(**yaml.safe_load((run_dir / "config.yaml").read_text()))
     assert saved.trainer.model == "tiny-qwen3" and saved.trainer.steps == 1, "config.yaml reproduces the run"

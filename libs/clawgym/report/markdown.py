@@ -140,13 +140,25 @@ def _held_out(summary: dict[str, Any]) -> list[str]:
         ]
     families = summary.get("per_family") or {}
     if families:
-        labels = list(dict.fromkeys(k for row in families.values() for k in row if k not in ("kind", "tasks")))
+        apart = ("kind", "tasks", "shares")
+        labels = list(dict.fromkeys(k for row in families.values() for k in row if k not in apart))
         rows = [
-            [family, row["kind"], str(row["tasks"]), *(_cell(row.get(label), "{:.3f}") for label in labels)]
+            [family, _kind(row), str(row["tasks"]), *(_cell(row.get(label), "{:.3f}") for label in labels)]
             for family, row in sorted(families.items(), key=lambda kv: (kv[1]["kind"], kv[0]))
         ]
         out += ["### Pass@1 per family", "", *_table(["family", "kind", "tasks", *labels], rows), ""]
     return out
+
+
+def _kind(row: dict[str, Any]) -> str:
+    """A family's kind; for one never trained on, whether it is a sibling (and of what) or a new skill."""
+    share = row.get("shares")
+    if not share:
+        return row["kind"]
+    if not share["sibling"]:
+        return f"{row['kind']}, new skill"
+    same = f", answer shape of {share['same_shape']}/{share['solutions']}" if share["same_shape"] else ""
+    return f"{row['kind']}, sibling: {' '.join(share['programs'] + share['flags'])}{same}"
 
 
 def _summary_value(v: Any) -> str:
