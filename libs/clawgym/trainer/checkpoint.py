@@ -8,6 +8,12 @@ Owns the layout under `<checkpoint_uri>/<run_name>/` (a local folder or any fssp
       trainer_state.pt       optimizer (None with save_optimizer_state off), scheduler, RNG,
                              value head, LoRA adapters, step/version
 
+A folder kept only by `keep_every` (no longer one of the newest `keep_checkpoints`, so no resume or
+engine reads it as the current policy) is made lean once a newer version is registered
+(`trainer.lean_kept_checkpoints`): its float weights rewritten in bfloat16 and its optimizer state
+dropped, which halves it; it still serves `clawgym eval --checkpoint V` and export, at bfloat16
+precision. Local folders only; a remote one stays as written.
+
 Writing is all-or-nothing: a folder is written under a temporary name and renamed into place
 (uploaded, for a remote URI), so a reader never sees half a checkpoint. A checkpoint counts only
 once the store registered it (`loop.py` commits); folders of unregistered versions are leftovers of
@@ -27,7 +33,8 @@ from typing import Any
 
 import fsspec
 import torch
-from safetensors.torch import save_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -44,6 +51,9 @@ from clawgym.trainer.policy import BuiltPolicy, merge_lora_state
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
+WEIGHTS_FILE = "model.safetensors"
+LEAN_DTYPE = torch.bfloat16
+LEAN_KEY = "clawgym_lean"  # safetensors metadata of a folder made lean: the dtype it was rewritten in
 RUN_MARKER = "run.json"
 _VERSION_DIR = re.compile(r"^v(\d{6,})$")
 
@@ -188,7 +198,7 @@ def save_checkpoint(
     tensors = {k: v.contiguous() for k, v in weights.items()}
 
     def write(folder: Path) -> None:
-        save_file(tensors, str(folder / "model.safetensors"), {"format": "pt"})
+        save_file(tensors, str(folder / WEIGHTS_FILE), {"format": "pt"})
         config.save_pretrained(folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
@@ -243,7 +253,8 @@ def is_kept(cfg: TrainerConfig, version: int, newest: int) -> bool:
 
 
 def prune_checkpoints(cfg: TrainerConfig, newest: int) -> list[str]:
-    """Deletes the version folders `is_kept` does not keep, and staging leftovers; returns the names."""
+    """Deletes the version folders `is_kept` does not keep, and staging leftovers, and makes lean
+    the folders kept only by `keep_every` (`lean_kept_checkpoints`); returns the deleted names."""
     fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
     deleted = []
     for path in fs.ls(folder, detail=False):
@@ -253,7 +264,39 @@ def prune_checkpoints(cfg: TrainerConfig, newest: int) -> list[str]:
         if (match and not is_kept(cfg, int(match.group(1)), newest)) or stale_tmp:
             fs.rm(path, recursive=True)
             deleted.append(name)
+        elif match and cfg.lean_kept_checkpoints and _is_local(fs) and int(match.group(1)) <= newest - cfg.keep_checkpoints:
+            make_lean(Path(path))
     return deleted
+
+
+def make_lean(folder: Path) -> bool:
+    """Rewrites a checkpoint folder's float weights in bfloat16 (each file replaced whole, so a reader
+    has the old or the new one) and drops its optimizer state; False where it was lean already."""
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        return False
+    with safe_open(str(weights), "pt") as f:
+        if (f.metadata() or {}).get(LEAN_KEY):
+            return False
+    tensors = {k: v.to(LEAN_DTYPE) if v.is_floating_point() else v for k, v in load_file(weights).items()}
+    staging = folder / f".{WEIGHTS_FILE}.tmp-{os.getpid()}"
+    save_file(tensors, str(staging), {"format": "pt", LEAN_KEY: str(LEAN_DTYPE).removeprefix("torch.")})
+    state_file = folder / STATE_FILE
+    if state_file.is_file():
+        state = load_trainer_state(folder)
+        if state.get("optimizer") is not None:
+            state["optimizer"] = None
+            torch.save(state, folder / f".{STATE_FILE}.tmp-{os.getpid()}")
+            os.replace(folder / f".{STATE_FILE}.tmp-{os.getpid()}", state_file)
+    config_file = folder / "config.json"
+    if config_file.is_file():  # a reader that follows the folder's dtype loads what is there
+        config = json.loads(config_file.read_text())
+        for key in ("torch_dtype", "dtype"):
+            if key in config:
+                config[key] = "bfloat16"
+        config_file.write_text(json.dumps(config, indent=2) + "\n")
+    os.replace(staging, weights)
+    return True
 
 
 # --- loading ---

@@ -366,6 +366,12 @@ class TrainerConfig(Section):
         description="also keep every version divisible by N (0 = only the newest keep_checkpoints), "
         "e.g. to evaluate them later (`clawgym eval --checkpoint V`)",
     )
+    lean_kept_checkpoints: bool = Field(
+        True,
+        description="rewrite a folder kept only by keep_every lean once it is no longer one of the newest "
+        "keep_checkpoints: bfloat16 weights, no optimizer state (half the disk; it serves `clawgym eval "
+        "--checkpoint V` and export at bfloat16 precision, not a resume); local folders only",
+    )
     save_optimizer_state: bool = Field(
         True,
         description="write the optimizer's moments into each checkpoint (2x the weights: a SmolLM2 checkpoint "

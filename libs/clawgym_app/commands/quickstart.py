@@ -144,7 +144,8 @@ class QuickstartOptions:
                 "max_policy_lag": 1,
                 "checkpoint_uri": str(run_dir / CHECKPOINTS_DIR),
                 # the last version and each third of the run (60 steps: v20, v40, v60) for `clawgym
-                # eval --checkpoint V`: at most 3 folders whatever --steps is, a SmolLM2-135M one ~540 MB
+                # eval --checkpoint V`: at most 3 folders whatever --steps is, the last ~540 MB (SmolLM2-135M),
+                # the older ones lean (bfloat16, ~270 MB: trainer.lean_kept_checkpoints)
                 "keep_checkpoints": 1,
                 "keep_every": max(1, math.ceil(self.steps / 3)),
                 "save_optimizer_state": False,  # a quickstart never resumes: ~2.5 s a step saved
