@@ -72,7 +72,7 @@ class ClawgymConfig(Section):
         if context and reply >= context:
             raise ValueError(
                 f"proxy.max_new_tokens ({reply}) leaves no room for a prompt in inference.max_model_len "
-                f"({context}); a harness's first prompt alone can be ~20k tokens (Claude Code)"
+                f"({context}); a harness's first prompt alone can be 12-18k tokens (Claude Code, Qwen Code: bench/harness_prompts.py)"
             )
         return self
 

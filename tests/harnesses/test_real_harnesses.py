@@ -39,7 +39,7 @@ class Proxy:
         tokenizer = load_tokenizer(model)
         self.engine = ScriptedEngine.from_texts(
             tokenizer, texts, max_context=131072
-        )  # Claude Code sends ~20k
+        )  # Claude Code sends ~16.6k tiny-qwen3 tokens
         self.store = SqlStore(f"sqlite:///{db}")
         spec = policy_spec(model)
         app = create_app(
@@ -223,7 +223,7 @@ def test_mini_swe_agent_with_a_bash_fence_runs_it_only_where_fences_take_it(tmp_
 def test_claude_code_solves_a_mini_task_through_the_proxy(tmp_path, backend):
     """Claude Code's Write tool call (Qwen-style in the policy's text, Anthropic tool_use on the wire).
 
-    Claude Code's system prompt and tools come to ~20k tokens: the engine's context must hold them."""
+    Claude Code's system prompt and tools come to ~12.4k SmolLM2 (16.6k tiny-qwen3) tokens: the engine's context must hold them."""
     adapter = get_harness("claude-code")
     adapter.install()
     task = mini_task("write_word", tmp_path, "Create a file named ")
