@@ -86,6 +86,19 @@ def test_claude_code_points_at_the_proxy_root_with_nonessential_traffic_off():
     assert run.env["HOME"] == "/home/run" and run.cwd == "/app", "own HOME, runs in the task's workdir"
 
 
+def test_claude_code_compacts_at_80_percent_of_the_policys_context_through_its_own_settings():
+    assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in launch("claude-code").env, "unset: the CLI's own default"
+    env = launch("claude-code", context_window=32768).env
+    assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "100000", "the CLI's smallest window"
+    assert float(env["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"]) * 100_000 / 100 == pytest.approx(0.8 * 32768, rel=1e-3)
+    large = launch("claude-code", context_window=200_000).env
+    assert (large["CLAUDE_CODE_AUTO_COMPACT_WINDOW"], large["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"]) == ("200000", "80")
+    with pytest.raises(InvalidArgument, match="context_window"):
+        get_harness("claude-code", context_window=0)
+    with pytest.raises(InvalidArgument, match="takes no context_window"):
+        get_harness("codex", context_window=1000)
+
+
 def test_codex_config_names_a_responses_provider_with_the_token_in_env():
     run = launch("codex")
     assert run.argv[1:] == (

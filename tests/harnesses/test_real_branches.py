@@ -10,9 +10,9 @@ each prompt (decoded) and answers in the policy's Qwen tool-call format:
 - sub-agent: the parent calls Claude Code's `Agent` tool with a custom agent (`--agents`), in the
   foreground; the sub-agent (its own system prompt, `x-claude-code-agent-id`) writes the task's file
   and reports; the parent ends.
-- compaction: Claude Code's own auto-compact, made to fire at a few hundred tokens by the CLI's
-  test knobs: `CLAUDE_CODE_AUTO_COMPACT_WINDOW` (its 100k minimum) with `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`
-  (a percentage of it). After the first tool call it declines (nothing older than the last turn to
+- compaction: Claude Code's own auto-compact, made to fire at a few hundred tokens by the adapter's
+  `context_window` (625 tokens: `CLAUDE_CODE_AUTO_COMPACT_WINDOW` at the CLI's 100k minimum, with
+  `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE` 0.5, a percentage of it). After the first tool call it declines (nothing older than the last turn to
   summarise); after the second it asks for a summary, which the policy writes, and the next call
   starts from that summary.
 
@@ -85,8 +85,8 @@ class ScriptedProxy(Proxy):
 class ClaudeCodeWith(ClaudeCode):
     """Claude Code with extra command-line flags and environment."""
 
-    def __init__(self, flags: list[str], env: dict[str, str]) -> None:
-        super().__init__()
+    def __init__(self, flags: list[str], env: dict[str, str], **options) -> None:
+        super().__init__(**options)
         self.flags, self.extra_env = flags, env
 
     def command(self, instruction: str, ctx: RunContext) -> list[str]:
@@ -266,8 +266,8 @@ def test_claude_code_auto_compaction_is_a_branch_and_trains_exactly(tmp_path, ba
             return tool_call("Write", {"file_path": f"{task.workdir}/notes.txt", "content": "written"})
         return "Done."
 
-    env = {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "100000", "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "0.5"}
-    adapter = ClaudeCodeWith(["--system-prompt", "You are a coding agent.", "--tools", "Write"], env)
+    # the adapter's own setting: compact at 80% of a 625-token context, 0.5% of the CLI's 100k window
+    adapter = ClaudeCodeWith(["--system-prompt", "You are a coding agent.", "--tools", "Write"], {}, context_window=625)
     _, calls = capture(adapter, task, reply, tmp_path, backend)
 
     texts = [json.dumps(c.response) for c in calls]

@@ -46,7 +46,14 @@ class HarnessSettings(Section):
         "(its own: mswea_bash_command; add bash for 1.x's fence)",
     )
 
+    context_window: int | None = Field(
+        None,
+        ge=1,
+        description="claude-code: the policy's context in tokens, so that the CLI compacts its conversation "
+        "at 80% of it (unset: it assumes 1M tokens for a model it does not know and never compacts first)",
+    )
+
     def options(self) -> dict[str, Any]:
         """The adapter constructor options these settings set (`HarnessAdapter.options` names them)."""
-        names = ("max_tokens", "mode", "command_timeout_s", "fences")
+        names = ("max_tokens", "mode", "command_timeout_s", "fences", "context_window")
         return {k: v for k in names if (v := getattr(self, k)) is not None}
