@@ -8,7 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clawgym.rl import LossRows, combine_diagnostics, rows_loss
-from clawgym.rl.losses import kl_k3, ppo_clip_objective, truncated_is_weight, value_loss
+from clawgym.rl.losses import (
+    explained_variance,
+    kl_k3,
+    ppo_clip_objective,
+    truncated_is_weight,
+    value_loss,
+    value_moments,
+)
 from clawgym.trainer.config import AlgorithmConfig
 
 
@@ -143,13 +150,16 @@ def test_combine_diagnostics_adds_sums_and_weights_means():
 
 def test_explained_variance_is_left_out_where_every_return_is_equal():
     """A PPO step whose rewards are all 0 with V = 0 (the value head's start) has equal returns:
-    explained variance is undefined, and a NaN among the metrics would fail the step's record."""
+    explained variance is undefined, and a NaN among the metrics would fail the step's record. The
+    step's figure comes from `value_moments` summed over its micro-batches (trainer/update.py), not
+    from each micro-batch's loss."""
     r = rows(adv_pos=[0.0, 0.0], adv_neg=[0.0, 0.0], value_token=torch.arange(2), returns=torch.zeros(2),
              old_value=torch.zeros(2), value_weight=torch.full((2,), 0.5))  # fmt: skip
     cfg = AlgorithmConfig(value_coef=0.5).loss_config()
     logprob = torch.full((2,), -1.0)
     _, d = rows_loss(logprob, torch.ones(2), torch.zeros(2), r, cfg, old_logprob=logprob)
     assert "explained_variance" not in d and all(math.isfinite(v) for v in d.values())
-    r.returns = torch.tensor([0.0, 1.0])
-    _, d = rows_loss(logprob, torch.ones(2), torch.tensor([0.0, 0.5]), r, cfg, old_logprob=logprob)
-    assert d["explained_variance"] == pytest.approx(1 - 0.0625 / 0.25), "1 - Var(R - V) / Var(R)"
+    assert explained_variance(value_moments(r.returns, torch.zeros(2), r.value_weight)) is None
+    returns, values = torch.tensor([0.0, 1.0]), torch.tensor([0.0, 0.5])
+    ev = explained_variance(value_moments(returns, values, r.value_weight))
+    assert ev == pytest.approx(1 - 0.0625 / 0.25), "1 - Var(R - V) / Var(R)"

@@ -6,7 +6,8 @@ Every rank builds tiny-qwen3; with N > 1 it is sharded with FSDP2 (gloo on CPU).
 batch (seeded synthetic traces with branches, 3 groups: uneven over 2 ranks) and scatters trees as
 the trainer does; each algorithm (GRPO, PPO) takes one step on a fresh policy and saves its
 checkpoint (a collective gather, rank 0 writes) and diagnostics under OUT_DIR/<algorithm>.
-SETTINGS_JSON: trainer config fields on top (`fsdp`, `activation_checkpointing`).
+SETTINGS_JSON: trainer config fields on top (`fsdp`, `activation_checkpointing`; `algorithm` fields
+merge into each algorithm's).
 """
 
 import json
@@ -31,9 +32,10 @@ SHAPE = TraceShape(
 
 def main(out: Path, settings: dict) -> None:
     world = init_world(timeout_s=600)
+    extra = settings.pop("algorithm", {})
     for algorithm in ("grpo", "ppo"):
         cfg = TrainerConfig(
-            model="tiny-qwen3", algorithm={"name": algorithm, "lr": 1e-3, "epochs": 2}, **settings
+            model="tiny-qwen3", algorithm={"name": algorithm, "lr": 1e-3, "epochs": 2} | extra, **settings
         )
         built = build_policy(cfg)
         if world.size > 1:

@@ -57,6 +57,16 @@ def test_two_fsdp_ranks_on_cpu_make_the_same_update_as_one_rank(one_rank, tmp_pa
 
 
 @pytest.mark.slow
+def test_ppo_value_passes_on_two_fsdp_ranks_make_the_same_update_as_one_rank(tmp_path):
+    """`value_epochs`: the value head's own steps after the update run in lockstep on sharded weights
+    (rank 1 has fewer value rows) and land where one rank's do."""
+    settings = {"algorithm": {"value_epochs": 3, "value_lr": 1e-2}}
+    _torchrun(1, tmp_path / "one", settings)
+    _torchrun(2, tmp_path / "two", settings)
+    _assert_same_update(tmp_path / "one", tmp_path / "two")
+
+
+@pytest.mark.slow
 def test_fsdp_memory_settings_keep_the_update_exact(one_rank, tmp_path):
     lean = {
         "fsdp": {"reshard_after_forward": False, "cpu_offload": True},

@@ -59,6 +59,7 @@ class PackedOutput:
     logprob: Tensor  # (C,) log π(token | its prefix)
     entropy: Tensor  # (C,) entropy of π(· | the prefix), same slots
     values: Tensor | None  # (V,) V(prefix before the value row's token), with a value head
+    value_features: Tensor | None = None  # (V, H) the hidden states those values read, detached
 
 
 def tree_attention_mask(model: nn.Module, pack: PackedSequence, device: torch.device, dtype: torch.dtype):
@@ -167,10 +168,12 @@ def packed_forward(
     logprob, entropy = logprobs_and_entropy(
         model, hidden, parent[token], ids[token], temperatures, entropy_grad
     )
-    values = None
+    values = features = None
     if value_head is not None:
-        values = value_head(hidden[parent[pack.rows.value_token.to(device)]])
-    return PackedOutput(logprob=logprob, entropy=entropy, values=values)
+        features = hidden[parent[pack.rows.value_token.to(device)]]
+        values = value_head(features)
+        features = features.detach()
+    return PackedOutput(logprob=logprob, entropy=entropy, values=values, value_features=features)
 
 
 @torch.no_grad()

@@ -300,13 +300,32 @@ def _diagnostics(
         d["kl_ref"] = float(kl)
     if v_loss is not None and values is not None:
         d["value_loss"] = float(v_loss)
-        var_ret = torch.var(rows.returns, unbiased=False) if len(values) > 1 else torch.tensor(0.0)
-        err = torch.var(rows.returns - values, unbiased=False) if len(values) > 1 else torch.tensor(0.0)
-        if var_ret > 0:  # undefined when every return is equal (a step of all-0 rewards, V = 0): left out,
-            d["explained_variance"] = float(1 - err / var_ret)  # a NaN would fail the step's record
     if version is not None:
         d["policy_lag"] = wmean(version - rows.version.to(w.dtype))
     return d
+
+
+def value_moments(returns: Tensor, values: Tensor, weight: Tensor) -> np.ndarray:
+    """float64 (5,): Σw, Σw·R, Σw·R², Σw·e, Σw·e² with e = R - V, over value rows; moments of several
+    micro-batches and ranks add up, and `explained_variance` takes their sum."""
+    w, r = weight.detach().double().cpu(), returns.detach().double().cpu()
+    e = r - values.detach().double().cpu()
+    return np.array([float(w.sum()), float((w * r).sum()), float((w * r * r).sum()),
+                     float((w * e).sum()), float((w * e * e).sum())])  # fmt: skip
+
+
+def explained_variance(moments: np.ndarray, eps: float = 1e-12) -> float | None:
+    """1 - Var_w(R - V) / Var_w(R) from summed `value_moments` (CleanRL's, weighted by the value rows'
+    loss weights, so a token shared by paths counts once); None where it is undefined: no rows, or
+    every return equal (a step of all-0 rewards), where a NaN would fail the step's record."""
+    total, r1, r2, e1, e2 = (float(x) for x in moments)
+    if total <= 0:
+        return None
+    var_r = r2 / total - (r1 / total) ** 2
+    var_e = e2 / total - (e1 / total) ** 2
+    if var_r <= eps * max(r2 / total, 1.0):
+        return None
+    return 1.0 - max(var_e, 0.0) / var_r
 
 
 _SUMS = ("weight", "rows", "loss", "policy_loss", "kl_ref", "value_loss")

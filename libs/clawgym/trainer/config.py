@@ -119,6 +119,21 @@ class AlgorithmConfig(Section):
     value_coef: float = Field(0.5, ge=0, description="PPO: weight of the value loss")
     value_clip: float | None = Field(0.2, gt=0, description="PPO: clip the value change; null = plain MSE")
     value_lr: float | None = Field(None, gt=0, description="PPO: learning rate of the value head; null = lr")
+    value_epochs: int = Field(
+        0,
+        ge=0,
+        description="PPO: after each step's update, this many more optimizer steps of the value head alone on "
+        "the batch's value targets, over the hidden states the update's first forward computed (the weights "
+        "before it; kept for the step: value rows × hidden size floats); a linear head on kept features, so a "
+        "pass costs no forward",
+    )
+    value_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="PPO: the first N RL steps fit only the value head (max(value_epochs, 1) passes on the batch, "
+        "after one no-grad forward of it), the policy frozen: each consumes its groups and saves the next "
+        "version as any step does, with the policy's weights unchanged; the lr schedule counts them",
+    )
     aggregation: Literal["token", "sequence", "sum"] = Field(
         "token", description="loss normalisation over the whole batch: per token, per rollout, or a plain sum"
     )

@@ -247,8 +247,9 @@ class Trainer:
             policy, my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens, self.world
         )
         diagnostics = update(
-            policy, self.optimizer, packs, self.cfg.algorithm, self.world, self.version, self.policy.reference
-        )
+            policy, self.optimizer, packs, self.cfg.algorithm, self.world, self.version, self.policy.reference,
+            value_only=self._value_warmup(),
+        )  # fmt: skip
         self.scheduler.step()
         update_s = time.perf_counter() - started
         # 4. save
@@ -282,6 +283,12 @@ class Trainer:
         self.world.barrier()
         self._set_status("waiting_rollouts")
         return True
+
+    def _value_warmup(self) -> bool:
+        """Whether this RL step fits only PPO's value head (`algorithm.value_warmup_steps`, counted from
+        the first RL step: after `sft.steps`); it still consumes its groups and saves the next version."""
+        algo = self.cfg.algorithm
+        return algo.name == "ppo" and self.version - self.cfg.sft.steps < algo.value_warmup_steps
 
     # --- 1. collect (rank 0) ---
 
@@ -431,10 +438,15 @@ class Trainer:
         self._reload_engines(version, uri)
         self.metrics.observe_step(record, by_harness)
         self.status = TrainerStatus(self.run_id, version, version, "publishing", metrics)
+        critic = ""  # PPO: how much of the return variance the values GAE used explained
+        if "explained_variance" in record:
+            critic = f" explained variance {record['explained_variance']:.3f}"
+        if record.get("value_warmup"):
+            critic += " (value warm-up: policy frozen)"
         log.info(
-            "step %d: loss %.4f reward %.3f kl %.4f mismatch %.4f lag %.2f %.0f tok/s",
+            "step %d: loss %.4f reward %.3f kl %.4f mismatch %.4f lag %.2f %.0f tok/s%s",
             version, record.get("loss", 0.0), record["reward"], record.get("approx_kl", 0.0),
-            record.get("logprob_mismatch", 0.0), record["policy_lag"], record["tokens_per_s"],
+            record.get("logprob_mismatch", 0.0), record["policy_lag"], record["tokens_per_s"], critic,
         )  # fmt: skip
         mismatch = record.get("logprob_mismatch", 0.0)
         if record["policy_lag"] == 0 and mismatch > MISMATCH_WARNING and not self._warned_mismatch:

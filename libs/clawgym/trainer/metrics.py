@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 # CleanRL's diagnostics plus ours (STYLE.md 7).
 STEP_KEYS = (
     "loss", "policy_loss", "value_loss", "approx_kl", "clipfrac", "entropy", "explained_variance",
+    "value_fit_loss", "value_warmup",
     "kl_ref", "grad_norm", "lr", "logprob_mismatch", "kl_engine_train", "off_policy_ratio_mean",
     "off_policy_ratio_max", "off_policy_masked_frac", "off_policy_masked_token_frac", "policy_lag",
     "policy_lag_max", "sharing_ratio", "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s",
@@ -28,7 +29,8 @@ GAUGES = {  # step key → help; the gauge is clawgym_trainer_<key>
     "kl_ref": "last step's k3 KL to the reference",
     "clipfrac": "last step's clipped-ratio fraction",
     "entropy": "last step's mean policy entropy",
-    "explained_variance": "last step's value explained variance",
+    "explained_variance": "last step's explained variance of the values GAE used (1 - Var(R - V) / Var(R), PPO)",
+    "value_fit_loss": "last step's value loss after the value head's own passes (value_epochs, in-sample)",
     "grad_norm": "last step's gradient norm before clipping",
     "lr": "last step's learning rate",
     "logprob_mismatch": "mean |train - engine| logprob of generated tokens",

@@ -30,12 +30,30 @@ class PolicyModule(nn.Module):
         self.temperature = temperature
 
     def forward(
-        self, pack: PackedSequence, mode: str = "rows", entropy_grad: bool = False
+        self,
+        pack: PackedSequence | None,
+        mode: str = "rows",
+        entropy_grad: bool = False,
+        features: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
         """mode "rows": (logprob (C,), entropy (C,), values (V,) or empty) at the pack's loss rows;
-        mode "values": (V_old at every owned slot with a parent, (S,)) for GAE, in slot order."""
-        if mode == "values":
+        mode "rows+features": those and the (V, H) hidden states the values read, detached;
+        mode "values": (V_old at every owned slot with a parent, (S,)) for GAE, in slot order;
+        mode "features": (the hidden state each value row's V reads, (V, H)), no gradient;
+        mode "head": (the value head on `features` (N, H), (N,)), no pack: value-only passes.
+        Every mode goes through here so that FSDP2's root hooks gather the value head's shards."""
+        if mode in ("values", "features", "head"):
             assert self.value_head is not None, "values need a value head"
+        if mode == "head":
+            assert features is not None
+            return (self.value_head(features),)
+        if mode == "features":
+            assert pack is not None
+            with torch.no_grad():
+                hidden = hidden_states(self.lm, pack)
+                return (hidden[pack.parent.to(hidden.device)[pack.rows.value_token.to(hidden.device)]],)
+        assert pack is not None
+        if mode == "values":
             hidden = hidden_states(self.lm, pack)
             slots = value_slots(pack).to(hidden.device)
             return (self.value_head(hidden[pack.parent.to(hidden.device)[slots]]),)
@@ -43,6 +61,9 @@ class PolicyModule(nn.Module):
             self.lm, pack, self.value_head, entropy_grad=entropy_grad, temperature=self.temperature
         )
         values = out.values if out.values is not None else out.logprob.new_zeros(0)
+        if mode == "rows+features":  # and the (V, H) hidden states the values read, detached
+            features = out.value_features if out.value_features is not None else out.logprob.new_zeros(0, 0)
+            return out.logprob, out.entropy, values, features
         return out.logprob, out.entropy, values
 
     def decoder_layers(self) -> list[nn.Module]:

@@ -16,6 +16,10 @@ How this departs from single-process CleanRL, numbered:
 4. A call- or rollout-level correction (`algorithm.off_policy`) needs ρ_s over every row of a
    sequence before the first backward: π_old comes from a no-grad pass over all packs (as for
    several epochs), and the sequences' ratios are reported as `off_policy_*`.
+5. PPO's critic gets steps of its own (`fit_values`): `value_epochs` optimizer steps of the value
+   head alone after the update, on the hidden states its first forward computed, and in the first
+   `value_warmup_steps` RL steps only those (the policy frozen). `explained_variance` is V_old's (the
+   values the advantages used) against the batch's returns, over all the batch's value rows at once.
 """
 
 import dataclasses
@@ -26,7 +30,14 @@ import torch
 from torch import Tensor
 
 from clawgym.rl import combine_diagnostics, gae_terms, grpo_terms, merge_terms, pack, rows_loss
-from clawgym.rl.losses import off_policy_counts, off_policy_metrics, sequence_ratios
+from clawgym.rl.losses import (
+    explained_variance,
+    off_policy_counts,
+    off_policy_metrics,
+    sequence_ratios,
+    value_loss,
+    value_moments,
+)
 from clawgym.rl.packing import PackedSequence
 from clawgym.rl.terms import PathTerms, value_terms
 from clawgym.trainer.batch import GroupTree
@@ -165,10 +176,18 @@ def update(
     world: World,
     policy_version: int,
     reference: PolicyModule | None = None,
+    value_only: bool = False,
 ) -> dict[str, float]:
-    """`algo.epochs` optimizer steps on this rank's packs; the batch's diagnostics (same on every rank)."""
+    """`algo.epochs` optimizer steps on this rank's packs, then `algo.value_epochs` of the value head
+    alone; with `value_only` (a value warm-up step) only the latter, at least one. The batch's
+    diagnostics (same on every rank)."""
+    critic = _critic_figures(packs, world) if policy.value_head is not None else {}
+    if value_only:
+        return critic | _value_only_update(policy, optimizer, packs, algo, world)
     cfg = algo.loss_config()
     n_steps = world.max_int(len(packs))
+    fit = policy.value_head is not None and algo.value_epochs > 0
+    features: list[Tensor] = []
     by_sequence = cfg.sequence_level is not None
     old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 or by_sequence else None
     seq_ratio = sequence_ratios([p.rows for p in packs], old) if by_sequence and old is not None else None
@@ -183,7 +202,11 @@ def update(
         for k in range(n_steps):
             real = k < len(packs)
             p = packs[k] if real else dummy_pack()
-            logprob, entropy, values = policy(p, entropy_grad=algo.entropy_coef > 0)
+            keep = fit and _epoch == 0
+            out = policy(p, mode="rows+features" if keep else "rows", entropy_grad=algo.entropy_coef > 0)
+            logprob, entropy, values = out[:3]
+            if keep and real:
+                features.append(out[3])
             rows = p.rows.to(logprob.device, logprob.dtype)
             loss, diagnostics = rows_loss(
                 logprob,
@@ -212,8 +235,107 @@ def update(
         seq = torch.cat([p.rows.seq for p in packs]) if packs else torch.zeros(0, dtype=torch.long)
         ratios = torch.cat([r.cpu() for r in seq_ratio]) if packs else torch.zeros(0)
         combined |= off_policy_metrics(world.gather(off_policy_counts(seq, ratios, cfg)))
+    if fit:
+        fitted = fit_values(policy, optimizer, ValueRows.of(packs, features), algo, world, algo.value_epochs)
+        critic |= {"value_fit_loss": fitted["value_fit_loss"]}
     # Skipped groups add exactly 0 to the loss; entropy and KL are measured only on trained groups.
-    return {"loss": 0.0} | _stable_names(combined) | {"grad_norm": grad_norm}
+    return {"loss": 0.0} | _stable_names(combined) | {"grad_norm": grad_norm} | critic
+
+
+# --- 5. the critic's own steps ---
+
+
+@dataclass(frozen=True)
+class ValueRows:
+    """A rank's value rows, for steps of the value head alone: the hidden state each V reads
+    (detached, from a forward of the weights before the update), the targets and the loss weights."""
+
+    features: Tensor  # (N, H)
+    returns: Tensor  # (N,)
+    old_value: Tensor  # (N,)
+    weight: Tensor  # (N,)
+
+    @classmethod
+    def of(cls, packs: list[PackedSequence], features: list[Tensor]) -> "ValueRows":
+        if not packs:
+            return cls(torch.zeros(0, 0), torch.zeros(0), torch.zeros(0), torch.zeros(0))
+        f = torch.cat(features)
+        rows = [p.rows.to(f.device, f.dtype) for p in packs]
+        return cls(
+            features=f,
+            returns=torch.cat([r.returns for r in rows]),
+            old_value=torch.cat([r.old_value for r in rows]),
+            weight=torch.cat([r.value_weight for r in rows]),
+        )
+
+
+def fit_values(
+    policy: PolicyModule,
+    optimizer: torch.optim.Optimizer,
+    rows: ValueRows,
+    algo: AlgorithmConfig,
+    world: World,
+    passes: int,
+) -> dict[str, float]:
+    """`passes` optimizer steps of the value head alone on `rows` (c_v L_v of losses.py, clipped around
+    V_old as the update's own value loss is); the language model gets no gradient, so the optimizer
+    leaves its weights and moments as they are. Reports the value loss over the batch after the last
+    pass (`value_fit_loss`: in-sample, against `value_loss` before). Every rank runs `passes` + 1
+    head forwards, in lockstep."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    head = policy.value_head.proj.weight  # (1, H)
+    features = rows.features
+    if features.numel() == 0:  # a rank with no rows still runs the passes (FSDP2's collectives)
+        features = torch.zeros(0, head.shape[-1])
+    features = features.to(head.device, head.dtype)
+    losses = []
+    for i in range(passes + 1):
+        last = i == passes
+        with torch.set_grad_enabled(not last):
+            (v,) = policy(None, mode="head", features=features)
+            target = rows.returns.to(v)
+            loss = (rows.weight.to(v) * value_loss(v, rows.old_value.to(v), target, algo.value_clip)).sum()
+        losses.append(float(loss.detach()))
+        if last:
+            break
+        optimizer.zero_grad(set_to_none=True)
+        (loss * algo.value_coef * world.size).backward()
+        norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)))
+        if np.isfinite(norm):
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    total = np.sum(world.gather(np.array(losses)), axis=0)
+    return {"value_loss_before_fit": float(total[0]), "value_fit_loss": float(total[-1])}
+
+
+def _value_only_update(
+    policy: PolicyModule,
+    optimizer: torch.optim.Optimizer,
+    packs: list[PackedSequence],
+    algo: AlgorithmConfig,
+    world: World,
+) -> dict[str, float]:
+    """A value warm-up step: one no-grad forward of the batch for the hidden states, then
+    max(`value_epochs`, 1) steps of the value head alone; the policy's weights stay as they were."""
+    features = []
+    for k in range(world.max_int(len(packs))):
+        (f,) = policy(packs[k] if k < len(packs) else dummy_pack(), mode="features")
+        if k < len(packs):
+            features.append(f)
+    fitted = fit_values(
+        policy, optimizer, ValueRows.of(packs, features), algo, world, max(algo.value_epochs, 1)
+    )
+    before = fitted.pop("value_loss_before_fit")  # the head as GAE used it: the step's value loss
+    return {"loss": algo.value_coef * before, "value_loss": before, "value_warmup": 1.0} | fitted
+
+
+def _critic_figures(packs: list[PackedSequence], world: World) -> dict[str, float]:
+    """`explained_variance` of V_old (the values GAE used) over every rank's value rows."""
+    moments = np.zeros(5)
+    for p in packs:
+        moments += value_moments(p.rows.returns, p.rows.old_value, p.rows.value_weight)
+    ev = explained_variance(np.sum(world.gather(moments), axis=0))
+    return {} if ev is None else {"explained_variance": ev}
 
 
 def _zero_missing_grads(params: list[Tensor]) -> None:
