@@ -30,7 +30,7 @@ def _fail(e: Exception) -> typer.Exit:
 @tasks_app.command("list")
 def list_cmd(
     suite: str = typer.Argument("", help="a suite name or folder; empty: list the suites"),
-    split: str = typer.Option("", help="only this split (train/test)"),
+    split: str = typer.Option("", help="only this split (train, validation or test)"),
     root: Path = typer.Option(
         None, help="where imported suites live (default ~/.local/share/clawgym/suites)"
     ),
@@ -194,7 +194,7 @@ def _split_line(split: dict) -> str:
 @tasks_app.command("check")
 def check_cmd(
     suite: str = typer.Argument(..., help="a suite name or folder"),
-    split: str = typer.Option("", help="only this split (train/test)"),
+    split: str = typer.Option("", help="only this split (train, validation or test)"),
     task_ids: list[str] = typer.Option(
         [], "--task", help="check only this task (its id, or a broken task's folder name); repeatable"
     ),
