@@ -43,7 +43,9 @@ def merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """`base` with `changes` merged in, dicts recursively (other values replaced)."""
     out = dict(base)
     for key, value in changes.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -64,10 +66,8 @@ def _last_json(argv: list[str], log: Path) -> dict[str, Any]:
 
 
 def train(run_dir: Path) -> dict[str, Any]:
-    """`clawgym train -c run_dir/config.yaml --run-dir run_dir --json`: the run's summary."""
-    config = run_dir / CONFIG_FILE
-    return _last_json([str(CLAWGYM), "train", "-c", str(config), "--run-dir", str(run_dir), "--json"],
-                      run_dir / "train.stderr.log")  # fmt: skip
+    """`clawgym train run_dir --json` (the folder holds the run's config.yaml): the run's summary."""
+    return _last_json([str(CLAWGYM), "train", str(run_dir), "--json"], run_dir / "train.stderr.log")
 
 
 def evaluate(run_dir: Path, checkpoint: int, harnesses: list[str], store: Path) -> EvalResult:

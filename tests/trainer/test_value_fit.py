@@ -19,6 +19,7 @@ from clawgym.store.sql import SqlStore
 from clawgym.trainer import checkpoint as ckpt
 from clawgym.trainer.batch import build_batch
 from clawgym.trainer.distributed import World
+from clawgym.trainer.metrics import STEP_KEYS
 from clawgym.trainer.optim import make_optimizer
 from clawgym.trainer.policy import build_policy
 from clawgym.trainer.update import Normaliser, prepare_packs, update
@@ -84,6 +85,7 @@ def test_a_value_warmup_step_leaves_the_policy_unchanged_and_fits_the_value_head
     )
     assert not torch.equal(head_before, built.module.value_head.proj.weight), "the value head must move"
     assert d["value_warmup"] == 1.0 and "explained_variance" in d, d
+    assert {"explained_variance", "value_fit_loss", "value_warmup"} <= set(STEP_KEYS), "tracked per step"
     assert d["explained_variance"] == pytest.approx(0.0, abs=1e-9), "V = 0 before the fit explains nothing"
     assert d["value_fit_loss"] < 0.25 * d["value_loss"], f"the passes must fit the batch's returns: {d}"
     again = update(

@@ -124,8 +124,8 @@ class AlgorithmConfig(Section):
         ge=0,
         description="PPO: after each step's update, this many more optimizer steps of the value head alone on "
         "the batch's value targets, over the hidden states the update's first forward computed (the weights "
-        "before it; kept for the step: value rows × hidden size floats); a linear head on kept features, so a "
-        "pass costs no forward",
+        "before it; kept for the step: value rows × hidden size floats), so a pass costs no forward. Measured "
+        "on the quickstart's PPO (24 steps, bench/algorithms.py): 8 passes did not raise the explained variance",
     )
     value_warmup_steps: int = Field(
         0,
