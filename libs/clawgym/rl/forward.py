@@ -36,7 +36,8 @@ class ValueHead(nn.Module):
     `init_std` 0 (the trainer's): V ≡ 0 until the critic learns, so PPO starts as REINFORCE on the
     rewards instead of on a random head's noise. Measured (bench/algorithms.py, SmolLM2-135M): a
     head drawn with std 1/√hidden gave values of std ~1 per token on the final hidden states
-    against returns of variance ~0.1 (explained variance -15 to -20 over 12 steps), GAE's δ were
+    against returns of variance ~0.1 (explained variance -15 to -20 over 12 steps, as then computed:
+    per micro-batch, within one group's tree), GAE's δ were
     that noise, and held-out Pass@1 fell where GRPO's rose."""
 
     def __init__(self, hidden_size: int, dtype: torch.dtype = torch.float32, init_std: float = 0.0) -> None:
