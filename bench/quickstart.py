@@ -127,11 +127,15 @@ def main() -> None:
         if result.get(f"pass1_before{suffix}") is not None and result.get(f"pass1_after{suffix}") is not None:
             print(f"Pass@1, {what}: before {result[f'pass1_before{suffix}']:.3f} {result[f'ci95_before{suffix}']}  "
                   f"after {result[f'pass1_after{suffix}']:.3f} {result[f'ci95_after{suffix}']}  "
-                  f"difference {result.get(f'delta{suffix}', float('nan')):+.3f} {result.get(f'ci95_delta{suffix}')}")  # fmt: skip
+                  f"difference {result.get(f'delta{suffix}', float('nan')):+.3f} {result.get(f'ci95_delta{suffix}')}"
+                  f" (over families {result.get(f'ci95_delta{suffix}_by_family')})")  # fmt: skip
     keys = ("pass1_before", "pass1_after", "ci95_before", "ci95_after", "delta", "ci95_delta", "significant")
     figures = {
         **{k: result.get(k) for k in keys},
         **{f"{k}_unseen_families": result.get(f"{k}_unseen_families") for k in keys},
+        "ci95_delta_by_family": result.get("ci95_delta_by_family"),
+        "ci95_delta_unseen_families_by_family": result.get("ci95_delta_unseen_families_by_family"),
+        "label_unseen_families": result.get("label_unseen_families"),
         **{k: result.get(k) for k in ("steps", "eval_tasks", "eval_tasks_unseen_families", "minutes")},
         "per_family": result.get("per_family"),
         "wall_s": round(wall, 1),
