@@ -22,7 +22,9 @@ def _save_versions(cfg, tok, versions: range) -> dict[str, torch.Tensor]:
         p.grad = torch.ones_like(p) * 1e-3
     optimizer.step()
     for v in versions:
-        ckpt.save_checkpoint(built, optimizer, scheduler, tok, ckpt.version_uri(cfg, v), {"version": v}, World())
+        uri, twin = ckpt.version_uri(cfg, v), ckpt.becomes_lean(cfg, v)  # as the trainer saves
+        ckpt.save_checkpoint(built, optimizer, scheduler, tok, uri, {"version": v}, World(), lean_twin=twin)
+        assert (ckpt.Path(uri) / ckpt.LEAN_FILE).is_file() == twin, f"v{v}: a bf16 twin only where kept lean"
         ckpt.prune_checkpoints(cfg, v)
     return ckpt.serving_weights(built)
 
@@ -48,6 +50,12 @@ def test_a_version_kept_by_keep_every_turns_lean_and_the_newest_stays_whole(trai
     assert lean_state["scheduler"] == whole_state["scheduler"] and lean_state["version"] == 2
     assert json.loads(ckpt.Path(f"{lean}/config.json").read_text()).get("torch_dtype", "bfloat16") == "bfloat16"
     assert not ckpt.make_lean(ckpt.Path(lean)), "a lean folder is left as it is"
+    assert not list(ckpt.Path(folder).rglob(ckpt.LEAN_FILE)), "v2's bf16 twin, written at save, became its weights"
+
+    copy = ckpt.Path(folder).parent / "old-run-v3"  # a folder saved without a twin is converted
+    ckpt.shutil.copytree(newest, copy)
+    assert ckpt.make_lean(copy) and load_file(f"{copy}/model.safetensors").keys() == whole_weights.keys()
+    assert all(t.dtype == torch.bfloat16 for t in load_file(f"{copy}/model.safetensors").values())
 
     runner.run(engine.load_weights(2, lean))
     name, param = next((n, p) for n, p in engine.model.named_parameters() if n in served)

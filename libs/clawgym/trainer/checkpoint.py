@@ -12,7 +12,9 @@ A folder kept only by `keep_every` (no longer one of the newest `keep_checkpoint
 engine reads it as the current policy) is made lean once a newer version is registered
 (`trainer.lean_kept_checkpoints`): its float weights rewritten in bfloat16 and its optimizer state
 dropped, which halves it; it still serves `clawgym eval --checkpoint V` and export, at bfloat16
-precision. Local folders only; a remote one stays as written.
+precision. The bfloat16 weights are written beside the float32 ones when such a version is saved
+(`LEAN_FILE`, from the tensors in memory: nothing is read back) and renamed over them later, so
+making a folder lean costs the trainer no memory. Local folders only; a remote one stays as written.
 
 Writing is all-or-nothing: a folder is written under a temporary name and renamed into place
 (uploaded, for a remote URI), so a reader never sees half a checkpoint. A checkpoint counts only
@@ -34,7 +36,7 @@ from typing import Any
 import fsspec
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -46,12 +48,14 @@ from clawgym.errors import FailedPrecondition, NotFound
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.config import TrainerConfig
 from clawgym.trainer.distributed import World
+from clawgym.trainer.memory import return_free_memory
 from clawgym.trainer.policy import BuiltPolicy, merge_lora_state
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
 WEIGHTS_FILE = "model.safetensors"
+LEAN_FILE = "model.safetensors.lean"  # its bfloat16 twin, written at save time (engines read *.safetensors only)
 LEAN_DTYPE = torch.bfloat16
 LEAN_KEY = "clawgym_lean"  # safetensors metadata of a folder made lean: the dtype it was rewritten in
 RUN_MARKER = "run.json"
@@ -172,9 +176,11 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     world: World,
     with_optimizer: bool = True,
+    lean_twin: bool = False,
 ) -> None:
     """Writes the checkpoint folder at `uri` (all ranks call it; rank 0 writes); the optimizer's
-    state is None unless `with_optimizer`."""
+    state is None unless `with_optimizer`; `lean_twin`: the weights' bfloat16 twin too (`LEAN_FILE`),
+    for a version that `make_lean` will rewrite."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(built.module, options=options)
     optim_state = (
@@ -199,6 +205,8 @@ def save_checkpoint(
 
     def write(folder: Path) -> None:
         save_file(tensors, str(folder / WEIGHTS_FILE), {"format": "pt"})
+        if lean_twin:
+            save_file(_lean(tensors), str(folder / LEAN_FILE), _lean_metadata())
         config.save_pretrained(folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
@@ -246,6 +254,12 @@ def _publish_folder(write: Callable[[Path], None], uri: str) -> None:
         fs.put(str(staging), target, recursive=True)
 
 
+def becomes_lean(cfg: TrainerConfig, version: int) -> bool:
+    """Whether `version` will be kept only by `keep_every` once newer versions exist (`make_lean`)."""
+    lean = cfg.lean_kept_checkpoints and cfg.keep_every > 0 and version % cfg.keep_every == 0
+    return lean and _is_local(fsspec.core.url_to_fs(run_folder(cfg))[0])
+
+
 def is_kept(cfg: TrainerConfig, version: int, newest: int) -> bool:
     """Whether version's folder survives pruning once `newest` is registered: one of the newest
     `keep_checkpoints`, or a multiple of `keep_every`."""
@@ -269,21 +283,33 @@ def prune_checkpoints(cfg: TrainerConfig, newest: int) -> list[str]:
     return deleted
 
 
+def _lean(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.to(LEAN_DTYPE) if v.is_floating_point() else v for k, v in tensors.items()}
+
+
+def _lean_metadata() -> dict[str, str]:
+    return {"format": "pt", LEAN_KEY: str(LEAN_DTYPE).removeprefix("torch.")}
+
+
 def make_lean(folder: Path) -> bool:
-    """Rewrites a checkpoint folder's float weights in bfloat16 (each file replaced whole, so a reader
-    has the old or the new one) and drops its optimizer state; False where it was lean already."""
-    weights = folder / WEIGHTS_FILE
+    """Puts a checkpoint folder's weights in bfloat16 (its `LEAN_FILE` renamed over them; a folder
+    saved without one is converted) and drops its optimizer state; False where it was lean already.
+    Each file is replaced whole, so a reader has the old or the new one."""
+    weights, twin = folder / WEIGHTS_FILE, folder / LEAN_FILE
     if not weights.is_file():
         return False
     with safe_open(str(weights), "pt") as f:
         if (f.metadata() or {}).get(LEAN_KEY):
             return False
-    tensors = {k: v.to(LEAN_DTYPE) if v.is_floating_point() else v for k, v in load_file(weights).items()}
-    staging = folder / f".{WEIGHTS_FILE}.tmp-{os.getpid()}"
-    save_file(tensors, str(staging), {"format": "pt", LEAN_KEY: str(LEAN_DTYPE).removeprefix("torch.")})
+    if not twin.is_file():  # saved without a twin (an older run, or keep_every changed): convert it
+        staging = folder / f".{LEAN_FILE}.tmp-{os.getpid()}"
+        with safe_open(str(weights), "pt") as f:
+            save_file(_lean({k: f.get_tensor(k) for k in f.keys()}), str(staging), _lean_metadata())  # noqa: SIM118
+        os.replace(staging, twin)
+        return_free_memory()
     state_file = folder / STATE_FILE
-    if state_file.is_file():
-        state = load_trainer_state(folder)
+    if state_file.is_file():  # mapped: only what is written back is read
+        state = torch.load(state_file, map_location="cpu", weights_only=False, mmap=True)
         if state.get("optimizer") is not None:
             state["optimizer"] = None
             torch.save(state, folder / f".{STATE_FILE}.tmp-{os.getpid()}")
@@ -295,7 +321,7 @@ def make_lean(folder: Path) -> bool:
             if key in config:
                 config[key] = "bfloat16"
         config_file.write_text(json.dumps(config, indent=2) + "\n")
-    os.replace(staging, weights)
+    os.replace(twin, weights)
     return True
 
 

@@ -468,7 +468,7 @@ class Trainer:
         ckpt.save_checkpoint(
             self.policy, self.optimizer, self.scheduler, self.tokenizer, uri,
             {"version": version, "plan_rng": self.rng.bit_generator.state, "sampler": self._sampler_state()},
-            self.world, with_optimizer=self.cfg.save_optimizer_state,
+            self.world, with_optimizer=self.cfg.save_optimizer_state, lean_twin=ckpt.becomes_lean(self.cfg, version),
         )  # fmt: skip
         self.version = version
         return version, uri
