@@ -56,13 +56,10 @@ import json
 import logging
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import uvicorn
 
 from clawgym.harnesses.base import HarnessAdapter
 from clawgym.harnesses.registry import get_harness
@@ -75,6 +72,7 @@ from clawgym.protocols.openai_chat import OpenAIChat
 from clawgym.protocols.openai_responses import OpenAIResponses
 from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
+from clawgym.proxy.serving import ServerThread
 from clawgym.records import Call, RolloutSpec
 from clawgym.rendering.template import ChatTemplate
 from clawgym.sandbox import SandboxConfig, make_sandbox_backend
@@ -138,22 +136,14 @@ class Proxy:
             supports_tools=spec.supports_tools,
             tool_call_format=spec.tool_call_format,
         )
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.server = ServerThread(app)
 
     def __enter__(self) -> Proxy:
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the proxy did not start")
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        self.url = self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.server.stop()
         self.store.close()
 
 

@@ -26,27 +26,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import uvicorn
 from transformers import AutoModelForCausalLM
 
 from clawgym.harnesses.base import RunContext
 from clawgym.harnesses.claude_code import ClaudeCode
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.attempt import run_task
-from clawgym.policies import load_tokenizer, policy_spec
-from clawgym.proxy.app import create_app
-from clawgym.proxy.config import ProxyConfig
+from clawgym.policies import load_tokenizer
 from clawgym.rl import ValueHead, gae_terms, pack
 from clawgym.rl.forward import values_by_position
 from clawgym.rl.tree_attention import TREE_ATTENTION
-from clawgym.store.sql import SqlStore
 from clawgym.trajectory import tree_from_calls
 from clawgym.trajectory.view import rollout_view
 from tests.harnesses.test_real_harnesses import Proxy, mini_task
@@ -69,17 +64,7 @@ class ScriptedProxy(Proxy):
         def script(prompt: list[int], index: int) -> list[int]:
             return [*tokenizer.encode(reply(tokenizer.decode(prompt)), add_special_tokens=False), end]
 
-        self.engine = ScriptedEngine(script, vocab_size=len(tokenizer), max_context=131072)
-        self.store = SqlStore(f"sqlite:///{db}")
-        app = create_app(
-            ProxyConfig(),
-            self.engine,
-            self.store,
-            tokenizer,
-            tool_call_format=policy_spec(model).tool_call_format,
-        )
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        super().__init__([], db, model, ScriptedEngine(script, vocab_size=len(tokenizer), max_context=131072))
 
 
 class ClaudeCodeWith(ClaudeCode):

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from clawgym.harnesses.base import Limits
 from clawgym.harnesses.registry import get_harness
@@ -23,6 +20,7 @@ from clawgym.orchestrator.attempt import run_task
 from clawgym.policies import load_tokenizer, policy_spec
 from clawgym.proxy.app import create_app
 from clawgym.proxy.config import ProxyConfig
+from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.loader import load_tasks
@@ -32,29 +30,25 @@ TEMPLATES = Path(__file__).parent.parent / "data" / "chat_templates"
 
 
 class Proxy:
-    """The proxy app on 127.0.0.1:<free port> in a thread, answering `texts` in order, as the
-    policy `model` (a spec or local folder: its tokenizer, chat template and tool-call format)."""
+    """The proxy app on 127.0.0.1:<free port> (`ServerThread`), answering `texts` in order (or as
+    `engine` answers), as the policy `model` (a spec or local folder: its tokenizer, chat template
+    and tool-call format)."""
 
-    def __init__(self, texts: list[str], db: Path, model: str | Path = "tiny-qwen3") -> None:
+    def __init__(
+        self, texts: list[str], db: Path, model: str | Path = "tiny-qwen3", engine: ScriptedEngine | None = None
+    ) -> None:
         tokenizer = load_tokenizer(model)
-        self.engine = ScriptedEngine.from_texts(
-            tokenizer, texts, max_context=131072
-        )  # Claude Code sends ~16.6k tiny-qwen3 tokens
+        # Claude Code sends ~16.6k tiny-qwen3 tokens
+        self.engine = engine or ScriptedEngine.from_texts(tokenizer, texts, max_context=131072)
         self.store = SqlStore(f"sqlite:///{db}")
         spec = policy_spec(model)
         app = create_app(
             ProxyConfig(), self.engine, self.store, tokenizer, tool_call_format=spec.tool_call_format
         )
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.server = ServerThread(app)
 
     def __enter__(self) -> Proxy:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "proxy did not start"
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        self.url = self.server.start()
         return self
 
     def register(self, harness: str, task_id: str) -> tuple[str, str]:
@@ -65,8 +59,7 @@ class Proxy:
         return rollout.rollout_id, rollout.token
 
     def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.server.stop()
         self.store.close()
 
 
