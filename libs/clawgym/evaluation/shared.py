@@ -55,7 +55,8 @@ class Shared:
     same_solution: tuple[str, ...] = ()  # ... whose solution files a training task has too
     # metadata key → (evaluated tasks whose value a training task has too, evaluated tasks recording it)
     recorded: dict[str, tuple[int, int]] = field(default_factory=dict)
-    by_family: dict[str, FamilyShare] = field(default_factory=dict)  # families with shell solutions
+    # evaluated families with no training task, with shell solutions
+    by_family: dict[str, FamilyShare] = field(default_factory=dict)
 
     def siblings(self) -> list[str]:
         return [f for f, share in self.by_family.items() if share.sibling]
@@ -74,7 +75,6 @@ def compare(
         if values:
             recorded[key] = (sum(v in trained_values for v in values), len(values))
     with_solution = [t for t in evaluated if t.has_solution]
-    trained_parts = [p for t in train if (p := _shell_solution(t)) is not None]
     return Shared(
         tasks=len(evaluated),
         families=tuple(sorted({family_of[t.id] for t in evaluated})),
@@ -84,20 +84,25 @@ def compare(
         solutions=len(with_solution),
         same_solution=tuple(t.id for t in with_solution if _solution_digest(t) in solutions),
         recorded=recorded,
-        by_family=_family_shares(trained_parts, evaluated, family_of),
+        by_family=_family_shares(train, evaluated, family_of),
     )
 
 
 def _family_shares(
-    trained: Sequence[CommandParts], evaluated: Sequence[Task], family_of: dict[str, str]
+    train: Sequence[Task], evaluated: Sequence[Task], family_of: dict[str, str]
 ) -> dict[str, FamilyShare]:
+    """What the shell solutions of each evaluated family with no training task share with training's
+    (a trained family shares its own programs by definition: it is left out)."""
+    trained_families = {family_of[t.id] for t in train}
+    untrained = [t for t in evaluated if family_of[t.id] not in trained_families]
+    trained = [p for t in train if (p := _shell_solution(t)) is not None] if untrained else []
     if not trained:
         return {}
     programs = frozenset().union(*(p.programs for p in trained))
     flags = frozenset().union(*(p.flags for p in trained))
     shapes = {p.shape for p in trained}
     mine: dict[str, list[CommandParts]] = {}
-    for t in evaluated:
+    for t in untrained:
         if (parts := _shell_solution(t)) is not None:
             mine.setdefault(family_of[t.id], []).append(parts)
     return {

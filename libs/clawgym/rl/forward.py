@@ -151,6 +151,12 @@ def logprobs_and_entropy(
     return logp_all[inverse, targets], entropy[inverse]
 
 
+def value_features(hidden: Tensor, pack: PackedSequence) -> Tensor:
+    """(V, H): the hidden state each value row's V reads, that of the slot before its token."""
+    parent = pack.parent.to(hidden.device)
+    return hidden[parent[pack.rows.value_token.to(hidden.device)]]
+
+
 def packed_forward(
     model: nn.Module,
     pack: PackedSequence,
@@ -171,7 +177,7 @@ def packed_forward(
     )
     values = features = None
     if value_head is not None:
-        features = hidden[parent[pack.rows.value_token.to(device)]]
+        features = value_features(hidden, pack)
         values = value_head(features)
         features = features.detach()
     return PackedOutput(logprob=logprob, entropy=entropy, values=values, value_features=features)

@@ -268,18 +268,20 @@ def is_kept(cfg: TrainerConfig, version: int, newest: int) -> bool:
 
 def prune_checkpoints(cfg: TrainerConfig, newest: int) -> list[str]:
     """Deletes the version folders `is_kept` does not keep, and staging leftovers, and makes lean
-    the folders kept only by `keep_every` (`lean_kept_checkpoints`); returns the deleted names."""
+    the folder that `newest` leaves kept only by `keep_every` (`becomes_lean`); returns the deleted
+    names."""
     fs, folder = fsspec.core.url_to_fs(run_folder(cfg))
     deleted = []
     for path in fs.ls(folder, detail=False):
         name = str(path).rstrip("/").rsplit("/", 1)[-1]
         match = _VERSION_DIR.match(name)
+        version = int(match.group(1)) if match else None
         stale_tmp = name.startswith(".v") and ".tmp-" in name
-        if (match and not is_kept(cfg, int(match.group(1)), newest)) or stale_tmp:
+        if (version is not None and not is_kept(cfg, version, newest)) or stale_tmp:
             fs.rm(path, recursive=True)
             deleted.append(name)
-        elif match and cfg.lean_kept_checkpoints and _is_local(fs) and int(match.group(1)) <= newest - cfg.keep_checkpoints:
-            make_lean(Path(path))
+        elif version == newest - cfg.keep_checkpoints and becomes_lean(cfg, version):
+            make_lean(Path(path))  # it has just left the newest: kept only by keep_every from now on
     return deleted
 
 

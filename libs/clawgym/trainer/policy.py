@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from clawgym.rl.forward import ValueHead, hidden_states, packed_forward
+from clawgym.rl.forward import ValueHead, hidden_states, packed_forward, value_features
 from clawgym.rl.packing import LossRows, PackedSequence
 from clawgym.rl.tree_attention import TREE_ATTENTION
 from clawgym.trainer.config import LoraSettings, TrainerConfig
@@ -50,8 +50,7 @@ class PolicyModule(nn.Module):
         if mode == "features":
             assert pack is not None
             with torch.no_grad():
-                hidden = hidden_states(self.lm, pack)
-                return (hidden[pack.parent.to(hidden.device)[pack.rows.value_token.to(hidden.device)]],)
+                return (value_features(hidden_states(self.lm, pack), pack),)
         assert pack is not None
         if mode == "values":
             hidden = hidden_states(self.lm, pack)
