@@ -378,6 +378,9 @@ class Run:
             self.observer.step_done(trainer.version, t.steps, metrics, durations[-1])
             if self._periodic_eval_due(trainer.version):
                 self._evaluate(outcome, f"step {trainer.version}", "eval during training")
+        if self.stop.is_set():  # asked during the last step: the final evaluation is left to a resume
+            self._end_early(outcome, f"stopped after the last step ({t.steps}): asked to stop before the final evaluation")
+            outcome.stopped = True
 
     def _end_early(self, outcome: RunOutcome, note: str) -> None:
         outcome.notes.append(note)

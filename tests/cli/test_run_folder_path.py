@@ -20,6 +20,10 @@ from tests.cli.conftest import CLAWGYM
 
 pytestmark = pytest.mark.slow
 
+# A tiny step takes about a second: enough of them that Ctrl-C, sent once the first checkpoint
+# is seen, lands well before the last step.
+STEPS = 8
+
 
 def newcomer_config(tmp_path: Path, **trainer) -> Path:
     """A config naming no store and no checkpoint folder: the run keeps both in its folder."""
@@ -45,7 +49,7 @@ def wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen | No
 
 
 def test_train_interrupt_resume_eval_export_and_browse_share_one_run_folder(clawgym, tmp_path):
-    config = newcomer_config(tmp_path)
+    config = newcomer_config(tmp_path, steps=STEPS)
     folder = tmp_path / "runs" / "first"
     proc = subprocess.Popen(
         [str(CLAWGYM), "train", "-c", str(config)], cwd=tmp_path,
@@ -65,7 +69,7 @@ def test_train_interrupt_resume_eval_export_and_browse_share_one_run_folder(claw
     )
     assert "stopped at version" in out and "checkpoint is kept" in out, out
     partial = json.loads((folder / "summary.json").read_text())
-    assert 1 <= partial["steps"] < 3 and "pass1_after" not in partial, f"a partial report: {partial}"
+    assert 1 <= partial["steps"] < STEPS and "pass1_after" not in partial, f"a partial report: {partial}"
     assert (folder / "report.md").is_file()
     saved = yaml.safe_load((folder / "config.yaml").read_text())
     assert saved["store"]["url"] == f"sqlite:///{folder / 'clawgym.db'}", saved["store"]
@@ -74,14 +78,14 @@ def test_train_interrupt_resume_eval_export_and_browse_share_one_run_folder(claw
     done = clawgym("train", "runs/first", "--resume", "--json")
     assert done.returncode == 0, f"resume from the folder:\n{done.stdout}\n{done.stderr}"
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 3 and "pass1_after" in summary and summary["run_dir"] == "runs/first", summary
+    assert summary["steps"] == STEPS and "pass1_after" in summary and summary["run_dir"] == "runs/first", summary
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["first"], "one folder throughout"
     held = {p.name for p in folder.iterdir()}
     assert {"config.yaml", "clawgym.db", "checkpoints", "report.md", "summary.json", "run.log"} <= held, held
 
-    evaluated = clawgym("eval", "runs/first", "--checkpoint", "3", "--json")
+    evaluated = clawgym("eval", "runs/first", "--checkpoint", str(STEPS), "--json")
     assert evaluated.returncode == 0, f"eval RUN --checkpoint:\n{evaluated.stdout}\n{evaluated.stderr}"
-    assert json.loads(evaluated.stdout.strip().splitlines()[-1])["version"] == 3, evaluated.stdout
+    assert json.loads(evaluated.stdout.strip().splitlines()[-1])["version"] == STEPS, evaluated.stdout
 
     exported = clawgym("export", "runs/first", "--format", "jsonl", "--out", str(tmp_path / "export"))
     assert exported.returncode == 0, f"export RUN:\n{exported.stdout}\n{exported.stderr}"
