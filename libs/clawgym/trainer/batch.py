@@ -14,6 +14,7 @@ rank can train alone, and its samples share the task prompt (most of the sharing
 normalisation is made global across groups and ranks in `update.py`.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,21 +106,29 @@ def oldest_version(group: Group) -> int | None:
 
 def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
     """The group's tree, or None when no rollout of it has a call."""
+    return groups_tree([group], failed_reward)
+
+
+def groups_tree(groups: Sequence[Group], failed_reward: float = 0.0) -> GroupTree | None:
+    """The rollouts of `groups` in one tree (an SFT step merges its demonstrations, whose harness
+    prompt is then computed once; RL keeps a tree per group), or None when none has a call. Its
+    `group_id` joins theirs with '+'."""
     tree = RadixTree()
     rewards, passed, harness = [], [], ""
-    for rollout, reward in trained_rollouts(group, failed_reward):
-        r = rollout.rollout
-        tree_from_calls(rollout.calls, group_id=group.id, reward=reward, tree=tree)
-        rewards.append(reward)
-        passed.append(bool(r.passed))
-        harness = harness or r.harness
+    for group in groups:
+        for rollout, reward in trained_rollouts(group, failed_reward):
+            r = rollout.rollout
+            tree_from_calls(rollout.calls, group_id=group.id, reward=reward, tree=tree)
+            rewards.append(reward)
+            passed.append(bool(r.passed))
+            harness = harness or r.harness
     if not rewards:
         return None
     flat = tree.flatten()
     if len(flat.gen_pos) == 0:
         return None
     return GroupTree(
-        group_id=group.id,
+        group_id="+".join(g.id for g in groups),
         harness=harness,
         flat=flat,
         stats=tree.stats(),

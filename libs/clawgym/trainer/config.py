@@ -239,8 +239,14 @@ class SftConfig(Section):
     groups_per_step: int = Field(
         4,
         ge=1,
-        description="demonstration groups (one prefix tree each) per SFT step, in an order reshuffled each "
-        "epoch (seeded by trainer.seed); all of them when fewer",
+        description="demonstration groups per SFT step, in an order reshuffled each epoch (seeded by "
+        "trainer.seed); all of them when fewer. A step merges them into one prefix tree per rank",
+    )
+    lr: float | None = Field(
+        None,
+        gt=0,
+        description="learning rate of the SFT steps, constant; null = algorithm.lr with its schedule. A "
+        "warm start before RL usually wants a larger one than the RL steps",
     )
 
 

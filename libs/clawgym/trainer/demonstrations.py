@@ -15,6 +15,9 @@ nor the loss (`clawgym.rl.sft`).
 3. The order is a fixed function of (seed, step): epoch e is a permutation of the groups drawn from
    seed + e, and step k takes the next `groups_per_step` of the epochs laid end to end. A resumed run
    at version v therefore trains exactly what an uninterrupted one would have.
+4. A step trains its groups merged into one tree per rank (`step_trees`): demonstrations through one
+   harness share its system prompt (mini-swe-agent's ~700 of a ~830-token prompt), which is then
+   computed once per step, not once per group.
 """
 
 import dataclasses
@@ -25,7 +28,7 @@ import numpy as np
 from clawgym.errors import FailedPrecondition
 from clawgym.records import TEACHER_KEY, Call, Group, RolloutWithCalls, is_teacher
 from clawgym.store.interface import TrajectoryStore
-from clawgym.trainer.batch import GroupTree, group_tree, trained_rollouts
+from clawgym.trainer.batch import GroupTree, assign_to_ranks, group_tree, groups_tree, trained_rollouts
 
 __all__ = ["TEACHER_KEY", "Demonstrations", "is_teacher", "select", "store_groups"]
 
@@ -65,19 +68,20 @@ def store_groups(store: TrajectoryStore, run_id: str) -> list[Group]:
 class Demonstrations:
     """The fixed dataset of supervised steps: one tree per group, drawn in seeded epochs (doc, 3)."""
 
-    trees: list[GroupTree]
+    trees: list[GroupTree]  # one per group, in the groups' order
     groups_per_step: int
     seed: int
     where: str = ""  # what they were read from, for messages
+    groups: tuple[Group, ...] = ()  # the groups of `trees`, for `step_trees`
 
     @classmethod
     def of(cls, groups: list[Group], groups_per_step: int, seed: int, where: str = "") -> "Demonstrations":
-        trees = [t for t in (group_tree(g) for g in groups) if t is not None]
-        if not trees:
+        kept = [(t, g) for t, g in ((group_tree(g), g) for g in groups) if t is not None]
+        if not kept:
             raise FailedPrecondition(
                 f"trainer.sft: {where or 'the source'} holds no demonstration to train on"
             )
-        return cls(trees, groups_per_step, seed, where)
+        return cls([t for t, _ in kept], groups_per_step, seed, where, tuple(g for _, g in kept))
 
     @property
     def per_step(self) -> int:
@@ -92,6 +96,23 @@ class Demonstrations:
             epoch, i = divmod(k, n)
             picked.append(self.trees[int(np.random.default_rng(self.seed + epoch).permutation(n)[i])])
         return picked, (step + 1) * b / n
+
+    def step_trees(self, step: int, ranks: int = 1) -> tuple[list[list[GroupTree]], int, float]:
+        """Step `step`'s groups (`batch`) shared out to `ranks` ranks, balanced by size, each rank's
+        merged into one tree (doc, 4; an empty list for a rank left without a group); with the
+        number of groups and the epoch the step ends in."""
+        picked, epoch = self.batch(step)
+        by_id = {t.group_id: g for t, g in zip(self.trees, self.groups, strict=True)}
+        shards = []
+        for share in assign_to_ranks(picked, ranks):
+            # a step across an epoch's end can draw a group twice (at most: it draws ≤ n): the
+            # repeat goes into a second tree, so it weighs twice as it would unmerged
+            firsts, repeats = [], []
+            for t in share:
+                (repeats if t.group_id in firsts else firsts).append(t.group_id)
+            merged = (groups_tree([by_id[i] for i in ids]) for ids in (firsts, repeats) if ids)
+            shards.append([tree for tree in merged if tree is not None])
+        return shards, len(picked), epoch
 
     @property
     def rollouts(self) -> int:

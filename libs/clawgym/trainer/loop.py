@@ -516,13 +516,18 @@ class Trainer:
         shards = None
         if self.world.is_main:
             assert self.demonstrations is not None, "an SFT step needs the trainer's demonstrations"
-            trees, epoch = self.demonstrations.batch(self.version)
+            per_rank, n_groups, epoch = self.demonstrations.step_trees(self.version, self.world.size)
+            trees = [t for mine in per_rank for t in mine]
             norm = Normaliser.of(trees)
-            shards = [(mine, norm) for mine in assign_to_ranks(trees, self.world.size)]
+            shards = [(mine, norm) for mine in per_rank]
         my_trees, norm = self.world.scatter(shards)
         self._set_status("training")
         started = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]
+        if self.cfg.sft.lr is not None:  # the scheduler's next step sets its own value back
+            lr = self.cfg.sft.lr
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         packs = sft_packs(my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens)
         diagnostics = sft_update(self.policy.module, self.optimizer, packs, self.cfg.algorithm, self.world)
         self.scheduler.step()
@@ -531,7 +536,7 @@ class Trainer:
         if self.world.is_main:
             tokens = sum(t.flat.n_positions for t in trees)
             record = {
-                **diagnostics, "stage": "sft", "lr": lr, "version": version, "groups": len(trees),
+                **diagnostics, "stage": "sft", "lr": lr, "version": version, "groups": n_groups,
                 "rollouts": sum(len(t.rewards) for t in trees), "sft_tokens": norm.generated,
                 "sft_epoch": epoch, "sharing_ratio": Batch(self.version, trees).sharing_ratio(),
                 "tokens": tokens, "tokens_per_s": tokens / max(update_s, 1e-9), "update_s": update_s,
