@@ -316,7 +316,8 @@ def open_demonstrations(cfg: ClawgymConfig, store: TrajectoryStore) -> Demonstra
         finally:
             if source is not store:
                 source.close()
-    return Demonstrations.of(select(groups, s.min_reward, s.teacher_only), s.groups_per_step, t.seed, where)
+    kept = select(groups, s.min_reward, s.teacher_only, s.harnesses)
+    return Demonstrations.of(kept, s.groups_per_step, t.seed, where)
 
 
 def _newest_training_run(store: TrajectoryStore, where: str) -> str:

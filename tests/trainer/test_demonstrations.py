@@ -97,6 +97,24 @@ def test_filters_keep_exactly_the_rollouts_and_calls_they_name(recorded, min_rew
     assert all(g.rollouts for g in groups), "a group left without demonstrations is dropped"
 
 
+def test_a_harness_filter_keeps_the_rollouts_through_those_harnesses(recorded):
+    store, run_id, ids = recorded
+    (reg,) = store.register_rollouts(run_id, [RolloutSpec(f"C-{run_id[:8]}", "task-C", "mini-swe-agent")])
+    store.start_rollout(reg.rollout_id)
+    store.record_call(Call(
+        rollout_id=reg.rollout_id, seq=0, protocol="openai_chat", request={}, response=TEACHER,
+        prompt_ids=np.asarray(A, np.int32), output_ids=np.asarray([90], np.int32),
+        output_logprobs=np.full(1, np.nan, np.float32), output_versions=np.zeros(1, np.int32),
+        policy_version=0, finish_reason="stop", temperature=0.7,
+    ))  # fmt: skip
+    store.finish_rollout(reg.rollout_id, "finished", reward=1.0, passed=True)
+    groups = store_groups(store, run_id)
+    ids = {**ids, "c": reg.rollout_id}
+    assert set(kept(select(groups, 1.0, harnesses=["mini-swe-agent"]), ids)) == {"c"}
+    assert set(kept(select(groups, 1.0, harnesses=["reference"]), ids)) == {"r0", "r4"}
+    assert set(kept(select(groups, 1.0), ids)) == {"r0", "r4", "c"}, "no filter: every harness"
+
+
 def test_teacher_only_trains_the_teachers_tokens_with_the_students_turn_as_context(recorded):
     store, run_id, ids = recorded
     calls = store.list_calls(ids["r4"])

@@ -230,6 +230,11 @@ class SftConfig(Section):
         "response's `_clawgym` section); the other calls are dropped, their tokens stay context where a "
         "later call's prompt repeats them",
     )
+    harnesses: list[str] = Field(
+        default_factory=list,
+        description="keep only rollouts through these harnesses (a source captured through several, "
+        "for a warm start in one of them); empty = every harness",
+    )
     steps: int = Field(
         0,
         ge=0,

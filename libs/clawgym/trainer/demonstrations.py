@@ -7,7 +7,7 @@ nor the loss (`clawgym.rl.sft`).
 
 1. A demonstration is a rollout that did not fail as infrastructure and has a call
    (`batch.trained_rollouts`), with `min_reward`: whose reward is at least it (an unrewarded one
-   never is). Kept rollouts stay in their group: one prefix tree per group, as RL trains them, so a
+   never is), with `harnesses`: that ran through one of them. Kept rollouts stay in their group: one prefix tree per group, as RL trains them, so a
    group's shared task prompt is computed once.
 2. With `teacher_only`, a rollout keeps only the calls the proxy marked as a teacher's (`is_teacher`);
    a student call before a teacher call still reaches the tree as that call's prompt (context), one
@@ -21,6 +21,7 @@ nor the loss (`clawgym.rl.sft`).
 """
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,14 +42,22 @@ def demonstrated(call: Call) -> Call:
     return dataclasses.replace(call, output_logprobs=np.zeros(len(call.output_ids), np.float32))
 
 
-def select(groups: list[Group], min_reward: float | None = None, teacher_only: bool = False) -> list[Group]:
-    """The groups with only their demonstrations (module doc, 1-2); groups left empty are dropped."""
+def select(
+    groups: list[Group],
+    min_reward: float | None = None,
+    teacher_only: bool = False,
+    harnesses: Sequence[str] = (),
+) -> list[Group]:
+    """The groups with only their demonstrations (module doc, 1-2), through `harnesses` only when
+    given; groups left empty are dropped."""
     out = []
     for group in groups:
         kept = []
         for rollout, _ in trained_rollouts(group):
             reward = rollout.rollout.reward
             if min_reward is not None and (reward is None or reward < min_reward):
+                continue
+            if harnesses and rollout.rollout.harness not in harnesses:
                 continue
             calls = [c for c in rollout.calls if is_teacher(c)] if teacher_only else rollout.calls
             calls = [demonstrated(c) if is_teacher(c) else c for c in calls]
