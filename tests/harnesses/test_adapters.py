@@ -218,6 +218,25 @@ def test_mini_swe_agent_text_mode_uses_its_text_based_config_and_caps_replies():
     assert argv[-2:] == ["-t", "Fix it."]
 
 
+@pytest.mark.parametrize(("mode", "model_class"), [("text", "DirectTextModel"), ("tools", "DirectToolModel")])
+def test_mini_swe_agent_direct_client_ships_its_model_class_into_home(mode, model_class):
+    run = launch("mini-swe-agent", mode=mode, client="direct")
+    argv = list(run.argv)
+    assert argv[argv.index("--model-class") + 1] == f"clawgym_mswea_client.{model_class}"
+    assert argv[argv.index("-m") + 1] == "policy", "no litellm provider prefix"
+    module = "/home/run/.clawgym-mswea/clawgym_mswea_client.py"
+    assert run.env["PYTHONPATH"] == "/home/run/.clawgym-mswea"
+    assert f"class {model_class}(".encode() in run.files[module], "the module travels with the run"
+    assert b"import litellm" not in run.files[module]
+    litellm = launch("mini-swe-agent", mode=mode)
+    assert "PYTHONPATH" not in litellm.env and not litellm.files, "litellm, the default, ships nothing"
+
+
+def test_mini_swe_agent_refuses_an_unknown_client():
+    with pytest.raises(InvalidArgument, match="expected one of litellm, direct"):
+        get_harness("mini-swe-agent", client="openai")
+
+
 def test_mini_swe_agent_refuses_an_unknown_mode():
     with pytest.raises(InvalidArgument, match="expected one of tools, text"):
         get_harness("mini-swe-agent", mode="xml")

@@ -145,3 +145,25 @@ def test_the_oracle_solves_mini_tasks_through_the_real_mini_swe_agent(tmp_path, 
             assert [c["function"]["name"] for c in message["tool_calls"]] == ["bash"], message
     finally:
         store.close()
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["text", "tools"])
+def test_mini_swe_agents_direct_client_gives_the_policy_the_prompts_litellm_gives(tmp_path, backend, mode):
+    """`client: direct` (its OpenRouter model classes pointed at the proxy, no litellm): the real CLI
+    solves the task, and every call's prompt, in the policy's tokens, is the one litellm sends."""
+    suite = mini_suite_dir(tmp_path / "suite")
+    tasks = mini_tasks(suite, FAMILIES[:1])
+    prompts = {}
+    for client in ("litellm", "direct"):
+        adapter = get_harness("mini-swe-agent", mode=mode, client=client)
+        adapter.install()
+        store, _, outcomes = collect(adapter, tasks, suite, backend, tmp_path / f"{client}.db")
+        try:
+            assert_solved_by_the_teacher(store, outcomes)
+            prompts[client] = [c.prompt_ids.tolist() for c in store.list_calls(outcomes[0][1])]
+        finally:
+            store.close()
+    assert len(prompts["direct"]) == len(prompts["litellm"]) >= 2
+    assert prompts["direct"] == prompts["litellm"], "the same conversation, token for token"

@@ -45,7 +45,11 @@ class HarnessSettings(Section):
         description="mini-swe-agent text mode: the code-fence languages an action may use "
         "(its own: mswea_bash_command; add bash for 1.x's fence)",
     )
-
+    client: str | None = Field(
+        None,
+        description="mini-swe-agent: what sends its requests, litellm (its default) or direct (its own "
+        "OpenRouter model classes pointed at the proxy: the same agent without litellm's ~2.6 s import)",
+    )
     context_window: int | None = Field(
         None,
         ge=1,
@@ -55,5 +59,5 @@ class HarnessSettings(Section):
 
     def options(self) -> dict[str, Any]:
         """The adapter constructor options these settings set (`HarnessAdapter.options` names them)."""
-        names = ("max_tokens", "mode", "command_timeout_s", "fences", "context_window")
+        names = ("max_tokens", "mode", "command_timeout_s", "fences", "client", "context_window")
         return {k: v for k in names if (v := getattr(self, k)) is not None}
