@@ -57,7 +57,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from training_runs import STEPS, TOY, evaluate, held_out_parts, train, write_run_config
+from training_runs import (
+    STEPS,
+    TOY,
+    capture_demonstrations,
+    evaluate,
+    held_out_parts,
+    merged,
+    train,
+    write_run_config,
+)
 
 from clawgym.evaluation.runner import EvalResult
 from clawgym.report.plots import COLOURS, DPI
@@ -71,6 +80,12 @@ TRAININGS = {  # policy name → the harness mix it trains through
     "mix": [{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
 }
 PARTS = {"": "trained families", "_unseen_families": "unseen families"}
+# --warm-start: chain name → the demonstrations it warm-starts on (their harnesses) and its RL mix
+WARM = {
+    "reference": (["reference"], TRAININGS["reference"]),
+    "mini-swe-agent": (["mini-swe-agent"], TRAININGS["mini-swe-agent"]),
+    "mix": (list(HARNESSES), TRAININGS["mix"]),
+}
 
 
 def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe: dict) -> dict:
@@ -86,11 +101,54 @@ def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe: dict) 
                 "reference": {"max_turns": opts.max_turns, "max_tokens": opts.max_new_tokens},
                 "mini-swe-agent": swe,
             },
-            # each start imports litellm (~8 s of CPU); measured: 16 rollouts took 220 s at 4 or 16 at a time
-            "harness_concurrency": {"mini-swe-agent": 8},
+            # through litellm each start imports it (~2.6 s of CPU; 16 rollouts took 220 s at 4 or 16 at a
+            # time): 8 at once. The direct client's starts are light: a step's rollouts all at once, so the
+            # engine decodes them as one batch, as the quickstart's
+            "harness_concurrency": {"mini-swe-agent": opts.concurrency if swe.get("client") == "direct" else 8},
         },
         "evaluation": {"at_start": False, "at_end": False},
     }
+
+
+def warm_changes(demos: Path, harnesses: list[str], sft_steps: int, rl_steps: int, sft_lr: float) -> dict:
+    """What a warm-started run adds to `run_changes`: `sft_steps` SFT steps on the oracle's passed
+    demonstrations through `harnesses` (`demos` holds them), then `rl_steps` RL steps; the warm
+    start's version is kept whole (not made lean) for its own evaluation."""
+    return {
+        "trainer": {
+            "steps": sft_steps + rl_steps,
+            "keep_every": sft_steps,
+            "lean_kept_checkpoints": False,
+            "sft": {"source": str(demos), "teacher_only": True, "min_reward": 1.0, "steps": sft_steps,
+                    "groups_per_step": 8, "lr": sft_lr, "harnesses": harnesses},
+        }
+    }  # fmt: skip
+
+
+def demonstration_tasks(run_dir: Path, per_family: int) -> list[str]:
+    """`per_family` training tasks of each trained family of the run (its config's trainer.tasks)."""
+    from clawgym.config import load_config
+
+    by_family: dict[str, list[str]] = {}
+    for task_id in load_config(run_dir / "config.yaml").trainer.tasks:
+        by_family.setdefault(task_id.rsplit("-", 1)[0], []).append(task_id)
+    return [t for family in sorted(by_family) for t in by_family[family][:per_family]]
+
+
+def best_offdiagonal(cells: dict[str, dict[str, dict]], trained_through: dict[str, str]) -> dict:
+    """The cell of a policy trained through one harness and evaluated through the other whose
+    difference from the base has the highest lower 95% end (over tasks), over both held-out parts."""
+    best: dict = {}
+    for policy, harness in trained_through.items():
+        for h in HARNESSES:
+            if h == harness or policy not in cells:
+                continue
+            for suffix, what in PARTS.items():
+                cell = cells[policy][h]
+                if f"ci95_delta{suffix}" in cell and (not best or cell[f"ci95_delta{suffix}"][0] > best["ci95_delta"][0]):
+                    best = {"policy": policy, "eval_harness": h, "part": what, "delta": cell[f"delta{suffix}"],
+                            "ci95_delta": cell[f"ci95_delta{suffix}"]}  # fmt: skip
+    return best
 
 
 def matrix(results: dict[str, EvalResult], parts) -> dict[str, dict[str, dict]]:
@@ -103,11 +161,12 @@ def matrix(results: dict[str, EvalResult], parts) -> dict[str, dict[str, dict]]:
             cell: dict = {}
             for suffix in PARTS:
                 ids = parts.ids("unseen" if suffix else "trained")
-                figures = before_after([h], base, result, ids, suffix) if ids else {}
+                figures = before_after([h], base, result, ids, suffix, parts.family_of) if ids else {}
                 # the base's own figures are its row; a trained policy's cell: Pass@1, CI, paired difference
-                keep = ("pass1_after", "ci95_after") if policy == "base" else ("pass1_after", "ci95_after", "delta",
-                                                                             "ci95_delta", "significant")  # fmt: skip
-                cell |= {k.replace("_after", ""): v for k, v in figures.items() if k.removesuffix(suffix) in keep}
+                # (over tasks, and over families)
+                keep = ("pass1_after", "ci95_after") if policy == "base" else (
+                    "pass1_after", "ci95_after", "delta", "ci95_delta", "ci95_delta_by_family", "significant")  # fmt: skip
+                cell |= {k.replace("_after", ""): v for k, v in figures.items() if (k.replace(suffix, "", 1) if suffix else k) in keep}
             out[policy][h] = cell
     return out
 
@@ -160,19 +219,36 @@ def main() -> None:
                    help="mini-swe-agent: its text-based config (a fenced command) or its bash function tool")  # fmt: skip
     p.add_argument("--swe-fences", nargs="+", default=None, metavar="LANG",
                    help="mini-swe-agent text mode: fence languages its parser takes (default: its own)")  # fmt: skip
+    p.add_argument("--swe-client", choices=("litellm", "direct"), default="direct",
+                   help="mini-swe-agent: what sends its requests (direct: the same prompts without litellm's import)")  # fmt: skip
     p.add_argument("--swe-max-tokens", type=int, default=0,
                    help="mini-swe-agent: tokens per reply (default --max-new-tokens; its prompt asks for a THOUGHT first)")  # fmt: skip
     p.add_argument("--trainings", nargs="+", choices=list(TRAININGS), default=list(TRAININGS),
                    help="which policies to train (each is evaluated beside the base policy)")  # fmt: skip
+    p.add_argument("--warm-start", action="store_true",
+                   help="each training starts with SFT on the oracle's demonstrations through its harness(es)")  # fmt: skip
+    p.add_argument("--small", action="store_true",
+                   help="--warm-start at a size for 2 cores in ~45 min: the mini-swe-agent chain only, 24 + 24 tasks")  # fmt: skip
+    p.add_argument("--demo-tasks-per-family", type=int, default=4, help="--warm-start: demonstrated training tasks per family")
+    p.add_argument("--sft-steps", type=int, default=18, help="--warm-start: SFT steps (8 demonstrations each)")
+    p.add_argument("--sft-lr", type=float, default=1e-4, help="--warm-start: the SFT steps' learning rate")
+    p.add_argument("--eval-split", choices=("test", "validation"), default="test",
+                   help="held-out split: test (reported figures) or validation (for choosing settings)")  # fmt: skip
     p.add_argument("--model", default="", help="policy (default smollm2-135m; tiny-qwen3 with --toy)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="keep the run folders here (default: a temp folder)")
     args = p.parse_args()
+    if args.small:  # the measured small size (see the module doc)
+        args.warm_start, args.trainings = True, ["mini-swe-agent"]
+        args.steps, args.groups_per_step, args.group_size = 8, 4, 8
+        args.eval_tasks, args.eval_unseen_tasks, args.swe_turns = 24, 24, 1
     if args.toy:
         opts, swe_turns = replace(TOY, seed=args.seed), 2
+        if args.warm_start:  # the oracle's fenced answers need more than the toy's 16 tokens a reply
+            opts = replace(opts, max_new_tokens=64)
     else:
         opts = QuickstartOptions(steps=args.steps, eval_tasks=args.eval_tasks, eval_unseen_tasks=args.eval_unseen_tasks,
-                                 max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                 max_new_tokens=args.max_new_tokens, seed=args.seed, eval_split=args.eval_split,
                                  groups_per_step=args.groups_per_step, group_size=args.group_size)  # fmt: skip
         swe_turns = args.swe_turns
     if args.model:
@@ -181,28 +257,50 @@ def main() -> None:
     store = out / "evals.db"
     started = time.monotonic()
     swe_max_tokens = args.swe_max_tokens or opts.max_new_tokens
-    swe = {"max_turns": swe_turns, "mode": args.swe_mode, "max_tokens": swe_max_tokens}
+    swe = {"max_turns": swe_turns, "mode": args.swe_mode, "max_tokens": swe_max_tokens, "client": args.swe_client}
     if args.swe_fences:
         swe["fences"] = args.swe_fences
+    sft_steps = 2 if args.toy else args.sft_steps
+    demos = out / "demonstrations"
     for name in args.trainings:
-        write_run_config(opts, out / name, run_changes(opts, name, TRAININGS[name], swe))
+        changes = run_changes(opts, name, TRAININGS[name], swe)
+        if args.warm_start:
+            changes = merged(changes, warm_changes(demos, WARM[name][0], sft_steps, opts.steps, args.sft_lr))
+        write_run_config(opts, out / name, changes)
     first = out / args.trainings[0]
     parts = held_out_parts(first)  # the same train and held-out tasks in every run
+    figures: dict = {}
+    if args.warm_start:
+        t0 = time.monotonic()
+        ids = demonstration_tasks(first, 1 if args.toy else args.demo_tasks_per_family)
+        captured = capture_demonstrations(first, sorted({h for n in args.trainings for h in WARM[n][0]}), ids, demos)
+        figures["demonstrations"] = {h: {"tasks": m["tasks"], "pass1": m["pass@1"]} for h, m in captured["harnesses"].items()}
+        figures["demonstrations"]["capture_s"] = round(time.monotonic() - t0, 1)
     results = {"base": evaluate(first, 0, list(HARNESSES), store)}
     trained: dict[str, dict] = {}
     for name in args.trainings:
         t0 = time.monotonic()
         summary = train(out / name)
         trained[name] = {"steps": summary["steps"], "train_s": round(time.monotonic() - t0, 1)}
-        results[name] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
+        if args.warm_start:
+            results[f"{name}: warm start"] = evaluate(out / name, sft_steps, list(HARNESSES), store)
+            results[f"{name}: warm start + RL"] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
+        else:
+            results[name] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
     cells = matrix(results, parts)
     png = plot(cells, out / "transfer.png")
+    through_one = {p: n for n in ("reference", "mini-swe-agent") for p in results if p.split(":")[0] == n}
+    figures["best_offdiagonal"] = best_offdiagonal(cells, through_one)
+    figures["best_offdiagonal_ci95_delta"] = figures["best_offdiagonal"].get("ci95_delta")
+    if args.warm_start and "mini-swe-agent" in args.trainings:
+        figures["mswea_after_warm_start"] = cells["mini-swe-agent: warm start"]["mini-swe-agent"].get("pass1")
+        figures["mswea_after_rl"] = cells["mini-swe-agent: warm start + RL"]["mini-swe-agent"].get("pass1")
 
     for suffix, what in PARTS.items():
         print(f"\nheld-out Pass@1, {what} (difference from the base policy, paired 95% CI)")
-        print(f"{'policy':16}" + "".join(f"  {'eval via ' + h:>44}" for h in HARNESSES))
+        print(f"{'policy':34}" + "".join(f"  {'eval via ' + h:>44}" for h in HARNESSES))
         for policy, row in cells.items():
-            line = f"{policy:16}"
+            line = f"{policy:34}"
             for h in HARNESSES:
                 c = row[h]
                 if f"pass1{suffix}" not in c:
@@ -218,9 +316,10 @@ def main() -> None:
     infra = {p: {h: r.harnesses[h].infra_failures for h in HARNESSES} for p, r in results.items()}
     print(f"\ninfrastructure failures per policy and harness: {infra}; plot: {png}")
     print(json.dumps({
-        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_fences": args.swe_fences, "swe_max_tokens": swe_max_tokens, "swe_turns": swe_turns, "batch": f"{opts.groups_per_step}x{opts.group_size}",
+        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_fences": args.swe_fences, "swe_max_tokens": swe_max_tokens, "swe_turns": swe_turns, "swe_client": args.swe_client, "batch": f"{opts.groups_per_step}x{opts.group_size}",
         "eval_tasks": len(parts.ids("trained")), "eval_tasks_unseen_families": len(parts.ids("unseen")),
-        "matrix": cells,
+        "warm_start": args.warm_start, "sft_steps": sft_steps if args.warm_start else 0, "eval_split": opts.eval_split,
+        **figures, "cells": cells,
         "runs": trained, "infra_failures": infra, "wall_s": round(time.monotonic() - started, 1),
         "plot": str(png), "out": str(out),
     }))  # fmt: skip

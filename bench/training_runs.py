@@ -87,6 +87,18 @@ def evaluate(run_dir: Path, checkpoint: int, harnesses: list[str], store: Path) 
     )
 
 
+def capture_demonstrations(run_dir: Path, harnesses: list[str], task_ids: list[str], folder: Path) -> dict[str, Any]:
+    """The oracle teacher's demonstrations of `task_ids` through each of `harnesses` (`clawgym eval`
+    with `proxy.teacher.kind=oracle`, the run config's harness settings), recorded as one run in
+    `folder`/clawgym.db, which `trainer.sft.source: folder` reads; the eval's JSON."""
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = [str(CLAWGYM), "eval", "-c", str(run_dir / CONFIG_FILE), "--set", f"evaluation.task_ids={json.dumps(task_ids)}",
+            "--set", "proxy.teacher.kind=oracle", "--store", f"sqlite:///{folder / 'clawgym.db'}", "--json"]  # fmt: skip
+    for h in harnesses:
+        argv += ["--harness", h]
+    return _last_json(argv, folder / "capture.stderr.log")
+
+
 def held_out_parts(run_dir: Path) -> HeldOut:
     """The run config's evaluated tasks split into trained-family instances and unseen families."""
     cfg = load_config(run_dir / CONFIG_FILE)
