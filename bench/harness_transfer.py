@@ -45,7 +45,34 @@ mini-swe-agent 0/24 -> 0/24; its replies there talk about mini-swe-agent's promp
 example wording, python fences) instead of the task, a ```bash block in 4 of 48. At 135M the gain
 does not carry into another harness's prompt.
 `--trainings reference` trains only that policy (the command for the reference -> mini-swe-agent
-direction at quickstart scale; not run to its end here). The LAST line is one JSON object of the figures.
+direction at quickstart scale; not run to its end here).
+
+With `--warm-start` each run first learns the harness's format from demonstrations: the oracle
+teacher (`proxy.teacher.kind: oracle`) answers `--demo-tasks-per-family` training tasks of each
+trained family through the real harnesses with the tasks' reference solutions, recorded in
+`<out>/demonstrations` (one capture: `bench/training_runs.capture_demonstrations`). Each run is
+then one chain (`trainer.sft`): `--sft-steps` SFT steps of 8 passed demonstrations (at
+`--sft-lr`, `trainer.sft.lr`) through its own harnesses (`trainer.sft.harnesses`; the mix takes
+both), then `--steps` GRPO steps through its harness mix. The warm start's version and the last
+are evaluated: policies `<run>: warm start` and `<run>: warm start + RL`. Besides `cells` (policy ×
+evaluation harness: Pass@1, its interval, the paired difference from the base over tasks and over
+families, per held-out part), the JSON has `mswea_after_warm_start` / `mswea_after_rl` (Pass@1 on
+trained-family instances through mini-swe-agent of its chain) and `best_offdiagonal_ci95_delta`:
+among policies trained through one harness, evaluated through the other, the highest lower end of
+a difference's interval (`best_offdiagonal` names the cell). `--small` is that for 2 cores: the
+mini-swe-agent chain only (96 demonstrations, 18 SFT steps, 8 GRPO steps of 4 x 8), 24 + 24
+held-out tasks, one call a rollout. mini-swe-agent runs through its direct client
+(`--swe-client direct`: its own model classes pointed at the proxy, the same prompts without
+litellm's import, `bench/mswea_client.py`), all of a step's rollouts at once.
+
+The warm-start settings (SFT at 1e-4 for 18 steps, 1.5 epochs of 96 demonstrations; RL at the
+quickstart's 2e-5) were chosen on the validation split (`--eval-split validation`, 24 + 24 tasks,
+one run, seed 0, a25c40d): through mini-swe-agent, on trained-family instances, the base policy 0/24,
+after 12 SFT steps at 5e-5 (one epoch) 6/48 over both parts; after 18 at 1e-4 0.292 (+0.292 [+0.125, +0.458]),
+after 8 more GRPO steps 0.333 (+0.333 [+0.167, +0.542]); unseen families 0 -> 0.125 -> 0.125
+([+0.00, +0.29]). Through the reference harness, never trained on: 0.042 -> 0.208 (+0.167
+[+0.042, +0.333]) -> 0.292 (+0.250 [+0.083, +0.417]): the format learnt through one harness, and
+the skill, carry to the other. The LAST line is one JSON object of the figures.
 """
 
 from __future__ import annotations
