@@ -72,7 +72,24 @@ after 12 SFT steps at 5e-5 (one epoch) 6/48 over both parts; after 18 at 1e-4 0.
 after 8 more GRPO steps 0.333 (+0.333 [+0.167, +0.542]); unseen families 0 -> 0.125 -> 0.125
 ([+0.00, +0.29]). Through the reference harness, never trained on: 0.042 -> 0.208 (+0.167
 [+0.042, +0.333]) -> 0.292 (+0.250 [+0.083, +0.417]): the format learnt through one harness, and
-the skill, carry to the other. The LAST line is one JSON object of the figures.
+the skill, carry to the other.
+
+`--small` on the test split (2 AMD EPYC cores, seed 0, 75b2ee9; 28.8 minutes: 42 s to capture the
+96 demonstrations, 16 min to train, the rest evaluating), Pass@1 with the paired difference from
+the base (over tasks; over families where it differs):
+
+| policy | via mini-swe-agent, trained families | unseen families | via reference, trained families | unseen families |
+| --- | --- | --- | --- | --- |
+| base | 0/24 | 0/24 | 0.083 | 0.167 |
+| warm start (18 SFT steps) | 0.292, +0.292 [+0.125, +0.458] | 0.292, +0.292 [+0.125, +0.500]; families [+0.00, +0.58] | 0.292, +0.208 [+0.00, +0.42] | 0.333, +0.167 [+0.042, +0.333]; families [+0.00, +0.38] |
+| + 8 GRPO steps | 0.417, +0.417 [+0.208, +0.625] | 0.292, +0.292 [+0.125, +0.500]; families [+0.00, +0.58] | 0.292, +0.208 [+0.00, +0.42] | 0.333, +0.167 [+0.042, +0.333]; families [+0.00, +0.38] |
+
+`mswea_after_warm_start` 0.292, `mswea_after_rl` 0.417, `best_offdiagonal_ci95_delta` [+0.042, +0.333]
+(the warm start through the reference harness, unseen families). The trained-family instances
+are one per family, so their two intervals are one. Every gain through mini-swe-agent is beyond
+its interval over tasks; none on unseen families is beyond its interval over families (8 families
+of 3 tasks). The 8 GRPO steps lifted trained families by 0.125 over the warm start, a difference
+this size does not resolve. The LAST line is one JSON object of the figures.
 """
 
 from __future__ import annotations
