@@ -111,6 +111,8 @@ def _nearest(model: type[BaseModel], prefix: str, path: str) -> str | None:
     # a key put in the wrong place (`trainer.lr`) is nearest to where that name is (`trainer.algorithm.lr`)
     leaf = path.rsplit(".", 1)[-1]
     placed = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
+    if placed and path.count(".") == prefix.count("."):
+        return placed[0]  # several sections have it (algorithm.lr, sft.lr): the first declared
     if close := difflib.get_close_matches(path, placed, n=1, cutoff=0) or difflib.get_close_matches(
         path, candidates, n=1
     ):
