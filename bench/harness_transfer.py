@@ -74,7 +74,7 @@ after 8 more GRPO steps 0.333 (+0.333 [+0.167, +0.542]); unseen families 0 -> 0.
 [+0.042, +0.333]) -> 0.292 (+0.250 [+0.083, +0.417]): the format learnt through one harness, and
 the skill, carry to the other.
 
-`--small` on the test split (2 AMD EPYC cores, seed 0, 75b2ee9; 28.8 minutes: 42 s to capture the
+`--small` on the test split (2 AMD EPYC cores, seed 0, 3348c81; 28.8 minutes: 42 s to capture the
 96 demonstrations, 16 min to train, the rest evaluating), Pass@1 with the paired difference from
 the base (over tasks; over families where it differs):
 
