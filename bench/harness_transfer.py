@@ -170,13 +170,18 @@ def warm_changes(demos: Path, harnesses: list[str], sft_steps: int, rl_steps: in
 
 
 def demonstration_tasks(run_dir: Path, per_family: int) -> list[str]:
-    """`per_family` training tasks of each trained family of the run (its config's trainer.tasks)."""
+    """`per_family` training tasks of each trained family of the run (its config's trainer.tasks),
+    taken round-robin over families (`evaluation.select.spread`)."""
     from clawgym.config import load_config
+    from clawgym.evaluation.select import spread
+    from clawgym.tasks.loader import load_tasks
+    from clawgym.tasks.suites import resolve_suite
 
-    by_family: dict[str, list[str]] = {}
-    for task_id in load_config(run_dir / "config.yaml").trainer.tasks:
-        by_family.setdefault(task_id.rsplit("-", 1)[0], []).append(task_id)
-    return [t for family in sorted(by_family) for t in by_family[family][:per_family]]
+    t = load_config(run_dir / "config.yaml").trainer
+    train = set(t.tasks)
+    tasks = [task for task in load_tasks(resolve_suite(t.suite)) if task.id in train]
+    families = {str(task.metadata.get("family", "")) for task in tasks}
+    return [task.id for task in spread(tasks, per_family * len(families))]
 
 
 def best_offdiagonal(cells: dict[str, dict[str, dict]], trained_through: dict[str, str]) -> dict:

@@ -16,8 +16,9 @@ ends when the agent runs `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or reaches
 
 `client` picks what sends its requests: `litellm` (its default, as people run it) or `direct`, its
 OpenRouter model classes pointed at the proxy (`mini_swe_agent_client.py.tmpl`, written into the
-run's HOME and named by import path with `--model-class`): the same agent, prompts, parsing and
-request body, without litellm's import (~2.6 s of CPU per rollout, most of a rollout's CPU on 2 cores).
+run's HOME and named by import path with `--model-class`): the same agent, prompts and parsing (the
+body adds OpenRouter's `usage` field, which the proxy ignores), without litellm's import (~2.6 s
+of CPU per rollout, most of a rollout's CPU on 2 cores).
 """
 
 from __future__ import annotations

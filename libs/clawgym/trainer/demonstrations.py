@@ -7,17 +7,17 @@ nor the loss (`clawgym.rl.sft`).
 
 1. A demonstration is a rollout that did not fail as infrastructure and has a call
    (`batch.trained_rollouts`), with `min_reward`: whose reward is at least it (an unrewarded one
-   never is), with `harnesses`: that ran through one of them. Kept rollouts stay in their group: one prefix tree per group, as RL trains them, so a
-   group's shared task prompt is computed once.
+   never is), with `harnesses`: that ran through one of them. Kept rollouts stay in their group: a
+   group's tree holds its shared task prompt once, as RL's does.
 2. With `teacher_only`, a rollout keeps only the calls the proxy marked as a teacher's (`is_teacher`);
    a student call before a teacher call still reaches the tree as that call's prompt (context), one
    after the last teacher call not at all. A teacher call's absent logprobs are read as 0 (`demonstrated`).
 3. The order is a fixed function of (seed, step): epoch e is a permutation of the groups drawn from
    seed + e, and step k takes the next `groups_per_step` of the epochs laid end to end. A resumed run
    at version v therefore trains exactly what an uninterrupted one would have.
-4. A step trains its groups merged into one tree per rank (`step_trees`): demonstrations through one
-   harness share its system prompt (mini-swe-agent's ~700 of a ~830-token prompt), which is then
-   computed once per step, not once per group.
+4. A step trains its groups merged into one tree per rank (`step_trees`): what their prompts share
+   (a harness's system prompt, when it comes before the task) is computed once per step, not once
+   per group. For mini-swe-agent, whose instructions follow the task, that is ~120 tokens.
 """
 
 import dataclasses
