@@ -102,7 +102,12 @@ def test_a_trainer_killed_at_random_points_continues_without_training_a_group_tw
         final_version = (done[-1] if done else 0) + 3  # at least three steps after the last kill
         _write_config(config, pg_url, redis_url, checkpoints, steps=final_version)
         trainer = TrainerProcess(config)
-        assert trainer.proc.wait(STARTUP_TIMEOUT_S) == 0, f"the final trainer failed:\n{trainer.log()}"
+        try:
+            code = trainer.proc.wait(STARTUP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            trainer.proc.kill()
+            pytest.fail(f"the final trainer did not finish in {STARTUP_TIMEOUT_S} s:\n{trainer.log()}")
+        assert code == 0, f"the final trainer failed:\n{trainer.log()}"
 
         checkpoints_recorded = store.list_checkpoints(run_id)
         versions = [c.version for c in checkpoints_recorded]

@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 from prometheus_client import generate_latest
 
+from clawgym.orchestrator.interface import Batch, RolloutRequest
 from clawgym.records import Call, RolloutSpec
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.sql import SqlStore
 from clawgym.trainer import loop as loop_module
 from clawgym.trainer.batch import oldest_version
+from clawgym.trainer.toy import ToyRolloutSource
 
 
 @pytest.fixture
@@ -314,3 +316,41 @@ def test_a_step_waits_for_a_rolling_group_at_its_last_step_and_drops_one_past_it
     )
     _assert_each_group_consumed_once(_consumed(store, trainer.run_id))
     _assert_rows_within_bound(seen, lag=1)
+
+
+def test_a_restarted_trainer_does_not_wait_for_the_rollouts_its_dead_predecessors_source_left(
+    store, trainer_cfg, make_trainer, tiny_tok, runner, engine
+):
+    """Sync with max_policy_lag 1. A toy source's rollouts die with its trainer: here one is left
+    running after its first call (of version 1), and the trainer resumed at version 2 would wait at
+    step 3 for that group (its last step within the bound) until rollout_timeout_s. The new source
+    takes the run's lease and fails those rollouts as lost, so the group completes and step 3 goes on."""
+    cfg = trainer_cfg(steps=3, max_policy_lag=1, rollout_timeout_s=60.0)
+    first = make_trainer(cfg, store)
+    first.run(steps=1)
+
+    async def hang_after_the_first_call(group_id: str, seq: int) -> None:
+        if seq == 1:
+            await asyncio.Event().wait()  # the process died here
+
+    dead = ToyRolloutSource(store, engine, tiny_tok, runner, before_call=hang_after_the_first_call)
+    dead.request(
+        Batch(first.run_id, (RolloutRequest("toy/1", "reference", 2),), suite="toy", batch_id="dead")
+    )
+    deadline = time.monotonic() + 60
+    while store.open_group_versions(first.run_id).get("dead-0") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert store.open_group_versions(first.run_id).get("dead-0") == 1, "test setup: a group left at version 1"
+    first.run(steps=1)
+
+    resumed = make_trainer(cfg, store)
+    started = time.monotonic()
+    resumed.run(steps=1)
+    assert time.monotonic() - started < 30, "step 3 must not wait for a dead source's rollouts"
+    assert resumed.version == 3
+    left = store.list_rollouts(first.run_id, "dead-0")
+    assert [r.status for r in left] == ["failed", "failed"], [(r.status, r.error) for r in left]
+    assert all("was lost" in r.error for r in left), [r.error for r in left]
+    assert "dead-0" in {g for c in store.list_checkpoints(first.run_id) for g in c.group_ids}, (
+        "the failed group must be consumed (trained on nothing), never owed again"
+    )

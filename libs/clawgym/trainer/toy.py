@@ -10,11 +10,16 @@ The toy task (a verifiable reward a small policy can learn): the policy answers 
 `turns` calls; later calls repeat the history with the earlier output ids spliced in (as the proxy
 does), so a rollout's calls share prefixes and a group shares its prompt. The reward is the
 fraction of generated tokens whose id is below `vocab_size / 2`; a rollout passes at >= 0.75.
+
+Like an orchestrator, the source holds a lease in the store per run (`orchestrator_heartbeat`, named
+`toy.<run id>`): its rollouts die with its process, and the next source of the run fails those left
+unended, so their groups complete instead of holding a step that waits for them.
 """
 
 import asyncio
 import logging
 import time
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -42,6 +47,7 @@ TASKS = (
 )
 FOLLOW_UP = "<|im_start|>user\nContinue.<|im_end|>\n<|im_start|>assistant\n"
 PASS_AT = 0.75
+LEASE_S = 30.0  # renewed every LEASE_S / 3, as an orchestrator's (orchestrator.lease_s)
 
 
 class ToyRolloutSource(BatchLedger):
@@ -65,6 +71,8 @@ class ToyRolloutSource(BatchLedger):
         self.engine = engine
         self.runner = runner
         self._jobs: list[Future] = []
+        self.instance_id = uuid.uuid4().hex
+        self._leases: dict[str, Future] = {}  # run id → the task renewing this source's lease on it
         self.max_new_tokens = max_new_tokens
         self.turns = turns
         self.temperature = temperature
@@ -88,16 +96,42 @@ class ToyRolloutSource(BatchLedger):
         return list(self._prompts)
 
     def request(self, batch: Batch) -> None:
+        self._take_lease(batch.run_id)
         self._started(batch)
         self.requested.append(batch)
-        self._jobs = [job for job in self._jobs if not job.done()] + [self.runner.submit(self._run_batch(batch))]
+        self._jobs = [job for job in self._jobs if not job.done()] + [
+            self.runner.submit(self._run_batch(batch))
+        ]
 
     def cancel(self) -> None:
         for job in self._jobs:
             job.cancel()
 
     def close(self) -> None:
-        """Nothing of its own to release; the runner and the engine belong to the caller."""
+        """Stops renewing its leases; the runner and the engine belong to the caller."""
+        for lease in self._leases.values():
+            lease.cancel()
+
+    # --- the lease ---
+
+    def _take_lease(self, run_id: str) -> None:
+        """Once per run: fails what a predecessor on the run left unended, then keeps the lease."""
+        if run_id not in self._leases:
+            self._renew_lease(run_id)
+            self._leases[run_id] = self.runner.submit(self._keep_lease(run_id))
+
+    def _renew_lease(self, run_id: str) -> None:
+        failed = self.store.orchestrator_heartbeat(self.instance_id, f"toy.{run_id}", LEASE_S)
+        if failed:
+            log.warning("failed %d toy rollouts a lost source left unended", len(failed))
+
+    async def _keep_lease(self, run_id: str) -> None:
+        while True:
+            await asyncio.sleep(LEASE_S / 3)
+            try:
+                await asyncio.to_thread(self._renew_lease, run_id)
+            except Exception as e:  # the store may be restarting: the next beat tries again
+                log.warning("toy source %s: renewing the lease failed: %s", self.instance_id, e)
 
     # --- rollouts ---
 
@@ -116,7 +150,7 @@ class ToyRolloutSource(BatchLedger):
         request = batch.rollouts[index]
         group_id = f"{batch.batch_id}-{index}"
         specs = [
-            RolloutSpec(group_id, request.task_id, request.harness, batch.policy_version)
+            RolloutSpec(group_id, request.task_id, request.harness, batch.policy_version, self.instance_id)
             for _ in range(request.samples)
         ]
         registered = await asyncio.to_thread(self.store.register_rollouts, batch.run_id, specs)
