@@ -1,0 +1,178 @@
+"""The update's memory with the LM head in recomputed chunks against the whole head kept for the
+backward (`rl.forward.HEAD_CHUNK_ROWS`), on a quickstart-shaped tree and the quickstart's policy.
+
+One GRPO forward + backward (`tree_loss`) of a step like the quickstart's: 4 groups × 8 samples of
+one call each, a ~280-token prompt per group (the reference harness's system prompt and a task),
+40 generated tokens per sample, SmolLM2-135M in float32, at the quickstart's temperature 0.7 (so
+~1,280 distinct head rows). Each variant runs in its own process, alternating, `--trials` times;
+a process makes one warm-up pass, then the measured one. Memory: the resident set sampled every
+5 ms during the measured pass, its peak above the resident set just before it (what the update
+adds to a trainer that already holds its weights). The head's share of an update's activations
+grows with its rows (the generated tokens), the base model's with every tree token.
+
+    .venv/bin/python bench/head_memory.py [--trials 3] [--model smollm2-135m] [--activation-checkpointing]
+
+The LAST line is one JSON object of the figures (medians over trials).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+VARIANTS = ("whole", "chunked")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+class PeakSampler:
+    """The largest resident set seen every `every_s` while running, in bytes."""
+
+    def __init__(self, every_s: float = 0.005) -> None:
+        self.every_s, self.peak, self._stop = every_s, rss_bytes(), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes())
+            time.sleep(self.every_s)
+
+    def __enter__(self) -> "PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+
+
+def child(args: argparse.Namespace) -> dict:
+    import torch
+
+    from clawgym.policies import load_model
+    from clawgym.rl import forward, grpo_terms, merge_terms, pack, tree_loss
+    from clawgym.rl.tree_attention import TREE_ATTENTION
+    from clawgym.trainer.config import AlgorithmConfig
+    from clawgym.trainer.memory import return_free_memory
+    from clawgym.trajectory import tree_from_groups
+    from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
+
+    if args.child == "whole":
+        forward.HEAD_CHUNK_ROWS = None
+    torch.manual_seed(0)
+    model = load_model(args.model)
+    model.set_attn_implementation(TREE_ATTENTION)  # as the trainer builds it on CPU (trainer/policy.py)
+    model.train()
+    if args.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    shape = TraceShape(
+        n_groups=args.groups, group_size=args.group_size, calls=(1, 1), system_tokens=220, task_tokens=60,
+        output_tokens=args.output_tokens, header_tokens=0, p_header=0.0, p_compaction=0.0, p_subagent=0.0,
+        vocab_size=model.config.vocab_size, temperatures=(0.7,),
+    )  # fmt: skip
+    flat = tree_from_groups(synthetic_groups(shape, seed=1)).flatten()
+    terms = grpo_terms(flat)
+    packs = pack(flat, 8192, merge_terms(terms))
+    loss_cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
+
+    def update() -> float:
+        model.zero_grad(set_to_none=True)
+        total = 0.0
+        for p in packs:
+            loss = tree_loss(model, p, loss_cfg)[0]
+            loss.backward()
+            total += float(loss)
+        return total
+
+    update()  # warm-up: the allocator's pools and the gradients' buffers exist from here on
+    model.zero_grad(set_to_none=True)
+    return_free_memory()
+    before = rss_bytes()
+    with PeakSampler() as sampler:
+        started = time.perf_counter()
+        loss = update()
+        seconds = time.perf_counter() - started
+    head_rows = sum(int(p.rows.token.numel()) for p in packs)
+    return {
+        "variant": args.child,
+        "peak_above_start_gb": (sampler.peak - before) / 1e9,
+        "update_s": seconds,
+        "loss": loss,
+        "tree_tokens": sum(len(p) for p in packs),
+        "loss_rows": head_rows,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--output-tokens", type=int, default=40)
+    ap.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="recompute the decoder layers' activations too (trainer.activation_checkpointing), both variants",
+    )
+    ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for trial in range(args.trials):
+        for variant in VARIANTS if trial % 2 == 0 else VARIANTS[::-1]:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", variant, "--model", args.model,
+                 "--groups", str(args.groups), "--group-size", str(args.group_size),
+                 "--output-tokens", str(args.output_tokens)]
+                + (["--activation-checkpointing"] if args.activation_checkpointing else []),
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            run = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[variant].append(run)
+            print(
+                f"trial {trial} {variant:8s} peak +{run['peak_above_start_gb']:.2f} GB, "
+                f"{run['update_s']:.2f} s, loss {run['loss']:.6f} "
+                f"({run['tree_tokens']} tree tokens, {run['loss_rows']} loss rows)",
+                flush=True,
+            )
+
+    def median(variant: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[variant])
+
+    whole_gb, chunked_gb = median("whole", "peak_above_start_gb"), median("chunked", "peak_above_start_gb")
+    whole_s, chunked_s = median("whole", "update_s"), median("chunked", "update_s")
+    loss_diff = max(abs(a["loss"] - b["loss"]) for a, b in zip(runs["whole"], runs["chunked"], strict=True))
+    print(
+        json.dumps(
+            {
+                "model": args.model,
+                "trials": args.trials,
+                "activation_checkpointing": args.activation_checkpointing,
+                "tree_tokens": runs["whole"][0]["tree_tokens"],
+                "loss_rows": runs["whole"][0]["loss_rows"],
+                "peak_above_start_gb_whole": round(whole_gb, 3),
+                "peak_above_start_gb_chunked": round(chunked_gb, 3),
+                "peak_ratio_chunked_vs_whole": round(chunked_gb / whole_gb, 3),
+                "update_s_whole": round(whole_s, 3),
+                "update_s_chunked": round(chunked_s, 3),
+                "time_ratio_chunked_vs_whole": round(chunked_s / whole_s, 3),
+                "max_loss_difference": loss_diff,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
