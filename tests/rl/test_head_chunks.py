@@ -73,10 +73,13 @@ def test_the_head_in_chunks_gives_the_whole_heads_outputs_and_gradients(chunk_ro
     assert whole[2].abs().sum() > 0 and whole[3].abs().sum() > 0, "the loss must reach both gradients"
 
 
-def test_no_loss_row_gives_empty_outputs():
+def test_no_loss_row_gives_empty_outputs_that_still_reach_the_head():
+    """A pack with no loss row (an FSDP rank's filler) must still backpropagate through the head:
+    every rank's backward joins the same collectives."""
     model = _model()
     empty = torch.zeros(0, dtype=torch.long)
-    logprob, entropy = logprobs_and_entropy(
-        model, torch.randn(5, 16, dtype=torch.float64), empty, empty, torch.zeros(0, dtype=torch.float64)
-    )
+    hidden = torch.randn(5, 16, dtype=torch.float64, requires_grad=True)
+    logprob, entropy = logprobs_and_entropy(model, hidden, empty, empty, torch.zeros(0, dtype=torch.float64))
     assert logprob.shape == (0,) and entropy.shape == (0,) and logprob.dtype == torch.float64
+    logprob.sum().backward()
+    assert model.get_output_embeddings().weight.grad is not None, "the backward must reach the head"

@@ -88,9 +88,11 @@ def test_a_tail_read_returns_messages_after_an_id_and_wakes_on_publish(bus: Even
         "a read after an id returns only later messages"
     )
     assert bus.read("groups.ready", ids[-1]) == [], "nothing comes after the last message"
-    threading.Timer(0.2, lambda: bus.publish("groups.ready", {"group_id": "late"})).start()
+    late = threading.Timer(0.2, lambda: bus.publish("groups.ready", {"group_id": "late"}))
+    late.start()
     started = time.monotonic()
     woken = bus.read("groups.ready", ids[-1], block_s=5.0)
+    late.join()  # its publish may still read its reply: the bus closes after the test
     assert [m.fields["group_id"] for m in woken] == ["late"], "a blocked read must return the new message"
     assert time.monotonic() - started < 4.0, "a blocked read must wake on publish, not at its deadline"
 

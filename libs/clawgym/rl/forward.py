@@ -183,9 +183,8 @@ def logprobs_and_entropy(
         logprobs.append(lp)
         entropies.append(ent)
         row += n
-    if not logprobs:  # no loss row
-        empty = hidden.new_zeros(0, dtype=torch.promote_types(hidden.dtype, torch.float32))
-        return empty, empty
+    if not logprobs:  # no loss row: still through the head, so that a backward reaches its weights
+        return chunk(hidden[slots], distinct[:, 1], inverse, targets)  # (FSDP ranks all join it)
     logprob = torch.cat(logprobs)[torch.argsort(order)]  # back to the rows' order
     return logprob, torch.cat(entropies)[inverse]
 
