@@ -3,8 +3,8 @@ backward (`rl.forward.HEAD_CHUNK_ROWS`), on a quickstart-shaped tree and the qui
 
 One GRPO forward + backward (`tree_loss`) of a step like the quickstart's: 4 groups × 8 samples of
 one call each, a ~280-token prompt per group (the reference harness's system prompt and a task),
-40 generated tokens per sample, SmolLM2-135M in float32, at the quickstart's temperature 0.7 (so
-~1,280 distinct head rows). Each variant runs in its own process, alternating, `--trials` times;
+~40 generated tokens per sample (1,698 tree tokens, 1,238 loss rows), SmolLM2-135M in float32,
+at the quickstart's temperature 0.7. Each variant runs in its own process, alternating, `--trials` times;
 a process makes one warm-up pass, then the measured one. Memory: the resident set sampled every
 5 ms during the measured pass, its peak above the resident set just before it (what the update
 adds to a trainer that already holds its weights). The head's share of an update's activations

@@ -44,6 +44,7 @@ from clawgym.orchestrator.catalog import Catalog
 from clawgym.orchestrator.config import OrchestratorConfig
 from clawgym.orchestrator.failures import InfraFailure, JudgeFailed, classify
 from clawgym.orchestrator.interface import Batch, RolloutStatus
+from clawgym.orchestrator.lease import keep_lease
 from clawgym.orchestrator.metrics import OrchestratorMetrics
 from clawgym.records import Judgment, RolloutSpec
 from clawgym.sandbox.interface import HARNESS_LABEL, SandboxBackend, check_labels, label_value
@@ -172,7 +173,9 @@ class Orchestrator:
         if self.reaped:
             log.info("reaped %d orphaned sandboxes of owner %s", self.reaped, self.backend.owner)
         if self._heartbeat is None:
-            self._heartbeat = asyncio.create_task(self._keep_lease())
+            self._heartbeat = asyncio.create_task(
+                keep_lease(self._renew_lease, self.cfg.lease_s, f"orchestrator {self.instance_id}")
+            )
         return self.reaped
 
     async def _renew_lease(self) -> None:
@@ -183,14 +186,6 @@ class Orchestrator:
             self.orphans_failed += failed
             self.metrics.orphans_failed.inc(len(failed))
             log.warning("failed %d rollouts that lost orchestrators left unended: %s", len(failed), failed[:10])
-
-    async def _keep_lease(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.lease_s / 3)
-            try:
-                await self._renew_lease()
-            except Exception as e:  # the store may be restarting: the next beat tries again
-                log.warning("orchestrator %s: renewing the lease failed: %s", self.instance_id, e)
 
     async def close(self) -> None:
         if self._heartbeat is not None:

@@ -153,7 +153,8 @@ def logprobs_and_entropy(
     grad = torch.is_grad_enabled()
     entropy_grad = entropy_grad and grad
     order = torch.argsort(inverse, stable=True)  # rows grouped by their distinct key, in key order
-    rows_per_key = torch.bincount(inverse, minlength=len(slots))
+    # key k's rows are order[bounds[k]:bounds[k + 1]]
+    bounds = [0, *torch.bincount(inverse, minlength=len(slots)).cumsum(0).tolist()]
 
     def chunk(h: Tensor, t: Tensor, keys: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
         logits = head(h)  # (k, vocab)
@@ -169,22 +170,16 @@ def logprobs_and_entropy(
 
     logprobs: list[Tensor] = []
     entropies: list[Tensor] = []
-    row = 0
     step = chunk_rows or max(1, len(slots))
-    for a in range(0, len(slots), step):
+    # at least one chunk: a pack with no loss row still runs the head (on zero rows), so its backward
+    # reaches the head's weights (every FSDP rank joins the same collectives)
+    for a in range(0, max(1, len(slots)), step):
         b = min(a + step, len(slots))
-        n = int(rows_per_key[a:b].sum())
-        picked = order[row : row + n]
+        picked = order[bounds[a] : bounds[b]]  # the rows of keys a..b-1
         args = (hidden[slots[a:b]], distinct[a:b, 1], inverse[picked] - a, targets[picked])
-        if grad and chunk_rows:
-            lp, ent = checkpoint(chunk, *args, use_reentrant=False)
-        else:
-            lp, ent = chunk(*args)
+        lp, ent = checkpoint(chunk, *args, use_reentrant=False) if grad and chunk_rows else chunk(*args)
         logprobs.append(lp)
         entropies.append(ent)
-        row += n
-    if not logprobs:  # no loss row: still through the head, so that a backward reaches its weights
-        return chunk(hidden[slots], distinct[:, 1], inverse, targets)  # (FSDP ranks all join it)
     logprob = torch.cat(logprobs)[torch.argsort(order)]  # back to the rows' order
     return logprob, torch.cat(entropies)[inverse]
 
@@ -211,8 +206,9 @@ def packed_forward(
     parent = pack.parent.to(device)
     temperatures = pack.rows.temperatures(temperature).to(device)
     logprob, entropy = logprobs_and_entropy(
-        model, hidden, parent[token], ids[token], temperatures, entropy_grad, chunk_rows=HEAD_CHUNK_ROWS
-    )
+        model, hidden, parent[token], ids[token], temperatures, entropy_grad,
+        chunk_rows=HEAD_CHUNK_ROWS,  # read at each call: bench/head_memory.py sets it to compare
+    )  # fmt: skip
     values = features = None
     if value_head is not None:
         features = value_features(hidden, pack)

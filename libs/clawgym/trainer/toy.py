@@ -17,6 +17,7 @@ unended, so their groups complete instead of holding a step that waits for them.
 """
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -28,6 +29,7 @@ import numpy as np
 
 from clawgym.inference.interface import Engine, SamplingParams
 from clawgym.orchestrator.interface import Batch
+from clawgym.orchestrator.lease import keep_lease
 from clawgym.records import Call, RolloutSpec
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer.loop_thread import LoopThread
@@ -118,20 +120,14 @@ class ToyRolloutSource(BatchLedger):
         """Once per run: fails what a predecessor on the run left unended, then keeps the lease."""
         if run_id not in self._leases:
             self._renew_lease(run_id)
-            self._leases[run_id] = self.runner.submit(self._keep_lease(run_id))
+            renew = functools.partial(asyncio.to_thread, self._renew_lease, run_id)
+            holder = f"toy source {self.instance_id}"
+            self._leases[run_id] = self.runner.submit(keep_lease(renew, LEASE_S, holder))
 
     def _renew_lease(self, run_id: str) -> None:
         failed = self.store.orchestrator_heartbeat(self.instance_id, f"toy.{run_id}", LEASE_S)
         if failed:
             log.warning("failed %d toy rollouts a lost source left unended", len(failed))
-
-    async def _keep_lease(self, run_id: str) -> None:
-        while True:
-            await asyncio.sleep(LEASE_S / 3)
-            try:
-                await asyncio.to_thread(self._renew_lease, run_id)
-            except Exception as e:  # the store may be restarting: the next beat tries again
-                log.warning("toy source %s: renewing the lease failed: %s", self.instance_id, e)
 
     # --- rollouts ---
 
