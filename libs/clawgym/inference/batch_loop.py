@@ -39,6 +39,9 @@ row whose logits are not finite (the sampler refuses NaN/inf) fails alone; only 
 shared decode forward, which no row can be blamed for, fails the rows of that step.
 Tokens carry the policy version of the weights that computed them. After a swap, running rows
 keep their KV cache from the old weights (as vLLM does); their new tokens carry the new version.
+A loop whose weights are another's tensors (a trainer's, `TorchEngine.share_weights`) is parked by
+`hold` while their owner changes them: no forward runs from its return until a swap that releases
+it, so no token is computed by weights of no version.
 """
 
 import asyncio
@@ -186,6 +189,8 @@ class BatchLoop:
         self._waiting: deque[Request] = deque()  # guarded by _cond
         self._swaps: list[Swap] = []  # guarded by _cond
         self._closed = False  # guarded by _cond
+        self._held = False  # guarded by _cond: `hold` asked the loop to park between steps
+        self._parked = False  # guarded by _cond: the loop is parked (no forward runs)
         self._prefilling: list[Request] = []  # loop thread only; admitted, prompt not done, oldest first
         self._rows: list[Request] = []  # loop thread only; row i of self._cache
         self._cache: BatchKVCache | None = None  # loop thread only
@@ -201,14 +206,14 @@ class BatchLoop:
             if self._closed:
                 return False
             self._waiting.append(request)
-            self._cond.notify()
+            self._cond.notify_all()
         return True
 
     def abort(self, request: Request) -> None:
         """Marks a request aborted; the loop frees its row before the next step."""
         request.aborted = True
         with self._cond:
-            self._cond.notify()
+            self._cond.notify_all()
 
     def swap(
         self,
@@ -216,9 +221,11 @@ class BatchLoop:
         tensors: dict[str, torch.Tensor],
         requested_at: float,
         packed: dict[int, torch.Tensor] | None = None,
+        release: bool = False,
     ) -> Swap:
         """Schedules a weight swap for the next step boundary; wait on the returned `done` event.
-        `packed`: `self.packed.pack(tensors)`, required when the loop packs its weights."""
+        `packed`: `self.packed.pack(tensors)`, required when the loop packs its weights; `release`:
+        ends a `hold`, the swap applied before any forward."""
         if self.packed is not None and packed is None:
             raise ValueError("this loop packs its linear weights: pass packed=loop.packed.pack(tensors)")
         swap = Swap(version, tensors, requested_at, packed)
@@ -227,8 +234,20 @@ class BatchLoop:
                 swap.done.set()
                 return swap
             self._swaps.append(swap)
-            self._cond.notify()
+            if release:
+                self._held = False
+            self._cond.notify_all()
         return swap
+
+    def hold(self) -> bool:
+        """Parks the loop at its next step boundary and returns once it is parked (False: it closed):
+        from then until a swap with `release` no forward runs; requests still queue."""
+        with self._cond:
+            self._held = True
+            self._cond.notify_all()
+            while not (self._parked or self._closed):
+                self._cond.wait()
+            return not self._closed
 
     def load(self) -> tuple[int, int]:
         """(running rows incl. those prefilling, waiting requests), approximately."""
@@ -240,7 +259,7 @@ class BatchLoop:
         step still runs then, every request is told `abort` from here and the loop exits after it."""
         with self._cond:
             self._closed = True
-            self._cond.notify()
+            self._cond.notify_all()
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("decode loop still in a step after %.0f s; aborting its requests now", timeout)
@@ -257,11 +276,16 @@ class BatchLoop:
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    while not (
-                        self._closed or self._waiting or self._swaps or self._rows or self._prefilling
+                    while not self._closed and (
+                        self._held or not (self._waiting or self._swaps or self._rows or self._prefilling)
                     ):
+                        if self._held and not self._parked:
+                            self._parked = True
+                            self._cond.notify_all()  # `hold` waits for this
                         self._cond.wait()
+                    self._parked = False
                     if self._closed:
+                        self._cond.notify_all()  # a `hold` waiting returns False
                         break
                     swaps, self._swaps = self._swaps, []
                 try:

@@ -91,9 +91,14 @@ def weight_targets(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], set
 
 
 def fit_checkpoint(
-    tensors: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], aliases: set[str], uri: str
+    tensors: dict[str, torch.Tensor],
+    targets: dict[str, torch.Tensor],
+    aliases: set[str],
+    uri: str,
+    copy: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """Checks names and shapes, and returns owned copies in each target's dtype and device."""
+    """Checks names and shapes, and returns the tensors in each target's dtype and device: owned
+    copies, or (`copy` False) the given tensors where they already are."""
     unknown = sorted(set(tensors) - set(targets) - aliases)
     missing = sorted(set(targets) - set(tensors))
     wrong = sorted(
@@ -112,6 +117,6 @@ def fit_checkpoint(
         raise FailedPrecondition(f"checkpoint {uri!r} does not fit the served model: {', '.join(problems)}")
     # Owned copies: the served weights must not stay mapped to a file the trainer may overwrite.
     return {
-        name: tensors[name].to(device=t.device, dtype=t.dtype, copy=True).contiguous()
+        name: tensors[name].to(device=t.device, dtype=t.dtype, copy=copy).contiguous()
         for name, t in targets.items()
     }

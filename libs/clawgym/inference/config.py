@@ -120,11 +120,14 @@ class InferenceConfig(Section):
         description="vLLM: default = vLLM's torch.compile of the model; off = none (starts in seconds, "
         "decodes slower)",
     )
-    weight_sync: Literal["files", "cuda_ipc"] = Field(
+    weight_sync: Literal["files", "cuda_ipc", "shared"] = Field(
         "files",
-        description="vLLM: how new weights reach the workers. files: each worker reads the checkpoint "
-        "folder LoadWeights names (any node). cuda_ipc: a trainer on the same GPU hands its tensors over "
-        "as CUDA IPC handles (VllmEngine.push_weights, no copy through disk); LoadWeights still reads files",
+        description="how new weights reach the engine. files: it reads the checkpoint folder LoadWeights "
+        "names (any node). cuda_ipc (vLLM): a trainer on the same GPU hands its tensors over as CUDA IPC "
+        "handles (VllmEngine.push_weights, no copy through disk). shared (torch engine in the trainer's "
+        "process, same dtype and device, no LoRA): the engine computes with the trainer's own parameters, "
+        "one copy in memory, and pauses from the optimizer's step until the new version is committed. "
+        "LoadWeights still reads files",
     )
     reload_reset_attempts: int = Field(
         20,
@@ -134,10 +137,14 @@ class InferenceConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _ipc_needs_one_gpu(self) -> "InferenceConfig":
+    def _weight_sync_fits(self) -> "InferenceConfig":
         # CUDA IPC shares memory within one GPU; a tensor-parallel replica's workers sit on several.
         if self.weight_sync == "cuda_ipc" and self.tensor_parallel_size > 1:
             raise ValueError("inference.weight_sync=cuda_ipc needs tensor_parallel_size 1 (use files)")
+        if self.weight_sync == "shared" and self.engine != "torch":
+            raise ValueError(
+                f"inference.weight_sync=shared is for the torch engine, not {self.engine} (use files)"
+            )
         return self
 
     @property

@@ -32,4 +32,5 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         prefix_cache_tokens=cfg.prefix_cache_tokens,
         prefill_batch=cfg.prefill_batch,
         pack_weights=cfg.pack_weights,
+        weight_sync="shared" if cfg.weight_sync == "shared" else "files",
     )

@@ -4,6 +4,11 @@ Owns the async face: validating requests, streaming tokens to the caller's event
 when the caller goes away, and hot-reloading checkpoints. The decode loop itself runs in a
 thread (`clawgym.inference.batch_loop`), so the event loop stays free while the model computes.
 It knows no chat template or tokenizer: token ids in, token ids + logprobs + versions out.
+
+`weight_sync="shared"` (`inference.weight_sync`): a trainer in the same process hands its own
+parameters over (`share_weights`) instead of a checkpoint to read, so one copy of the weights serves
+both; while the trainer's optimizer changes them, `hold` parks the decode loop, and the next
+`share_weights` (the committed version) resumes it.
 """
 
 import asyncio
@@ -15,7 +20,7 @@ from typing import Literal
 
 import torch
 
-from clawgym.errors import ClawgymError, InvalidArgument, Unavailable
+from clawgym.errors import ClawgymError, FailedPrecondition, InvalidArgument, Unavailable
 from clawgym.inference.batch_loop import BatchLoop, Request, StepCounters
 from clawgym.inference.checkpoint import fit_checkpoint, read_safetensors, weight_targets
 from clawgym.inference.interface import EngineStatus, PromptIds, SamplingParams, TokenChunk, id_list
@@ -39,6 +44,7 @@ class TorchEngine:
         prefix_cache_tokens: int = 8192,
         prefill_batch: int = 32,
         pack_weights: bool | Literal["auto"] = "auto",
+        weight_sync: Literal["files", "shared"] = "files",
     ) -> None:
         """`max_batch`: running rows; `kv_cache_mb`: the running batch's keys and values at most (a request
         waits for room rather than grow it; one that alone exceeds it is refused); `prefill_chunk`:
@@ -47,9 +53,11 @@ class TorchEngine:
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off);
         `prefill_batch`: prompts prefilled together in one forward at most (1 = one forward each);
         `pack_weights`: float32 CPU linear weights packed once for oneDNN (`packed_linear`); "auto":
-        only the layers whose shape `packed_linear.layers_worth_packing` measures faster packed here."""
+        only the layers whose shape `packed_linear.layers_worth_packing` measures faster packed here;
+        `weight_sync`: "shared" lets a trainer in this process lend its weights (`share_weights`)."""
         config = model.config.get_text_config()
         self.name = name
+        self.weight_sync = weight_sync
         self.model = model.eval()
         self.max_context = max_context or config.max_position_embeddings
         self.vocab_size = config.vocab_size
@@ -141,6 +149,39 @@ class TorchEngine:
         if not swap.applied:
             raise Unavailable("the torch engine closed before the new weights were swapped in")
         return swap.seconds
+
+    async def share_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> float:
+        """`weight_sync="shared"`: serves `version` computed with the caller's own tensors (by checkpoint
+        name; no copy is made: they must already be in the engine's dtype and device), repacking what
+        the loop packs; ends a `hold`. The caller changes them only inside a `hold`."""
+        if self.weight_sync != "shared":
+            raise FailedPrecondition(
+                f"share_weights needs inference.weight_sync=shared, not {self.weight_sync}"
+            )
+        started = time.perf_counter()
+        fitted = fit_checkpoint(
+            tensors, self._targets, self._aliases, f"shared weights v{version}", copy=False
+        )
+        copied = sorted(n for n, t in fitted.items() if t.data_ptr() != tensors[n].data_ptr())
+        if copied:
+            t = self._targets[copied[0]]
+            raise FailedPrecondition(
+                f"shared weights v{version}: {len(copied)} tensors ({copied[0]}, …) are not in the engine's "
+                f"{t.dtype} on {t.device}: sharing would copy them; use inference.weight_sync files"
+            )
+        packer = self._loop.packed
+        packed = await asyncio.to_thread(packer.pack, fitted) if packer is not None else None
+        swap = self._loop.swap(version, fitted, started, packed, release=True)
+        await asyncio.to_thread(swap.done.wait)
+        if not swap.applied:
+            raise Unavailable("the torch engine closed before the shared weights were swapped in")
+        return swap.seconds
+
+    async def hold(self) -> None:
+        """`weight_sync="shared"`: returns once the decode loop is parked between two steps; it stays
+        parked (requests queue) until the next `share_weights`."""
+        if not await asyncio.to_thread(self._loop.hold):
+            raise Unavailable("the torch engine is closed")
 
     async def status(self) -> EngineStatus:
         running, waiting = self._loop.load()

@@ -120,7 +120,7 @@ def hidden_states(model: nn.Module, pack: PackedSequence) -> Tensor:
 
 # Rows of logits computed at once: 256 × SmolLM2's 49,152 float32 logits are 50 MB. A quickstart
 # step's ~1,240 rows kept whole through the backward made its update peak 0.66 GB higher (5.03 against
-# 4.37 GB above its start), for 8% less update time (bench/head_memory.py, 2 cores).
+# 4.37 GB above its start), for 8% less update time (bench/update_memory.py, 2 cores).
 HEAD_CHUNK_ROWS = 256
 
 
@@ -142,7 +142,7 @@ def logprobs_and_entropy(
     The LM head runs once per distinct (context slot, temperature), not on all T slots, and on
     `chunk_rows` of them at a time: with gradients, each chunk's logits are recomputed in the
     backward instead of kept (the vocabulary-wide tensors would dominate the update's memory).
-    `chunk_rows` None: every row at once, kept for the backward (faster, bench/head_memory.py).
+    `chunk_rows` None: every row at once, kept for the backward (faster, bench/update_memory.py).
     Half-precision logits are upcast before softmax. The entropy carries a gradient only when
     `entropy_grad` (an entropy bonus is in the loss).
     """
@@ -207,7 +207,7 @@ def packed_forward(
     temperatures = pack.rows.temperatures(temperature).to(device)
     logprob, entropy = logprobs_and_entropy(
         model, hidden, parent[token], ids[token], temperatures, entropy_grad,
-        chunk_rows=HEAD_CHUNK_ROWS,  # read at each call: bench/head_memory.py sets it to compare
+        chunk_rows=HEAD_CHUNK_ROWS,  # read at each call: bench/update_memory.py sets it to compare
     )  # fmt: skip
     values = features = None
     if value_head is not None:

@@ -52,7 +52,7 @@ from clawgym.trainer.demonstrations import Demonstrations
 from clawgym.trainer.distributed import World, shard
 from clawgym.trainer.feed import GroupFeed
 from clawgym.trainer.loop_thread import LoopThread
-from clawgym.trainer.memory import return_free_memory
+from clawgym.trainer.memory import return_free_memory, unpool_large_blocks
 from clawgym.trainer.metrics import TrainerMetrics
 from clawgym.trainer.optim import make_optimizer
 from clawgym.trainer.policy import BuiltPolicy, build_policy
@@ -141,6 +141,7 @@ class Trainer:
             latest = checkpoints[-1] if checkpoints else None
             self.store.set_run_status(self.run_id, "running")
         self.run_id, latest = self.world.broadcast((self.run_id, latest))
+        unpool_large_blocks(self.cfg.heap_mmap_threshold_mb)  # before the policy's tensors exist
         state: dict[str, Any] = {}
         folder = None
         try:
@@ -194,6 +195,10 @@ class Trainer:
             self._arrived_before = self.feed.arrived
             if latest is not None:
                 self._reload_engines(latest.version, latest.uri)
+            elif self._lending():
+                self._reload_engines(self.version, "")  # the engines compute with these weights from now on
+            if self._lending():
+                self.optimizer.register_step_pre_hook(self._hold_borrowers)
         self._set_status("waiting_rollouts")
         log.info(
             "trainer: run %s at version %d (%s)", self.run_id, self.version, "resumed" if latest else "new"
@@ -479,7 +484,12 @@ class Trainer:
         silently feed the run rollouts that lag further every step, until all are dropped."""
         for i, engine in enumerate(self.engines):
             try:
-                if getattr(engine, "weight_sync", "files") == "cuda_ipc":
+                if _borrows(engine):  # an in-process torch engine computing with this trainer's tensors
+                    self.runner.run(
+                        engine.share_weights(version, ckpt.serving_weights(self.policy)),
+                        timeout_s=RELOAD_TIMEOUT_S,
+                    )
+                elif getattr(engine, "weight_sync", "files") == "cuda_ipc":
                     # an in-process vLLM on this GPU: its workers copy the trainer's tensors (CUDA IPC)
                     pushed = engine.push_weights(version, ckpt.serving_weights(self.policy))
                     self.runner.run(pushed, timeout_s=RELOAD_TIMEOUT_S)
@@ -503,6 +513,17 @@ class Trainer:
                 raise FailedPrecondition(
                     f"engine {i} accepted checkpoint {version} from {uri} but serves version {served}"
                 )
+
+    def _lending(self) -> bool:
+        return any(_borrows(e) for e in self.engines)
+
+    def _hold_borrowers(self, *_) -> None:
+        """The optimizer's step pre-hook when engines compute with the trainer's own tensors (`weight_sync`
+        shared): parks them before the weights change, until `_reload_engines` hands them the committed
+        version. A step that fails after this leaves them parked: their weights are then no version's."""
+        for engine in self.engines:
+            if _borrows(engine):
+                self.runner.run(engine.hold(), timeout_s=RELOAD_TIMEOUT_S)
 
     def _set_status(self, state: str) -> None:
         s = self.status
@@ -569,3 +590,8 @@ class Trainer:
             self.source.close()
         if self._close_runner and self.runner is not None:
             self.runner.close()
+
+
+def _borrows(engine: Any) -> bool:
+    """Whether an engine computes with the trainer's own tensors (`inference.weight_sync` shared)."""
+    return getattr(engine, "weight_sync", "files") == "shared"

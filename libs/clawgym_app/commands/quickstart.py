@@ -98,6 +98,7 @@ class QuickstartOptions:
                 "dtype": "float32",
                 "grpc_url": "",
                 "prefix_cache_tokens": 2048,
+                "weight_sync": "shared",  # the engine computes with the trainer's parameters: one copy
             },
             proxy={"max_new_tokens": self.max_new_tokens, "temperature": self.temperature},
             sandbox={"backend": "local"},
@@ -149,6 +150,10 @@ class QuickstartOptions:
                 "keep_checkpoints": 1,
                 "keep_every": max(1, math.ceil(self.steps / 3)),
                 "save_optimizer_state": False,  # a quickstart never resumes: ~2.5 s a step saved
+                # a laptop's memory (docs/performance.md): the update's peak without the layers'
+                # activations and with freed blocks handed back to the OS, for slower steps
+                "activation_checkpointing": True,
+                "heap_mmap_threshold_mb": 1.0,
                 "rollout_timeout_s": 900.0,
                 "sweep_interval_s": 5.0,
             },

@@ -1,16 +1,19 @@
-"""The update's memory with the LM head in recomputed chunks against the whole head kept for the
-backward (`rl.forward.HEAD_CHUNK_ROWS`), on a quickstart-shaped tree and the quickstart's policy.
+"""The update's memory and time, three ways, on a quickstart-shaped tree and the quickstart's policy:
+`whole`, the LM head kept whole for the backward; `chunked`, in recomputed chunks
+(`rl.forward.HEAD_CHUNK_ROWS`, the default); `unpooled`, chunked with the heap's large blocks
+unpooled (`trainer.memory.unpool_large_blocks` at the quickstart's `trainer.heap_mmap_threshold_mb`).
 
 One GRPO forward + backward (`tree_loss`) of a step like the quickstart's: 4 groups × 8 samples of
 one call each, a ~280-token prompt per group (the reference harness's system prompt and a task),
 ~40 generated tokens per sample (1,698 tree tokens, 1,238 loss rows), SmolLM2-135M in float32,
 at the quickstart's temperature 0.7. Each variant runs in its own process, alternating, `--trials` times;
-a process makes one warm-up pass, then the measured one. Memory: the resident set sampled every
-5 ms during the measured pass, its peak above the resident set just before it (what the update
-adds to a trainer that already holds its weights). The head's share of an update's activations
-grows with its rows (the generated tokens), the base model's with every tree token.
+a process makes one warm-up pass, then `--updates` measured ones, the heap trimmed after each as the
+trainer does. Memory: the resident set sampled every 5 ms, its peak above the resident set before
+the first measured pass (what updates add to a trainer that already holds its weights); time: the
+mean measured pass. The head's share of an update's activations grows with its rows (the generated
+tokens), the base model's with every tree token.
 
-    .venv/bin/python bench/head_memory.py [--trials 3] [--model smollm2-135m] [--activation-checkpointing]
+    .venv/bin/python bench/update_memory.py [--trials 3] [--updates 3] [--activation-checkpointing]
 
 The LAST line is one JSON object of the figures (medians over trials).
 """
@@ -24,7 +27,8 @@ import sys
 import threading
 import time
 
-VARIANTS = ("whole", "chunked")
+VARIANTS = ("whole", "chunked", "unpooled")
+HEAP_MMAP_THRESHOLD_MB = 1.0  # the quickstart's trainer.heap_mmap_threshold_mb
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -62,12 +66,14 @@ def child(args: argparse.Namespace) -> dict:
     from clawgym.rl import forward, grpo_terms, merge_terms, pack, tree_loss
     from clawgym.rl.tree_attention import TREE_ATTENTION
     from clawgym.trainer.config import AlgorithmConfig
-    from clawgym.trainer.memory import return_free_memory
+    from clawgym.trainer.memory import return_free_memory, unpool_large_blocks
     from clawgym.trajectory import tree_from_groups
     from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
     if args.child == "whole":
         forward.HEAD_CHUNK_ROWS = None
+    if args.child == "unpooled":
+        assert unpool_large_blocks(HEAP_MMAP_THRESHOLD_MB), "glibc's mallopt refused the threshold"
     torch.manual_seed(0)
     model = load_model(args.model)
     model.set_attn_implementation(TREE_ATTENTION)  # as the trainer builds it on CPU (trainer/policy.py)
@@ -97,15 +103,19 @@ def child(args: argparse.Namespace) -> dict:
     model.zero_grad(set_to_none=True)
     return_free_memory()
     before = rss_bytes()
+    seconds = []
     with PeakSampler() as sampler:
-        started = time.perf_counter()
-        loss = update()
-        seconds = time.perf_counter() - started
+        for _ in range(args.updates):
+            started = time.perf_counter()
+            loss = update()
+            seconds.append(time.perf_counter() - started)
+            model.zero_grad(set_to_none=True)
+            return_free_memory()
     head_rows = sum(int(p.rows.token.numel()) for p in packs)
     return {
         "variant": args.child,
         "peak_above_start_gb": (sampler.peak - before) / 1e9,
-        "update_s": seconds,
+        "update_s": statistics.mean(seconds),
         "loss": loss,
         "tree_tokens": sum(len(p) for p in packs),
         "loss_rows": head_rows,
@@ -116,6 +126,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--updates", type=int, default=3, help="measured passes per process")
     ap.add_argument("--groups", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--output-tokens", type=int, default=40)
@@ -135,7 +146,7 @@ def main() -> None:
             out = subprocess.run(
                 [sys.executable, __file__, "--child", variant, "--model", args.model,
                  "--groups", str(args.groups), "--group-size", str(args.group_size),
-                 "--output-tokens", str(args.output_tokens)]
+                 "--output-tokens", str(args.output_tokens), "--updates", str(args.updates)]
                 + (["--activation-checkpointing"] if args.activation_checkpointing else []),
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
@@ -151,9 +162,11 @@ def main() -> None:
     def median(variant: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[variant])
 
-    whole_gb, chunked_gb = median("whole", "peak_above_start_gb"), median("chunked", "peak_above_start_gb")
-    whole_s, chunked_s = median("whole", "update_s"), median("chunked", "update_s")
-    loss_diff = max(abs(a["loss"] - b["loss"]) for a, b in zip(runs["whole"], runs["chunked"], strict=True))
+    gb = {v: median(v, "peak_above_start_gb") for v in VARIANTS}
+    s = {v: median(v, "update_s") for v in VARIANTS}
+    loss_diff = max(
+        abs(r["loss"] - b["loss"]) for v in VARIANTS[1:] for r, b in zip(runs[v], runs["whole"], strict=True)
+    )
     print(
         json.dumps(
             {
@@ -162,12 +175,13 @@ def main() -> None:
                 "activation_checkpointing": args.activation_checkpointing,
                 "tree_tokens": runs["whole"][0]["tree_tokens"],
                 "loss_rows": runs["whole"][0]["loss_rows"],
-                "peak_above_start_gb_whole": round(whole_gb, 3),
-                "peak_above_start_gb_chunked": round(chunked_gb, 3),
-                "peak_ratio_chunked_vs_whole": round(chunked_gb / whole_gb, 3),
-                "update_s_whole": round(whole_s, 3),
-                "update_s_chunked": round(chunked_s, 3),
-                "time_ratio_chunked_vs_whole": round(chunked_s / whole_s, 3),
+                "updates": args.updates,
+                **{f"peak_above_start_gb_{v}": round(gb[v], 3) for v in VARIANTS},
+                **{f"update_s_{v}": round(s[v], 3) for v in VARIANTS},
+                "peak_ratio_chunked_vs_whole": round(gb["chunked"] / gb["whole"], 3),
+                "time_ratio_chunked_vs_whole": round(s["chunked"] / s["whole"], 3),
+                "peak_ratio_unpooled_vs_chunked": round(gb["unpooled"] / gb["chunked"], 3),
+                "time_ratio_unpooled_vs_chunked": round(s["unpooled"] / s["chunked"], 3),
                 "max_loss_difference": loss_diff,
             }
         )

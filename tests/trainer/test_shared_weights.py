@@ -1,0 +1,94 @@
+"""`inference.weight_sync: shared`: the trainer lends its own parameters to the torch engine in its process.
+
+Over an async run (rollouts generated while the trainer updates), the engine ends up computing with the
+trainer's tensors (no second copy) at the last committed version, and every call served by one version
+has the logprobs that version's checkpoint gives: the engine computed nothing while the optimizer
+changed the weights, and served a version only once it was committed. A configuration where the engine cannot
+borrow the trainer's tensors is refused before the run.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from clawgym.assemble import build_trainer
+from clawgym.config import ClawgymConfig
+from clawgym.errors import FailedPrecondition
+from clawgym.inference.torch_engine import TorchEngine
+from clawgym.policies import load_model
+from clawgym.store.bus_memory import MemoryBus
+from clawgym.store.sql import SqlStore
+from clawgym.trainer import checkpoint as ckpt
+from clawgym.trainer.loop import Trainer
+from clawgym.trainer.toy import ToyRolloutSource
+
+
+@pytest.fixture
+def store(sqlite_url: str):
+    s = SqlStore(sqlite_url, MemoryBus())
+    yield s
+    s.close()
+
+
+def recomputed_logprobs(model: torch.nn.Module, prompt, output, temperature: float) -> torch.Tensor:
+    """Each output token's logprob under `model` at the call's temperature (0: greedy, scored at 1)."""
+    ids = torch.tensor([list(prompt) + list(output)])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / (temperature or 1.0)
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(output).long()[:, None])[:, 0]
+
+
+def test_a_shared_engine_serves_each_committed_version_with_the_trainers_own_tensors(
+    store, trainer_cfg, tiny_tok, runner
+):
+    engine = TorchEngine(load_model("tiny-qwen3"), name="tiny-qwen3", weight_sync="shared")
+    cfg = trainer_cfg(steps=4, mode="async", keep_checkpoints=4)
+    trainer = Trainer(
+        cfg,
+        store=store,
+        bus=store.bus,
+        source=ToyRolloutSource(store, engine, tiny_tok, runner),
+        tokenizer=tiny_tok,
+        engines=[engine],
+        runner=runner,
+    )
+    try:
+        trainer.run()
+        served = ckpt.serving_weights(trainer.policy)
+        status = runner.run(engine.status())
+    finally:
+        trainer.close()
+        runner.run(engine.aclose())
+    assert all(engine._targets[name].data_ptr() == t.data_ptr() for name, t in served.items()), (
+        "the engine must compute with the trainer's own tensors"
+    )
+    assert status.policy_version == 4 and status.extra["reloads"] == 5, status  # v0 lent at start, then 1-4
+    folders = Path(cfg.checkpoint_uri) / "test-run"
+    models = {0: load_model("tiny-qwen3")} | {v: load_model(str(folders / f"v{v:06d}")) for v in (1, 2, 3, 4)}
+    seen: set[int] = set()
+    worst = 0.0
+    for rollout in store.list_rollouts(trainer.run_id):
+        for call in store.list_calls(rollout.id):
+            versions = set(call.output_versions.tolist())
+            if len(versions) > 1:
+                continue  # tokens after a swap attend to keys and values of the old weights (as in vLLM)
+            expected = recomputed_logprobs(
+                models[next(iter(versions))], call.prompt_ids, call.output_ids, call.temperature
+            )
+            worst = max(worst, (expected - torch.from_numpy(call.output_logprobs)).abs().max().item())
+            seen |= versions
+    assert len(seen) >= 2, f"test setup: calls of several versions must be recorded, saw {sorted(seen)}"
+    assert worst < 1e-3, f"a token's logprob is not its recorded version's (off by {worst:.4f})"
+    changed = max((models[1].state_dict()[n] - models[2].state_dict()[n]).abs().max().item() for n in served)
+    assert changed > 1e-4, "test setup: the versions' weights must differ"
+
+
+def test_shared_weights_without_a_borrowing_engine_are_refused(tmp_path, sqlite_url, engine):
+    cfg = ClawgymConfig(
+        store={"url": sqlite_url},
+        inference={"weight_sync": "shared", "model": "tiny-qwen3"},
+        trainer={"model": "tiny-qwen3", "rollout_source": "toy", "checkpoint_uri": str(tmp_path)},
+    )
+    with pytest.raises(FailedPrecondition, match="weight_sync files"):
+        build_trainer(cfg, engines=[engine])  # an engine that reloads from files only
