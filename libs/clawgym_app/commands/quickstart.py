@@ -5,9 +5,10 @@ Pass@1, train with GRPO over prefix trees (rollouts through the real proxy, orch
 sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% intervals, and write
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
-Defaults take 10-12 minutes on 2 AVX-512 CPU cores (measured with bench/quickstart.py, see the
-README); `--minutes` (15) is a budget: training stops between steps when another step plus the final
-evaluation would not fit (on 2 AVX2-only cores, after about 14 of the 60 steps). `QuickstartOptions`
+`--minutes` (15) is a budget: training stops between steps when another step plus the final
+evaluation would not fit; on 2 AVX-512 cores the defaults use it, after 42-54 of the 60 steps
+(bench/quickstart.py, docs/quickstart-runs.md), in ~4.3 GB (one copy of the weights, shared by the
+engine and the trainer; docs/performance.md). `QuickstartOptions`
 holds every knob and is the one source of the command line's defaults; it imports nothing heavy, so
 `clawgym --help` needs no torch.
 """
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QuickstartOptions:
-    """Every knob of the quickstart (the CLI's options); defaults take 10-12 minutes on 2 AVX-512 cores."""
+    """Every knob of the quickstart (the CLI's options); defaults fill the 15-minute budget on 2 cores."""
 
     model: str = DEFAULT_POLICY
     suite: str = "mini"
