@@ -133,7 +133,7 @@ def main() -> None:
     ap.add_argument(
         "--activation-checkpointing",
         action="store_true",
-        help="recompute the decoder layers' activations too (trainer.activation_checkpointing), both variants",
+        help="recompute the decoder layers' activations too (trainer.activation_checkpointing), every variant",
     )
     ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -163,7 +163,7 @@ def main() -> None:
         return statistics.median(r[key] for r in runs[variant])
 
     gb = {v: median(v, "peak_above_start_gb") for v in VARIANTS}
-    s = {v: median(v, "update_s") for v in VARIANTS}
+    secs = {v: median(v, "update_s") for v in VARIANTS}
     loss_diff = max(
         abs(r["loss"] - b["loss"]) for v in VARIANTS[1:] for r, b in zip(runs[v], runs["whole"], strict=True)
     )
@@ -177,11 +177,11 @@ def main() -> None:
                 "loss_rows": runs["whole"][0]["loss_rows"],
                 "updates": args.updates,
                 **{f"peak_above_start_gb_{v}": round(gb[v], 3) for v in VARIANTS},
-                **{f"update_s_{v}": round(s[v], 3) for v in VARIANTS},
+                **{f"update_s_{v}": round(secs[v], 3) for v in VARIANTS},
                 "peak_ratio_chunked_vs_whole": round(gb["chunked"] / gb["whole"], 3),
-                "time_ratio_chunked_vs_whole": round(s["chunked"] / s["whole"], 3),
+                "time_ratio_chunked_vs_whole": round(secs["chunked"] / secs["whole"], 3),
                 "peak_ratio_unpooled_vs_chunked": round(gb["unpooled"] / gb["chunked"], 3),
-                "time_ratio_unpooled_vs_chunked": round(s["unpooled"] / s["chunked"], 3),
+                "time_ratio_unpooled_vs_chunked": round(secs["unpooled"] / secs["chunked"], 3),
                 "max_loss_difference": loss_diff,
             }
         )
