@@ -6,8 +6,8 @@ sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% int
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
 `--minutes` (15) is a budget: training stops between steps when another step plus the final
-evaluation would not fit; on 2 AVX-512 cores the defaults use it, after 42-54 of the 60 steps
-(bench/quickstart.py, docs/quickstart-runs.md), in ~4.3 GB (one copy of the weights, shared by the
+evaluation would not fit; on 2 AVX-512 cores the defaults use it, after 40-54 of the 60 steps in the
+runs measured (bench/quickstart.py, docs/quickstart-runs.md), in ~4.3 GB (one copy of the weights, shared by the
 engine and the trainer; docs/performance.md). `QuickstartOptions`
 holds every knob and is the one source of the command line's defaults; it imports nothing heavy, so
 `clawgym --help` needs no torch.
