@@ -1,6 +1,7 @@
 """Long-tailed rollouts: async steps over rollouts that span versions vs synchronous steps, side by side.
 
-    .venv/bin/python bench/long_tail.py [--sigmas 1.0 1.5] [--staleness 4] [--async-steps 14] [--sync-steps 5]
+    .venv/bin/python bench/long_tail.py [--sigmas 1.0 1.5] [--staleness 4] [--async-steps 30]
+        [--sync-steps 5] [--max-groups 64] [--top async_mask]
 
 Each arm is a fresh embedded stack: SQLite store, the real proxy (loopback), the real orchestrator
 running the reference harness in local bubblewrap sandboxes, and the trainer (tiny-qwen3, GRPO
@@ -11,15 +12,21 @@ harness time dominates and its tail is a real agent's. Rollouts in flight keep r
 trainer's publishes, and each call is tagged with the version serving it. (The scripted engine's
 logprobs are not the policy's: the trainer's logprob-mismatch warning is expected.)
 
-Arms per σ: `sync` (trainer.mode sync: request a step's groups, wait for all of them, train) and
-`async` (trainer.mode async, max_policy_lag = `--staleness`). Figures per arm, from the first
-step's commit to the last one's: trainer_busy_fraction (Σ update_s / wall), rollouts_per_min
-(trained rollouts), dropped_groups, mean/max_staleness (versions between the trainer and a trained
-group's oldest call; mean over groups), and where steps waited: rollout_wait_s_mean,
+Arms per σ, 4 groups of 2 a step: `sync` (trainer.mode sync: request a step's groups, wait for all
+of them, train); and trainer.mode async with max_policy_lag = `--staleness`, the group at its last
+step within the bound waited for idle (`async`), waited for while the step trains the complete
+groups meanwhile up to `--max-groups` (`async_fill`: trainer.max_groups_per_step), or never waited
+for, trained later with its tokens past the bound masked (`async_mask`: trainer.stale_calls mask).
+An async run goes `--staleness` steps past the `--async-steps` measured, so that no measured step is
+one of the run's last, which request no group past its end (their time is drain_s, not measured).
+
+Figures per arm, from the first step's commit to the last measured one's: trainer_busy_fraction
+(Σ update_s / wall), rollouts_per_min (trained rollouts), dropped_groups (the whole run),
+mean/max_staleness (versions between the trainer and a group's oldest trained token; mean over
+groups), stale_tokens_masked, groups_per_step_mean, and where steps waited: rollout_wait_s_mean,
 rollout_wait_bound_s_mean (only for a group at its last step within the bound), groups_owed_mean
-and groups_in_flight_mean at each take, drain_s (of the wall, the last `--staleness` steps, which
-request no group past the run's end). The LAST line is one JSON object: per σ under "sigma", and
-the top-level figures are σ = 1.5's async arm.
+and groups_in_flight_mean at each take. The LAST line is one JSON object: per σ and arm under
+"sigma"; the top-level figures are σ = 1.5's `--top` arm.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from clawgym.tasks.suites import resolve_suite
 from clawgym.trainer.loop_thread import LoopThread
 
 CALLS = 3  # per rollout: two commands, then DONE
+ARMS = ("sync", "async", "async_fill", "async_mask")
 
 
 class LongTailEngine:
@@ -85,10 +93,14 @@ class LongTailEngine:
         await self.done.aclose()
 
 
-def arm(mode: str, sigma: float, args, tokenizer, task_id: str, root: Path) -> dict:
+def arm(name: str, sigma: float, args, tokenizer, task_id: str, root: Path) -> dict:
     """One trainer run on a fresh stack; its figures (see the module doc)."""
-    folder = Path(tempfile.mkdtemp(prefix=f"{mode}-{sigma}-", dir=root))
-    steps = args.async_steps if mode == "async" else args.sync_steps
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-{sigma}-", dir=root))
+    mode = "sync" if name == "sync" else "async"
+    measured = args.async_steps if mode == "async" else args.sync_steps
+    # async: the run goes `--staleness` steps past the measured ones, so that no measured step is one of
+    # the run's last (they request no group past its end: fewer in flight, a tail nothing hides)
+    steps = measured + (args.staleness if mode == "async" else 0)
     in_flight = (args.staleness + 1) * args.groups * args.group_size
     cfg = ClawgymConfig(
         store={"url": f"sqlite:///{folder / 'store.db'}"},
@@ -100,12 +112,14 @@ def arm(mode: str, sigma: float, args, tokenizer, task_id: str, root: Path) -> d
         },
         trainer={
             "model": "tiny-qwen3",
-            "run_name": f"{mode}-{sigma}",
+            "run_name": f"{name}-{sigma}",
             "mode": mode,
             "max_policy_lag": args.staleness,
             "steps": steps,
             "group_size": args.group_size,
             "groups_per_step": args.groups,
+            "max_groups_per_step": args.max_groups if name == "async_fill" else 0,
+            "stale_calls": "mask" if name == "async_mask" else "wait",
             "tasks": [task_id],
             "algorithm": {"lr": 1e-4, "entropy_coef": 1e-3},
             "checkpoint_uri": str(folder / "checkpoints"),
@@ -138,16 +152,15 @@ def arm(mode: str, sigma: float, args, tokenizer, task_id: str, root: Path) -> d
         stop_proxy()
         runner.close()
         store.close()
-    steady = [c.metrics for c in checkpoints[1:]]
-    wall = checkpoints[-1].created_at - checkpoints[0].created_at
-    # async: the last `staleness` steps request no group past the run's last step (fewer in flight)
-    drain = max(1, len(checkpoints) - (args.staleness if mode == "async" else 0))
+    window = checkpoints[:measured]
+    steady = [c.metrics for c in window[1:]]
+    wall = window[-1].created_at - window[0].created_at
     groups = sum(m["groups"] for m in steady)
     return {
-        "steps": len(checkpoints),
+        "steps": len(window),
         "wall_s": round(wall, 1),
         "wall_all_s": round(wall_all, 1),
-        "drain_s": round(checkpoints[-1].created_at - checkpoints[drain - 1].created_at, 1),
+        "drain_s": round(checkpoints[-1].created_at - window[-1].created_at, 1),
         "trainer_busy_fraction": round(sum(m["update_s"] for m in steady) / wall, 3),
         "rollouts_per_min": round(60 * sum(m["rollouts"] for m in steady) / wall, 1),
         "dropped_groups": trainer.dropped_groups,
@@ -158,6 +171,8 @@ def arm(mode: str, sigma: float, args, tokenizer, task_id: str, root: Path) -> d
         "rollout_wait_bound_s_mean": round(float(np.mean([m["rollout_wait_bound_s"] for m in steady])), 3),
         "groups_owed_mean": round(float(np.mean([m["groups_owed"] for m in steady])), 1),
         "groups_in_flight_mean": round(float(np.mean([m["groups_in_flight"] for m in steady])), 1),
+        "groups_per_step_mean": round(groups / len(steady), 1),
+        "stale_tokens_masked": sum(m.get("stale_tokens_masked", 0) for m in steady),
     }
 
 
@@ -167,8 +182,10 @@ def main() -> None:
     ap.add_argument("--median-s", type=float, default=1.0, help="median rollout duration (harness waits)")
     ap.add_argument("--staleness", type=int, default=4, help="async arm's trainer.max_policy_lag")
     ap.add_argument("--groups", type=int, default=4, help="trainer.groups_per_step")
+    ap.add_argument("--max-groups", type=int, default=12, help="async_fill arm's trainer.max_groups_per_step")
     ap.add_argument("--group-size", type=int, default=2, help="trainer.group_size")
-    ap.add_argument("--async-steps", type=int, default=14)
+    ap.add_argument("--top", choices=ARMS[1:], default="async_mask", help="the arm of the top-level figures")
+    ap.add_argument("--async-steps", type=int, default=30)
     ap.add_argument("--sync-steps", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -179,16 +196,18 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="clawgym-bench-long-tail-"))
     by_sigma: dict[str, dict] = {}
     for sigma in args.sigmas:
-        figures = {mode: arm(mode, sigma, args, tokenizer, task_id, root) for mode in ("sync", "async")}
-        figures["async"]["rollouts_per_min_vs_sync"] = round(
-            figures["async"]["rollouts_per_min"] / figures["sync"]["rollouts_per_min"], 2
-        )
+        figures = {name: arm(name, sigma, args, tokenizer, task_id, root) for name in ARMS}
+        for name in ARMS[1:]:
+            figures[name]["rollouts_per_min_vs_sync"] = round(
+                figures[name]["rollouts_per_min"] / figures["sync"]["rollouts_per_min"], 2
+            )
         by_sigma[f"{sigma:g}"] = figures
         print(f"sigma {sigma:g}: {json.dumps(figures)}", flush=True)
-    top = by_sigma.get("1.5", by_sigma[f"{args.sigmas[-1]:g}"])["async"]
+    top = by_sigma.get("1.5", by_sigma[f"{args.sigmas[-1]:g}"])[args.top]
     keys = ("trainer_busy_fraction", "rollouts_per_min", "rollouts_per_min_vs_sync", "dropped_groups",
             "mean_staleness", "max_staleness")  # fmt: skip
-    print(json.dumps({**{k: top[k] for k in keys}, "staleness": args.staleness, "sigma": by_sigma}))
+    figures = {k: top[k] for k in keys} | {"arm": args.top, "staleness": args.staleness, "sigma": by_sigma}
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

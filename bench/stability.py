@@ -48,7 +48,7 @@ from clawgym.evaluation.runner import recorded_results
 from clawgym.report.run_folder import CONFIG_FILE
 from clawgym_app.commands.quickstart import QuickstartOptions
 
-CURVE_KEYS = ("reward", "pass_rate", "kl_ref", "approx_kl", "entropy", "clipfrac", "grad_norm", "loss")
+CURVE_KEYS = ("reward", "pass_rate", "kl_ref", "approx_kl", "entropy", "clipfrac", "grad_norm", "loss", "policy_lag")
 
 
 def eval_curve(run_dir: Path, run_id: str) -> list[dict]:
@@ -110,6 +110,7 @@ def main() -> None:
     p.add_argument("--model", default="", help="policy (default smollm2-135m; tiny-qwen3 with --toy)")
     p.add_argument("--kl-coef", type=float, default=0.0, help="β of the k3 KL to the initial policy in the loss")
     p.add_argument("--entropy-coef", type=float, default=0.0, help="weight of the entropy bonus in the loss")
+    p.add_argument("--staleness", type=int, default=0, help="async, trainer.max_policy_lag N (0: sync)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default="", help="keep the run folder here (default: a temp folder)")
     args = p.parse_args()
@@ -124,15 +125,16 @@ def main() -> None:
         every = args.every
     if args.model:
         opts = replace(opts, model=args.model)
-    # sync, not the quickstart's async: kl_ref is unbiased only on samples of the policy it measures
-    opts = replace(opts, mode="sync")
+    # sync by default, not the quickstart's async: kl_ref is unbiased only on samples of the policy it
+    # measures; --staleness N trains async with rollouts spanning up to N versions (kl_ref then biased)
+    opts = replace(opts, mode="async" if args.staleness else "sync")
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="clawgym-stability-")).resolve()
-    write_run_config(opts, run_dir, {
-        "trainer": {"run_name": "stability", "algorithm": {
-            "kl_diagnostic": True, "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
-        }},
-        "evaluation": {"every_steps": every},
-    })  # fmt: skip
+    trainer: dict = {"run_name": "stability", "algorithm": {
+        "kl_diagnostic": True, "kl_coef": args.kl_coef, "entropy_coef": args.entropy_coef,
+    }}  # fmt: skip
+    if args.staleness:
+        trainer["max_policy_lag"] = args.staleness
+    write_run_config(opts, run_dir, {"trainer": trainer, "evaluation": {"every_steps": every}})
     started = time.monotonic()
     summary = train(run_dir)
     wall = time.monotonic() - started
@@ -166,6 +168,8 @@ def main() -> None:
         "batch": f"{opts.groups_per_step}x{opts.group_size}",
         "kl_coef": args.kl_coef,
         "entropy_coef": args.entropy_coef,
+        "staleness": args.staleness,
+        "dropped_groups": sum(s.get("groups_dropped", 0) for s in steps),
         **checks,
         "evals": evals,
         # each window of `every` steps: the mean of each curve

@@ -354,3 +354,97 @@ def test_a_restarted_trainer_does_not_wait_for_the_rollouts_its_dead_predecessor
     assert "dead-0" in {g for c in store.list_checkpoints(first.run_id) for g in c.group_ids}, (
         "the failed group must be consumed (trained on nothing), never owed again"
     )
+
+
+def test_a_step_that_must_wait_at_the_bound_trains_the_complete_groups_meanwhile(
+    store, trainer_cfg, make_trainer, monkeypatch
+):
+    """Async, max_policy_lag 1, max_groups_per_step 6 (2 a step). At version 3 a group whose oldest
+    token is of version 2 still rolls out: step 4 must train it, and instead of waiting idle it
+    takes the complete groups and packs more of them as they arrive (here the toy source's
+    groups requested for the next step), while that group rolls out. Once it ends the step trains
+    it too and steps; every trained row is within the bound and no group is trained twice."""
+    trainers: list = []
+    seen = _spy_row_versions(monkeypatch, trainers)
+    cfg = trainer_cfg(mode="async", steps=5, max_policy_lag=1, max_groups_per_step=6, rollout_timeout_s=30.0,
+                      algorithm={"lr": 1e-3, "entropy_coef": 1e-4})  # fmt: skip
+    trainers.append(make_trainer(cfg, store))
+    trainer = trainers[0]
+    trainer.run(steps=3)
+    due = _open_group(store, trainer.run_id, "due", version=2)
+    stepping = threading.Thread(target=trainer.run, kwargs={"steps": 1})
+    stepping.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(v == 3 for v, _ in seen) < 2:
+        time.sleep(0.2)
+    assert [c.version for c in store.list_checkpoints(trainer.run_id)] == [1, 2, 3], (
+        "step 4 must not commit before the group at its last step is in"
+    )
+    packed_at_3 = [rows for v, rows in seen if v == 3]
+    assert len(packed_at_3) >= 2, (
+        f"while the group at its last step rolls out, step 4 packs its groups and more ({len(packed_at_3)} rounds)"
+    )
+    _end(store, due, version=3)
+    stepping.join(timeout=60)
+    assert not stepping.is_alive(), "step 4 must step once the group at its last step completed"
+
+    last = store.list_checkpoints(trainer.run_id)[-1]
+    m = last.metrics
+    assert last.version == 4 and "due" in m["trained_groups"], m
+    assert m["groups"] > cfg.groups_per_step and m["groups_filled"] == m["groups"] - cfg.groups_per_step, (
+        f"step 4 trains more than groups_per_step groups, the added ones counted: {m}"
+    )
+    assert m["groups"] <= cfg.max_groups_per_step + 1, f"at most max_groups_per_step and the awaited group: {m}"
+    assert m["groups_dropped"] == 0 and trainer.dropped_groups == 0, m
+    assert m["update_s"] < m["step_s"], m
+    _assert_each_group_consumed_once(_consumed(store, trainer.run_id))
+    _assert_rows_within_bound(seen, lag=1)
+
+
+def test_with_stale_calls_masked_no_step_waits_and_a_late_group_trains_without_its_stale_tokens(
+    store, trainer_cfg, make_trainer, monkeypatch
+):
+    """Async, max_policy_lag 1, stale_calls mask. At version 3 a group whose oldest token is of
+    version 2 still rolls out: step 4 does not wait for it. It completes with a call of version 4,
+    and the step that takes it (bound 3 or later) trains it with its version-2 tokens masked: packed
+    as context with no loss, and counted. A group is dropped only when it has no token left within
+    the bound."""
+    trainers: list = []
+    weighted: list[tuple[int, list[int]]] = []  # per update: its version, the versions of rows with loss
+    real_prepare = loop_module.prepare_packs
+
+    def spy(*args, **kwargs):
+        packs = real_prepare(*args, **kwargs)
+        rows = [int(v) for p in packs for v, w in zip(p.rows.version, p.rows.weight, strict=True) if w > 0]
+        weighted.append((trainers[0].version, rows))
+        return packs
+
+    monkeypatch.setattr(loop_module, "prepare_packs", spy)
+    cfg = trainer_cfg(mode="async", steps=6, max_policy_lag=1, stale_calls="mask", rollout_timeout_s=30.0,
+                      algorithm={"lr": 1e-3, "entropy_coef": 1e-4})  # fmt: skip
+    trainers.append(make_trainer(cfg, store))
+    trainer = trainers[0]
+    trainer.run(steps=3)
+    late = _open_group(store, trainer.run_id, "late", version=2)
+    started = time.monotonic()
+    trainer.run(steps=1)
+    assert time.monotonic() - started < 20, "step 4 must not wait for the group rolling out since version 2"
+    assert store.open_group_versions(trainer.run_id).get("late") == 2, "the late group still rolls out"
+    _end(store, late, version=4)
+    trainer.run(steps=2)
+
+    checkpoints = store.list_checkpoints(trainer.run_id)
+    took = [c for c in checkpoints if "late" in c.metrics["trained_groups"]]
+    assert len(took) == 1 and took[0].version >= 5, [c.metrics["trained_groups"] for c in checkpoints]
+    m = took[0].metrics
+    assert m["stale_tokens_masked"] == 3, f"the version-2 call's 3 tokens are masked: {m}"
+    assert "late" not in [g for c in checkpoints for g in c.group_ids if g not in c.metrics["trained_groups"]]
+    for c in checkpoints:  # toy groups finishing late may drop, but only with no token left within the bound
+        for group_id in set(c.group_ids) - set(c.metrics["trained_groups"]):
+            group = store.get_group(group_id)
+            newest = max(int(call.output_versions.max()) for r in group.rollouts for call in r.calls)
+            assert newest < c.version - 1 - cfg.max_policy_lag, (
+                f"group {group_id} dropped at version {c.version - 1} with a token of version {newest}"
+            )
+    _assert_each_group_consumed_once(_consumed(store, trainer.run_id))
+    _assert_rows_within_bound(weighted, lag=1)

@@ -14,6 +14,7 @@ rank can train alone, and its samples share the task prompt (most of the sharing
 normalisation is made global across groups and ranks in `update.py`.
 """
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,7 +34,8 @@ class GroupTree:
     stats: TreeStats
     rewards: tuple[float, ...]  # per rollout, in the group's order (failed ones get the run's failed_reward)
     passed: tuple[bool, ...]
-    oldest_version: int  # the oldest weights that generated any of its tokens
+    oldest_version: int  # the oldest weights that generated any of its trained tokens
+    trained_from: int = 0  # tokens of older versions get no loss (`stale_calls: mask`); 0: all trained
 
     @property
     def n_generated(self) -> int:
@@ -56,12 +58,23 @@ class Batch:
     dropped_rollouts: int = 0  # rollouts of the dropped groups
     empty: list[str] = field(default_factory=list)  # nothing generated (every rollout failed early)
     lags: list[int] = field(default_factory=list)  # policy lag of every group with tokens
+    stale_tokens_masked: int = 0  # generated tokens past the bound left out of the loss (`stale_calls: mask`)
     teacher_rollouts: int = 0  # rollouts left out for holding a teacher's calls (never trained by RL)
 
     @property
     def group_ids(self) -> list[str]:
         """Every group this step consumes: trained, dropped or empty."""
         return [t.group_id for t in self.trees] + self.dropped + self.empty
+
+    def extend(self, other: "Batch") -> None:
+        """Adds the groups of `other` (more of the same step's groups)."""
+        self.trees += other.trees
+        self.dropped += other.dropped
+        self.dropped_rollouts += other.dropped_rollouts
+        self.empty += other.empty
+        self.lags += other.lags
+        self.stale_tokens_masked += other.stale_tokens_masked
+        self.teacher_rollouts += other.teacher_rollouts
 
     def sharing_ratio(self) -> float:
         """Σ rollout path tokens / Σ tree tokens: what tree packing saves over training paths one by one."""
@@ -146,10 +159,18 @@ def on_policy(group: Group) -> tuple[Group, int]:
     return Group(group.id, group.run_id, kept), len(group.rollouts) - len(kept)
 
 
-def build_batch(groups: list[Group], version: int, max_policy_lag: int, failed_reward: float = 0.0) -> Batch:
-    """Trees of `groups`' on-policy rollouts; groups generated more than `max_policy_lag` versions before
-    `version` are dropped; a group left with nothing on-policy is empty."""
+def build_batch(
+    groups: list[Group],
+    version: int,
+    max_policy_lag: int,
+    failed_reward: float = 0.0,
+    mask_stale: bool = False,
+) -> Batch:
+    """Trees of `groups`' on-policy rollouts; a group with a token generated more than `max_policy_lag`
+    versions before `version` is dropped, or with `mask_stale` trained from the bound on (those tokens
+    get no loss; dropped only when none is left); a group left with nothing on-policy is empty."""
     batch = Batch(version=version)
+    bound = version - max_policy_lag
     for group in groups:
         group, teacher = on_policy(group)
         batch.teacher_rollouts += teacher
@@ -157,9 +178,13 @@ def build_batch(groups: list[Group], version: int, max_policy_lag: int, failed_r
         if tree is None:
             batch.empty.append(group.id)
             continue
-        lag = version - tree.oldest_version
-        batch.lags.append(lag)
-        if lag > max_policy_lag:
+        fresh = tree.flat.gen_version >= bound
+        if tree.oldest_version < bound and mask_stale and fresh.any():
+            batch.stale_tokens_masked += int((~fresh).sum())
+            oldest = int(tree.flat.gen_version[fresh].min())
+            tree = dataclasses.replace(tree, trained_from=bound, oldest_version=oldest)
+        batch.lags.append(version - tree.oldest_version)
+        if tree.oldest_version < bound:
             batch.dropped.append(group.id)
             batch.dropped_rollouts += len(group.rollouts)
         else:

@@ -342,6 +342,14 @@ class TrainerConfig(Section):
     )
     group_size: int = Field(4, ge=1, description="G: samples per (task, harness) group")
     groups_per_step: int = Field(4, ge=1, description="groups per optimizer step (the batch size)")
+    max_groups_per_step: int = Field(
+        0,
+        ge=0,
+        description="a step that must wait for a group at its last step within max_policy_lag trains the "
+        "complete groups within the bound meanwhile (oldest first, its gradient accumulated before the "
+        "optimizer steps), up to this many groups in the step; 0 = groups_per_step: it waits idle. Not with "
+        "PPO's whiten_advantages (whitening needs the whole batch first)",
+    )
     harnesses: list[HarnessWeight] = Field(
         default_factory=lambda: [HarnessWeight(name="reference")],
         min_length=1,
@@ -367,7 +375,15 @@ class TrainerConfig(Section):
         "being trained; an older group is dropped (counted: groups_dropped). async: also how many steps "
         "ahead rollouts are requested, and a step waits for a group still rolling out whose oldest recorded "
         "call is this many versions old (its last step within the bound), so the run's own groups are not "
-        "dropped",
+        "dropped (stale_calls: wait; mask trains it later without its stale tokens)",
+    )
+    stale_calls: Literal["wait", "mask"] = Field(
+        "wait",
+        description="async, a group still rolling out whose oldest call reaches max_policy_lag: wait (the step "
+        "at its last version within the bound waits for it, training complete groups meanwhile up to "
+        "max_groups_per_step) or mask (no step waits for it: once complete it is trained with the tokens older "
+        "than the bound left out of the loss, still in the tree as context and in the normaliser, counted as "
+        "stale_tokens_masked; a group with no token within the bound is dropped)",
     )
     failed_reward: float = Field(
         0.0,
@@ -417,6 +433,23 @@ class TrainerConfig(Section):
         if self.algorithm.needs_reference and self.lora.enabled:
             # The reference is the frozen base, which LoRA keeps anyway; supporting it is issue work.
             raise ValueError("algorithm.kl_coef > 0 or kl_diagnostic with lora.enabled is not supported yet")
+        return self
+
+    @model_validator(mode="after")
+    def _fill_fits_the_step(self) -> "TrainerConfig":
+        if not self.max_groups_per_step:
+            return self
+        if self.max_groups_per_step < self.groups_per_step:
+            raise ValueError(
+                f"max_groups_per_step: {self.max_groups_per_step} is below groups_per_step "
+                f"({self.groups_per_step}); 0 turns it off"
+            )
+        algo = self.algorithm
+        if self.max_groups_per_step > self.groups_per_step and algo.name == "ppo" and algo.whiten_advantages:
+            raise ValueError(
+                "max_groups_per_step: PPO's whiten_advantages needs the whole batch before the first "
+                "backward; set algorithm.whiten_advantages false or leave max_groups_per_step 0"
+            )
         return self
 
     @model_validator(mode="after")

@@ -8,7 +8,10 @@ bottom is reading what happens:
              group at its last step within the staleness bound is still rolling out, take them,
              oldest first
 2. batch     (rank 0) trees per group; groups older than `max_policy_lag` versions are dropped
-3. update    (all ranks) advantages, packed micro-batches, gradient accumulation, AdamW, clipping
+3. update    (all ranks) advantages, packed micro-batches, gradient accumulation, AdamW, clipping;
+             with `max_groups_per_step`, a step that would wait in 1 for a group at its last step
+             trains instead: it takes the groups it has, and adds complete ones to its gradient
+             (`_Fill`) until that group is in, then steps
 4. save      (all ranks gather, rank 0 writes) the HF folder + optimizer/scheduler/RNG state
 5. commit    (rank 0) register the checkpoint in the store together with the groups it consumed:
              the step happened iff this registration did; then ack the bus, record the step's
@@ -25,8 +28,9 @@ generated token, never from the version it was requested under: no trained token
 `max_policy_lag` versions older than the weights it updates. A group whose oldest token is of
 version c can be trained until the trainer's version is c + `max_policy_lag`; the step at that
 version waits for it if it is still rolling out (the store's `open_group_versions`), and a group
-whose first call comes late costs no wait before it. Sync mode is the same loop with nothing
-requested ahead.
+whose first call comes late costs no wait before it. With `stale_calls: mask` no step waits for such
+a group: it is trained when complete, its tokens past the bound left out of the loss. Sync mode is
+the same loop with nothing requested ahead.
 """
 
 import logging
@@ -42,6 +46,7 @@ import torch
 from clawgym.errors import ClawgymError, FailedPrecondition, Unavailable
 from clawgym.inference.interface import Engine
 from clawgym.records import Checkpoint, Group
+from clawgym.rl.packing import PackedSequence
 from clawgym.store.bus import EventBus
 from clawgym.store.interface import TrajectoryStore
 from clawgym.trainer import checkpoint as ckpt
@@ -126,6 +131,7 @@ class Trainer:
         self._warned_mismatch = False
         self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
         self._wait: dict[str, float] = {}  # the last collect's waiting figures, for its step record
+        self._filling = False  # the last collect left a group at its last step rolling out (_Fill)
         self._download_cache = Path(f"/tmp/clawgym-trainer-{cfg.run_name}")
 
     # --- start: the run, the latest checkpoint, the feed ---
@@ -230,9 +236,7 @@ class Trainer:
         shards = None
         if self.world.is_main:
             groups, wait_s = self._collect()
-            self.sampler.observe(groups)  # before the next collect plans more
-            batch = build_batch(groups, self.version, self.cfg.max_policy_lag, self.cfg.failed_reward)
-            self._count_lag(batch)
+            batch = self._batch_of(groups)
             if not batch.trees:
                 self._untrained.dropped += batch.dropped
                 self._untrained.empty += batch.empty
@@ -251,12 +255,19 @@ class Trainer:
         packs = prepare_packs(
             policy, my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens, self.world
         )
+        value_only = self._value_warmup()
+        fill = (
+            _Fill(self, batch if self.world.is_main else None, norm)
+            if self._fills() and not value_only
+            else None
+        )
         diagnostics = update(
             policy, self.optimizer, packs, self.cfg.algorithm, self.world, self.version, self.policy.reference,
-            value_only=self._value_warmup(),
+            value_only=value_only, fill=fill,
         )  # fmt: skip
         self.scheduler.step()
-        update_s = time.perf_counter() - started
+        fill_wait_s = fill.wait_s if fill is not None else 0.0
+        update_s = time.perf_counter() - started - fill_wait_s
         # 4. save
         version, uri = self._save_next_version()
         # 5. commit (rank 0)
@@ -280,8 +291,11 @@ class Trainer:
                 "tokens": tokens,
                 "tokens_per_s": tokens / max(update_s, 1e-9),
                 "update_s": update_s,
-                "rollout_wait_s": wait_s,
+                "rollout_wait_s": wait_s + fill_wait_s,
                 **self._wait,
+                "rollout_wait_bound_s": self._wait.get("rollout_wait_bound_s", 0.0) + fill_wait_s,
+                "groups_filled": fill.groups if fill is not None else 0,
+                "stale_tokens_masked": batch.stale_tokens_masked,
                 "step_s": time.perf_counter() - started,
             }
             self._commit(batch, record, uri)
@@ -313,8 +327,8 @@ class Trainer:
             self._top_up()
             self.source.check()
             enough = self._trainable() >= need
-            if enough and not forced:
-                break
+            if enough and (not forced or self._fills()):
+                break  # with forced groups pending, the step trains while it waits for them (_Fill)
             before, polled = len(self._owed), time.monotonic()
             self.feed.poll(block_s=0.5)
             if enough:
@@ -336,11 +350,61 @@ class Trainer:
             "groups_owed": len(self._owed),
             "groups_in_flight": self._owed_or_outstanding(),
         }
-        ids = self._choose(need)
+        self._filling = bool(forced)
+        return self._take(self._choose(need)), time.monotonic() - started
+
+    def _take(self, ids: list[str]) -> list[Group]:
+        """These owed groups, taken from the feed (owed until their step commits)."""
         taken = self.feed.take_ids(ids)
         for group_id in taken:
             self._owed_oldest.pop(group_id)
-        return [self._owed.pop(g) for g in taken], time.monotonic() - started
+        return [self._owed.pop(g) for g in taken]
+
+    def _batch_of(self, groups: list[Group]) -> Batch:
+        """The step's trees of these groups (past the bound: dropped and counted)."""
+        self.sampler.observe(groups)  # before the next collect plans more
+        cfg = self.cfg
+        mask = cfg.stale_calls == "mask"
+        batch = build_batch(groups, self.version, cfg.max_policy_lag, cfg.failed_reward, mask_stale=mask)
+        self._count_lag(batch)
+        return batch
+
+    def _fills(self) -> bool:
+        return self.cfg.max_groups_per_step > self.cfg.groups_per_step
+
+    def _fill_round(self, taken: int) -> tuple[list[Group] | None, float]:
+        """The next groups a step trains while a group at its last step within the bound still rolls
+        out (`max_groups_per_step`), and the seconds waited for them: the owed groups at or past the
+        bound, then the oldest trainable others while the step has fewer than `max_groups_per_step`.
+        Once none is left rolling out at its last step: the owed ones at or past the bound, or None
+        (the step is complete)."""
+        started = last_progress = time.monotonic()
+        if not self._filling:
+            return None, 0.0
+        bound = self.version - self.cfg.max_policy_lag
+        while True:
+            self._read_owed()
+            self._top_up()
+            self.source.check()
+            if not self._last_chance_pending():
+                self._filling = False
+                self.feed.sweep()  # the bus may lag the store: find the groups that just completed
+                self._read_owed()
+                due = [g for g in self._owed if self._owed_oldest[g] <= bound]
+                return self._take(due) or None, time.monotonic() - started
+            ids = self._choose(self.cfg.max_groups_per_step - taken)
+            if ids:
+                return self._take(ids), time.monotonic() - started
+            before = len(self._owed)
+            self.feed.poll(block_s=0.5)
+            self._read_owed()
+            if len(self._owed) > before:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
+                raise Unavailable(
+                    f"no rollout group completed in {self.cfg.rollout_timeout_s:.0f} s while step "
+                    f"{self.version + 1} waited for groups rolling out since version {bound}"
+                )
 
     def _read_owed(self) -> None:
         """Reads each newly owed group once (its calls give its versions); forgets groups no longer owed."""
@@ -355,7 +419,10 @@ class Trainer:
                 self._owed_oldest[group_id] = self.version if oldest is None else oldest
 
     def _trainable(self) -> int:
-        """Owed groups within the staleness bound."""
+        """Owed groups within the staleness bound (`stale_calls: mask`: every owed group, its tokens past
+        the bound masked; one whose last call too is past it drops, which the oldest-first take makes rare)."""
+        if self.cfg.stale_calls == "mask":
+            return len(self._owed_oldest)
         bound = self.version - self.cfg.max_policy_lag
         return sum(v >= bound for v in self._owed_oldest.values())
 
@@ -376,7 +443,7 @@ class Trainer:
         is younger than this step's bound whenever it started (its first call is served by this
         version or a newer one); one with an older token is past the bound and drops whatever we do."""
         bound = self.version - self.cfg.max_policy_lag
-        if bound < 0:
+        if bound < 0 or self.cfg.stale_calls == "mask":  # masked, such a group's old tokens cost no wait
             return 0
         return sum(v == bound for v in self.store.open_group_versions(self.run_id).values())
 
@@ -407,7 +474,7 @@ class Trainer:
         self.feed.poll(block_s=0)
         arrived = self.feed.arrived - self._arrived_before
         bound = self.version - self.cfg.max_policy_lag
-        past = sum(v < bound for v in self._owed_oldest.values())
+        past = 0 if self.cfg.stale_calls == "mask" else sum(v < bound for v in self._owed_oldest.values())
         return len(self.feed.ready()) - past + max(0, min(pending, self._requested_groups - arrived))
 
     def _count_lag(self, batch: Batch) -> None:
@@ -590,6 +657,42 @@ class Trainer:
             self.source.close()
         if self._close_runner and self.runner is not None:
             self.runner.close()
+
+
+class _Fill:
+    """The rounds of groups a step trains while it waits for groups at their last step within the
+    staleness bound (`update.Fill`): rank 0 takes them (`Trainer._fill_round`) into the step's batch,
+    every rank packs its share with the step's first normaliser; the last round tells every rank the
+    rescale to the whole step's normaliser."""
+
+    def __init__(self, trainer: Trainer, batch: Batch | None, norm: Normaliser) -> None:
+        self.trainer, self.batch, self.norm = trainer, batch, norm
+        self.groups = 0  # groups added (rank 0)
+        self.wait_s = 0.0  # seconds rank 0 waited for them
+        self._rescale = 1.0
+
+    def next_packs(self) -> list[PackedSequence] | None:
+        t, shards = self.trainer, None
+        if t.world.is_main:
+            groups, waited = t._fill_round(len(self.batch.group_ids))
+            self.wait_s += waited
+            if groups is None:
+                whole = Normaliser.of(self.batch.trees)
+                shards = [("done", self.norm.ratio(whole, t.cfg.algorithm.aggregation))] * t.world.size
+            else:
+                more = t._batch_of(groups)
+                self.batch.extend(more)
+                self.groups += len(groups)
+                shards = [("trees", trees) for trees in assign_to_ranks(more.trees, t.world.size)]
+        kind, payload = t.world.scatter(shards)
+        if kind == "done":
+            self._rescale = payload
+            return None
+        algo = t.cfg.algorithm
+        return prepare_packs(t.policy.module, payload, algo, self.norm, t.cfg.micro_batch_tokens, t.world)
+
+    def rescale(self) -> float:
+        return self._rescale
 
 
 def _borrows(engine: Any) -> bool:

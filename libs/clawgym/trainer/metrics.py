@@ -15,7 +15,8 @@ STEP_KEYS = (
     "kl_ref", "grad_norm", "lr", "logprob_mismatch", "kl_engine_train", "off_policy_ratio_mean",
     "off_policy_ratio_max", "off_policy_masked_frac", "off_policy_masked_token_frac", "policy_lag",
     "policy_lag_max", "sharing_ratio", "tokens", "tokens_per_s", "step_s", "update_s", "rollout_wait_s",
-    "rollout_wait_bound_s", "groups_owed", "groups_in_flight", "groups", "groups_dropped", "rollouts",
+    "rollout_wait_bound_s", "groups_owed", "groups_in_flight", "groups", "groups_filled", "groups_dropped",
+    "stale_tokens_masked", "rollouts",
     "reward", "pass_rate", "version",
     "sft_tokens", "sft_epoch",  # SFT steps: the demonstrated tokens the NLL averages, epochs done
 )  # fmt: skip
@@ -44,6 +45,9 @@ GAUGES = {  # step key → help; the gauge is clawgym_trainer_<key>
     "rollout_wait_s": "seconds the last step waited for groups",
     "rollout_wait_bound_s": "of them, seconds it waited only for groups at their last step within max_policy_lag",
     "groups_in_flight": "groups started and not trained when the last step took its groups",
+    "groups_filled": "groups the last step added while it waited at the staleness bound (max_groups_per_step), "
+    "the awaited ones among them",
+    "stale_tokens_masked": "generated tokens the last step left out of the loss, past max_policy_lag (stale_calls: mask)",
 }
 
 

@@ -20,10 +20,18 @@ How this departs from single-process CleanRL, numbered:
    head alone after the update, on the hidden states its first forward computed, and in the first
    `value_warmup_steps` RL steps only those (the policy frozen). `explained_variance` is V_old's (the
    values the advantages used) against the batch's returns, over all the batch's value rows at once.
+6. A step may train while it waits at the staleness bound (`trainer.max_groups_per_step`): `fill`
+   gives rounds of trees, packed with the first round's normaliser, whose backward adds to the first
+   epoch's gradient before the optimizer steps. The gradient and the summed diagnostics are then
+   multiplied by that normaliser over the whole step's (`Normaliser.ratio`): every term is linear in
+   its rows' weights, so this is the update of one batch of all the trees. PPO's whitening needs the
+   whole batch first, so a whitened PPO step never fills.
 """
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -64,6 +72,15 @@ class Normaliser:
             return tree.n_generating_rollouts / max(self.rollouts, 1)
         return 1.0
 
+    def ratio(self, whole: "Normaliser", aggregation: str) -> float:
+        """This (a step's first round's) normaliser over the whole step's: what a gradient built with
+        this one is multiplied by to be the whole step's."""
+        if aggregation == "token":
+            return self.generated / max(whole.generated, 1)
+        if aggregation == "sequence":
+            return self.rollouts / max(whole.rollouts, 1)
+        return 1.0
+
 
 # --- 1-2. advantages on trees, packed into micro-batches ---
 
@@ -91,7 +108,7 @@ def prepare_packs(
             )
             if not has_gradient(terms, algo):
                 continue
-        placed.append((tree, _rescaled(terms, norm.scale(tree, algo.aggregation))))
+        placed.append((tree, _rescaled(_fresh(terms, tree.trained_from), norm.scale(tree, algo.aggregation))))
     if algo.name == "ppo" and algo.whiten_advantages:
         placed = whitened(placed, world)
     packs: list[PackedSequence] = []
@@ -135,6 +152,14 @@ def has_gradient(terms: PathTerms, algo: AlgorithmConfig) -> bool:
     return bool(np.any(terms.adv != 0)) or algo.kl_coef > 0 or algo.entropy_coef > 0
 
 
+def _fresh(terms: PathTerms, trained_from: int) -> PathTerms:
+    """The terms with no loss on tokens generated before version `trained_from` (`stale_calls: mask`):
+    their rows keep their place in the tree and in the normaliser, as a masked call's do."""
+    if trained_from <= 0 or terms.version.min(initial=trained_from) >= trained_from:
+        return terms
+    return dataclasses.replace(terms, weight=np.where(terms.version < trained_from, 0.0, terms.weight))
+
+
 def _rescaled(terms: PathTerms, scale: float) -> PathTerms:
     return dataclasses.replace(terms, weight=terms.weight * scale)
 
@@ -168,6 +193,48 @@ def _rows_logprobs(module: PolicyModule, packs: list[PackedSequence], world: Wor
 # --- 3. the update ---
 
 
+class Fill(Protocol):
+    """More trees for a step that trains while it waits at the staleness bound (`Trainer._fill`):
+    every rank calls `next_packs` in lockstep until it returns None; `rescale` is then the first
+    round's normaliser over the whole step's, the factor that makes the accumulated gradient the
+    step's (every loss term is linear in the rows' weights)."""
+
+    def next_packs(self) -> list[PackedSequence] | None: ...
+
+    def rescale(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class _Round:
+    """Packs added to a step at once, with what their loss needs from before the update: π_old
+    (several epochs, or sequence-level ratios), the reference's logprobs and the sequences' ρ_s."""
+
+    packs: list[PackedSequence]
+    old: list[Tensor] | None
+    ref: list[Tensor] | None
+    seq_ratio: list[Tensor] | None
+
+    @classmethod
+    def of(
+        cls,
+        packs: list[PackedSequence],
+        policy: PolicyModule,
+        reference: PolicyModule | None,
+        algo: AlgorithmConfig,
+        world: World,
+    ) -> "_Round":
+        by_sequence = algo.loss_config().sequence_level is not None
+        old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 or by_sequence else None
+        seq_ratio = sequence_ratios([p.rows for p in packs], old) if by_sequence and old is not None else None
+        # the reference's logprobs: for the KL term (kl_coef > 0) or only to measure kl_ref (kl_diagnostic)
+        ref = (
+            _rows_logprobs(reference, packs, world)
+            if reference is not None and algo.needs_reference
+            else None
+        )
+        return cls(packs, old, ref, seq_ratio)
+
+
 def update(
     policy: PolicyModule,
     optimizer: torch.optim.Optimizer,
@@ -177,69 +244,115 @@ def update(
     policy_version: int,
     reference: PolicyModule | None = None,
     value_only: bool = False,
+    fill: Fill | None = None,
 ) -> dict[str, float]:
     """`algo.epochs` optimizer steps on this rank's packs, then `algo.value_epochs` of the value head
-    alone; with `value_only` (a value warm-up step) only the latter, at least one. The batch's
-    diagnostics (same on every rank)."""
-    critic = _critic_figures(packs, world) if policy.value_head is not None else {}
+    alone; with `value_only` (a value warm-up step) only the latter, at least one. With `fill`, the
+    first epoch's gradient also accumulates the rounds it gives before the step (departure 6). The
+    batch's diagnostics (same on every rank)."""
     if value_only:
+        critic = _critic_figures(packs, world) if policy.value_head is not None else {}
         return critic | _value_only_update(policy, optimizer, packs, algo, world)
     cfg = algo.loss_config()
-    n_steps = world.max_int(len(packs))
     fit = policy.value_head is not None and algo.value_epochs > 0
     features: list[Tensor] = []
-    by_sequence = cfg.sequence_level is not None
-    old = _rows_logprobs(policy, packs, world) if algo.epochs > 1 or by_sequence else None
-    seq_ratio = sequence_ratios([p.rows for p in packs], old) if by_sequence and old is not None else None
-    # the reference's logprobs: for the KL term (kl_coef > 0) or only to measure kl_ref (kl_diagnostic)
-    ref = _rows_logprobs(reference, packs, world) if reference is not None and algo.needs_reference else None
+    rounds: list[_Round] = []
+    scale = 1.0  # the first round's normaliser over the step's (fill), else 1
     # The optimizer's parameters, not `policy.parameters()`: after a no-grad forward FSDP2 may leave the
     # root's parameters unsharded, and those tensors are not the ones that receive the gradients.
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    for _epoch in range(algo.epochs):
+    for epoch in range(algo.epochs):
         optimizer.zero_grad(set_to_none=True)
-        parts = []
-        for k in range(n_steps):
-            real = k < len(packs)
-            p = packs[k] if real else dummy_pack()
-            keep = fit and _epoch == 0
-            out = policy(p, mode="rows+features" if keep else "rows", entropy_grad=algo.entropy_coef > 0)
-            logprob, entropy, values = out[:3]
-            if keep and real:
-                features.append(out[3])
-            rows = p.rows.to(logprob.device, logprob.dtype)
-            loss, diagnostics = rows_loss(
-                logprob,
-                entropy,
-                values if policy.value_head is not None else None,
-                rows,
-                cfg,
-                old_logprob=old[k] if old is not None and real else None,
-                ref_logprob=ref[k] if ref is not None and real else None,
-                policy_version=policy_version,
-                seq_ratio=seq_ratio[k] if seq_ratio is not None and real else None,
-            )
-            if real:
-                parts.append(diagnostics)
-            (loss * (world.size if real else 0.0)).backward()
-        if n_steps == 0:  # no group had signal on any rank: AdamW still steps, as if on their zero gradient
+        parts: list[dict[str, float]] = []
+        forwards = 0
+        for rnd in _first_rounds(packs, fill, policy, reference, algo, world) if epoch == 0 else rounds:
+            if epoch == 0:
+                rounds.append(rnd)
+            n_steps = world.max_int(len(rnd.packs))
+            forwards += n_steps
+            for k in range(n_steps):
+                real = k < len(rnd.packs)
+                p = rnd.packs[k] if real else dummy_pack()
+                keep = fit and epoch == 0
+                out = policy(p, mode="rows+features" if keep else "rows", entropy_grad=algo.entropy_coef > 0)
+                logprob, entropy, values = out[:3]
+                if keep and real:
+                    features.append(out[3])
+                rows = p.rows.to(logprob.device, logprob.dtype)
+                loss, diagnostics = rows_loss(
+                    logprob,
+                    entropy,
+                    values if policy.value_head is not None else None,
+                    rows,
+                    cfg,
+                    old_logprob=rnd.old[k] if rnd.old is not None and real else None,
+                    ref_logprob=rnd.ref[k] if rnd.ref is not None and real else None,
+                    policy_version=policy_version,
+                    seq_ratio=rnd.seq_ratio[k] if rnd.seq_ratio is not None and real else None,
+                )
+                if real:
+                    parts.append(diagnostics)
+                (loss * (world.size if real else 0.0)).backward()
+        if epoch == 0 and fill is not None:
+            scale = fill.rescale()
+        if forwards == 0:  # no group had signal on any rank: AdamW still steps, as if on their zero gradient
             _zero_missing_grads(params)
+        if scale != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.mul_(scale)
         grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm)))
         if np.isfinite(grad_norm):
             optimizer.step()
         # freed now, not at the next step: between updates the rollouts need that memory (a copy of
         # the weights); a NaN/inf gradient is dropped unused, as it would poison every later step
         optimizer.zero_grad(set_to_none=True)
+    all_packs = [p for rnd in rounds for p in rnd.packs]
+    critic = _critic_figures(all_packs, world) if policy.value_head is not None else {}
     combined = combine_diagnostics([d for d in world.gather(combine_diagnostics(parts)) if d])
-    if seq_ratio is not None:
-        seq = torch.cat([p.rows.seq for p in packs]) if packs else torch.zeros(0, dtype=torch.long)
-        ratios = torch.cat([r.cpu() for r in seq_ratio]) if packs else torch.zeros(0)
-        combined |= off_policy_metrics(world.gather(off_policy_counts(seq, ratios, cfg)))
+    combined |= {k: v * scale for k, v in combined.items() if k in _SCALED_SUMS}
+    if cfg.sequence_level is not None:
+        counts = [
+            off_policy_counts(
+                torch.cat([p.rows.seq for p in rnd.packs]), torch.cat([r.cpu() for r in rnd.seq_ratio]), cfg
+            )
+            for rnd in rounds
+            if rnd.packs and rnd.seq_ratio is not None
+        ]
+        combined |= off_policy_metrics(world.gather(_summed_counts(counts)))
     if fit:
-        fitted = fit_values(policy, optimizer, ValueRows.of(packs, features), algo, world, algo.value_epochs)
+        rows = ValueRows.of(all_packs, features)
+        rows = dataclasses.replace(rows, weight=rows.weight * scale)
+        fitted = fit_values(policy, optimizer, rows, algo, world, algo.value_epochs)
         critic |= {"value_fit_loss": fitted["value_fit_loss"]}
     # Skipped groups add exactly 0 to the loss; entropy and KL are measured only on trained groups.
     return {"loss": 0.0} | _stable_names(combined) | {"grad_norm": grad_norm} | critic
+
+
+def _first_rounds(
+    packs: list[PackedSequence],
+    fill: Fill | None,
+    policy: PolicyModule,
+    reference: PolicyModule | None,
+    algo: AlgorithmConfig,
+    world: World,
+) -> Iterator[_Round]:
+    """The step's packs, then each round `fill` adds, as it comes (before the optimizer steps)."""
+    yield _Round.of(packs, policy, reference, algo, world)
+    while fill is not None and (more := fill.next_packs()) is not None:
+        yield _Round.of(more, policy, reference, algo, world)
+
+
+# Diagnostics that sum the rows' weighted terms: the fill's rescale applies to them as to the gradient.
+_SCALED_SUMS = ("loss", "policy_loss", "kl_ref", "value_loss")
+
+
+def _summed_counts(counts: list[np.ndarray]) -> np.ndarray:
+    """One rank's `off_policy_counts` over several rounds (their sequences are distinct)."""
+    if not counts:
+        return np.array([0.0, 0.0, 0.0, 0.0, 0.0, -np.inf])
+    stacked = np.stack(counts)
+    return np.concatenate([stacked[:, :5].sum(axis=0), [stacked[:, 5].max()]])
 
 
 # --- 5. the critic's own steps ---
