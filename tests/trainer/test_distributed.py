@@ -67,6 +67,17 @@ def test_ppo_value_passes_on_two_fsdp_ranks_make_the_same_update_as_one_rank(tmp
 
 
 @pytest.mark.slow
+def test_a_step_filled_in_rounds_on_two_fsdp_ranks_makes_the_one_rank_update_of_all_its_trees(tmp_path):
+    """`update.Fill` under FSDP2: the first group, then the two others in later rounds, scattered by
+    rank 0 (rank 1 gets nothing in some rounds and runs dummies in lockstep), land where one rank's
+    update of the three at once does (unwhitened PPO: a whitened step cannot fill)."""
+    unwhitened = {"algorithm": {"whiten_advantages": False}}
+    _torchrun(1, tmp_path / "one", unwhitened)
+    _torchrun(2, tmp_path / "two", unwhitened | {"fill": True})
+    _assert_same_update(tmp_path / "one", tmp_path / "two")
+
+
+@pytest.mark.slow
 def test_fsdp_memory_settings_keep_the_update_exact(one_rank, tmp_path):
     lean = {
         "fsdp": {"reshard_after_forward": False, "cpu_offload": True},
