@@ -12,7 +12,13 @@ from torch import nn
 from clawgym.inference.batch_loop import BatchLoop
 from clawgym.inference.checkpoint import weight_targets
 from clawgym.inference.config import InferenceConfig
-from clawgym.inference.packed_linear import PackedLinears, layers_worth_packing, packing_available
+from clawgym.inference.packed_linear import (
+    PackedLinears,
+    ShapeGain,
+    layers_worth_packing,
+    packing_available,
+    within_budget,
+)
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch build cannot pack for oneDNN")
 
@@ -137,6 +143,40 @@ def test_auto_packs_only_the_shapes_it_measured_faster_packed_and_nothing_withou
     assert InferenceConfig(pack_weights=False).pack_weights is False
     with pytest.raises(ValueError):
         InferenceConfig(pack_weights="sometimes")
+
+
+def test_a_packing_budget_takes_the_most_time_saved_per_byte_first_and_never_exceeds_it():
+    head = [nn.Linear(64, 1024, bias=False)]  # 256 KiB copy, saves 4 ms: 15.6 ns a byte
+    down = [nn.Linear(256, 64, bias=False) for _ in range(3)]  # 64 KiB each, 2 ms each: 30.5 ns a byte
+    attn = [nn.Linear(64, 64, bias=False) for _ in range(4)]  # 16 KiB each, 0.1 ms each: 6.1 ns a byte
+    gains = [
+        ShapeGain(attn, 0.1e-3, 64 * 64 * 4),
+        ShapeGain(head, 4e-3, 64 * 1024 * 4),
+        ShapeGain(down, 2e-3, 256 * 64 * 4),
+    ]
+    assert within_budget(gains, 0) == attn + head + down, "no budget: every layer that measured faster"
+    assert within_budget(gains, 3 * 2**16) == down, "the down projections save the most per byte"
+    assert within_budget(gains, 3 * 2**16 + 2**18 + 2**15) == down + head + attn[:2], (
+        "then the head, then as many small layers as still fit"
+    )
+    assert within_budget(gains, 2**10) == [], "nothing fits 1 KiB"
+
+
+def test_an_engine_packs_within_its_budget(tiny_model):
+    targets = weight_targets(tiny_model)[0]
+    budget_mb = 0.05  # 52 KB: less than any of tiny-qwen3's float32 linear layers
+    assert min(m.weight.numel() * 4 for m in tiny_model.modules() if isinstance(m, nn.Linear)) > budget_mb * 2**20
+    loop = BatchLoop(
+        tiny_model, targets, max_context=64, max_batch=8, kv_cache_mb=64, prefill_chunk=64, policy_version=0,
+        pack_weights="auto", pack_weights_mb=budget_mb,
+    )  # fmt: skip
+    try:
+        assert loop.packed is None, "no layer's packed copy fits the budget"
+    finally:
+        loop.close()
+    assert InferenceConfig(pack_weights_mb=256).pack_weights_mb == 256
+    with pytest.raises(ValueError):
+        InferenceConfig(pack_weights_mb=-1)
 
 
 def test_a_model_with_some_layers_packed_computes_as_the_plain_model():

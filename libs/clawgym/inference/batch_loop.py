@@ -156,6 +156,7 @@ class BatchLoop:
         prefix_cache_tokens: int = 0,
         prefill_batch: int = 32,
         pack_weights: bool | Literal["auto"] = "auto",
+        pack_weights_mb: float = 0,
     ) -> None:
         self.model = model
         self.prefill_batch = prefill_batch
@@ -178,7 +179,11 @@ class BatchLoop:
         self.slot_bytes = 2 * layers * heads * dim * param.element_size()  # one token's keys and values
         self.max_slots = max(1, int(kv_cache_mb * 2**20) // self.slot_bytes)
         # None: every layer (True), or none (False); "auto": the measured list, which may be empty
-        layers = layers_worth_packing(model, max_batch) if pack_weights == "auto" else None
+        layers = (
+            layers_worth_packing(model, max_batch, budget_mb=pack_weights_mb)
+            if pack_weights == "auto"
+            else None
+        )
         packs = pack_weights and layers != []
         self.packed = PackedLinears(model, targets, rows_hint=max_batch, layers=layers) if packs else None
         # transformers 5.x renamed `past_key_values` to `cache` (the old name warns until 5.40).

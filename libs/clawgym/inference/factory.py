@@ -32,5 +32,6 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         prefix_cache_tokens=cfg.prefix_cache_tokens,
         prefill_batch=cfg.prefill_batch,
         pack_weights=cfg.pack_weights,
+        pack_weights_mb=cfg.pack_weights_mb,
         weight_sync="shared" if cfg.weight_sync == "shared" else "files",
     )

@@ -21,6 +21,7 @@ import threading
 import time
 import types
 import weakref
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -51,10 +52,14 @@ def _float32_cpu_linears(model: nn.Module) -> list[nn.Linear]:
     ]
 
 
-def layers_worth_packing(model: nn.Module, rows: int, rounds: int = 5) -> list[nn.Linear]:
+def layers_worth_packing(
+    model: nn.Module, rows: int, rounds: int = 5, budget_mb: float = 0
+) -> list[nn.Linear]:
     """The float32 CPU linear layers of `model` whose shape computes faster packed on this CPU, as
     measured here: for each distinct shape one layer at 1 and `rows` rows, both paths alternating,
-    the median of `rounds`; packing must win by 5% (it costs a second copy of the weights).
+    the median of `rounds`; packing must win by 5% (it costs a second copy of the weights). With a
+    `budget_mb` (> 0), only as many as their packed copies fit, most time saved per byte first
+    (`within_budget`).
 
     Why measure: oneDNN against MKL depends on the CPU, the shape and the load. On a 2-core AVX-512
     EPYC a whole SmolLM2-135M decode step ran 1.2-1.6x faster packed (bench/packed_linear.py); on
@@ -66,17 +71,48 @@ def layers_worth_packing(model: nn.Module, rows: int, rounds: int = 5) -> list[n
     for layer in _float32_cpu_linears(model):
         by_shape.setdefault((tuple(layer.weight.shape), layer.bias is not None), []).append(layer)
     sizes = sorted({1, max(1, rows)})
-    keep = []
+    gains = []
     for (shape, _), layers in by_shape.items():
         plain_s, packed_s = _time_both(layers[0], sizes, rounds)
         pays = packed_s < 0.95 * plain_s
         if pays:
-            keep += layers
+            gains.append(ShapeGain(layers, plain_s - packed_s, layers[0].weight.numel() * 4))
         log.info(
             "linear %s x%d: %s (packed %.3f ms, F.linear %.3f ms at %s rows)",
             "x".join(map(str, shape)), len(layers), "packed" if pays else "plain", 1e3 * packed_s,
             1e3 * plain_s, sizes,
         )  # fmt: skip
+    keep = within_budget(gains, int(budget_mb * 2**20))
+    if budget_mb > 0:
+        log.info(
+            "packed %d of %d layers that pay: %.0f MB of inference.pack_weights_mb %.0f",
+            len(keep), sum(len(g.layers) for g in gains), sum(w.weight.numel() * 4 for w in keep) / 2**20, budget_mb,
+        )  # fmt: skip
+    return keep
+
+
+@dataclass(frozen=True)
+class ShapeGain:
+    """The layers of one shape that compute faster packed, what packing saves per call of one of
+    them, and what its packed copy costs."""
+
+    layers: list[nn.Linear]
+    saved_s: float
+    layer_bytes: int
+
+
+def within_budget(gains: list[ShapeGain], budget_bytes: int) -> list[nn.Linear]:
+    """The layers to pack: all of them without a budget (0); else layer by layer, the shapes that save
+    the most time per byte of their copy first, while the copies fit `budget_bytes`. (On a 2-core
+    AVX-512 EPYC the 49,152 x 576 LM head and the MLP's down projections come first.)"""
+    if budget_bytes <= 0:
+        return [layer for g in gains for layer in g.layers]
+    keep, used = [], 0
+    for g in sorted(gains, key=lambda g: g.saved_s / g.layer_bytes, reverse=True):
+        for layer in g.layers:
+            if used + g.layer_bytes <= budget_bytes:
+                keep.append(layer)
+                used += g.layer_bytes
     return keep
 
 

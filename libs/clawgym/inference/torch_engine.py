@@ -44,6 +44,7 @@ class TorchEngine:
         prefix_cache_tokens: int = 8192,
         prefill_batch: int = 32,
         pack_weights: bool | Literal["auto"] = "auto",
+        pack_weights_mb: float = 0,
         weight_sync: Literal["files", "shared"] = "files",
     ) -> None:
         """`max_batch`: running rows; `kv_cache_mb`: the running batch's keys and values at most (a request
@@ -53,7 +54,8 @@ class TorchEngine:
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off);
         `prefill_batch`: prompts prefilled together in one forward at most (1 = one forward each);
         `pack_weights`: float32 CPU linear weights packed once for oneDNN (`packed_linear`); "auto":
-        only the layers whose shape `packed_linear.layers_worth_packing` measures faster packed here;
+        only the layers whose shape `packed_linear.layers_worth_packing` measures faster packed here,
+        within `pack_weights_mb` of packed copies when it is > 0;
         `weight_sync`: "shared" lets a trainer in this process lend its weights (`share_weights`)."""
         config = model.config.get_text_config()
         self.name = name
@@ -74,6 +76,7 @@ class TorchEngine:
             prefix_cache_tokens=prefix_cache_tokens,
             prefill_batch=prefill_batch,
             pack_weights=pack_weights,
+            pack_weights_mb=pack_weights_mb,
         )
 
     @classmethod
