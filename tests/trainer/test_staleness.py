@@ -186,14 +186,16 @@ def test_a_group_past_the_staleness_bound_is_dropped_and_counted(store, trainer_
     _assert_each_group_consumed_once(_consumed(store, trainer.run_id))
 
 
-def _spy_row_versions(monkeypatch, trainers: list) -> list[tuple[int, list[int]]]:
-    """Records, per update, the version being trained and the version of every loss row packed."""
+def _spy_row_versions(monkeypatch, trainers: list, weighted: bool = False) -> list[tuple[int, list[int]]]:
+    """Records, per update, the version being trained and the version of every loss row packed (with
+    `weighted`, of every row with a loss weight: masked rows are packed as context, weight 0)."""
     seen: list[tuple[int, list[int]]] = []
     real_prepare = loop_module.prepare_packs
 
     def spy(*args, **kwargs):
         packs = real_prepare(*args, **kwargs)
-        seen.append((trainers[0].version, [int(v) for p in packs for v in p.rows.version]))
+        rows = [(int(v), float(w)) for p in packs for v, w in zip(p.rows.version, p.rows.weight, strict=True)]
+        seen.append((trainers[0].version, [v for v, w in rows if w > 0 or not weighted]))
         return packs
 
     monkeypatch.setattr(loop_module, "prepare_packs", spy)
@@ -410,16 +412,7 @@ def test_with_stale_calls_masked_no_step_waits_and_a_late_group_trains_without_i
     as context with no loss, and counted. A group is dropped only when it has no token left within
     the bound."""
     trainers: list = []
-    weighted: list[tuple[int, list[int]]] = []  # per update: its version, the versions of rows with loss
-    real_prepare = loop_module.prepare_packs
-
-    def spy(*args, **kwargs):
-        packs = real_prepare(*args, **kwargs)
-        rows = [int(v) for p in packs for v, w in zip(p.rows.version, p.rows.weight, strict=True) if w > 0]
-        weighted.append((trainers[0].version, rows))
-        return packs
-
-    monkeypatch.setattr(loop_module, "prepare_packs", spy)
+    weighted = _spy_row_versions(monkeypatch, trainers, weighted=True)
     cfg = trainer_cfg(mode="async", steps=6, max_policy_lag=1, stale_calls="mask", rollout_timeout_s=30.0,
                       algorithm={"lr": 1e-3, "entropy_coef": 1e-4})  # fmt: skip
     trainers.append(make_trainer(cfg, store))

@@ -36,6 +36,7 @@ the same loop with nothing requested ahead.
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,19 +330,16 @@ class Trainer:
             enough = self._trainable() >= need
             if enough and (not forced or self._fills()):
                 break  # with forced groups pending, the step trains while it waits for them (_Fill)
-            before, polled = len(self._owed), time.monotonic()
-            self.feed.poll(block_s=0.5)
+            polled = time.monotonic()
+            last_progress = self._await_owed(
+                last_progress,
+                lambda forced=forced: (
+                    f"{len(self._owed)} of {need} owed, {self.source.pending_groups()} pending, "
+                    f"{forced} rolling out since version {self.version - self.cfg.max_policy_lag}"
+                ),
+            )
             if enough:
                 bound_wait += time.monotonic() - polled
-            self._read_owed()
-            if len(self._owed) > before:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
-                raise Unavailable(
-                    f"no rollout group completed in {self.cfg.rollout_timeout_s:.0f} s "
-                    f"({len(self._owed)} of {need} owed, {self.source.pending_groups()} pending, "
-                    f"{forced} rolling out since version {self.version - self.cfg.max_policy_lag})"
-                )
             was, forced = forced, self._last_chance_pending()
             if was and not forced:
                 self.feed.sweep()  # the bus may lag the store: find the groups those batches completed
@@ -395,16 +393,24 @@ class Trainer:
             ids = self._choose(self.cfg.max_groups_per_step - taken)
             if ids:
                 return self._take(ids), time.monotonic() - started
-            before = len(self._owed)
-            self.feed.poll(block_s=0.5)
-            self._read_owed()
-            if len(self._owed) > before:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
-                raise Unavailable(
-                    f"no rollout group completed in {self.cfg.rollout_timeout_s:.0f} s while step "
-                    f"{self.version + 1} waited for groups rolling out since version {bound}"
-                )
+            last_progress = self._await_owed(
+                last_progress,
+                lambda: f"step {self.version + 1} waits for groups rolling out since version {bound}",
+            )
+
+    def _await_owed(self, last_progress: float, waiting_for: Callable[[], str]) -> float:
+        """Polls the bus once (up to 0.5 s) and reads the groups newly owed; the time of the last
+        progress (one newly owed). Unavailable after `rollout_timeout_s` without any."""
+        before = len(self._owed)
+        self.feed.poll(block_s=0.5)
+        self._read_owed()
+        if len(self._owed) > before:
+            return time.monotonic()
+        if time.monotonic() - last_progress > self.cfg.rollout_timeout_s:
+            raise Unavailable(
+                f"no rollout group completed in {self.cfg.rollout_timeout_s:.0f} s ({waiting_for()})"
+            )
+        return last_progress
 
     def _read_owed(self) -> None:
         """Reads each newly owed group once (its calls give its versions); forgets groups no longer owed."""
