@@ -24,7 +24,15 @@ LATER = [
     ("c", [4096, 31, 32, 33, 34], [[120, 121, 122, 123, 124, 125], [220]], [1.0, 0.0]),
     ("d", [4096, 41], [[130, 131, 132], [230, 231, 232]], [1.0, 0.0]),
 ]
-KEYS = ("loss", "policy_loss", "kl_ref", "value_loss", "entropy", "off_policy_ratio_mean", "off_policy_masked_frac")
+KEYS = (
+    "loss",
+    "policy_loss",
+    "kl_ref",
+    "value_loss",
+    "entropy",
+    "off_policy_ratio_mean",
+    "off_policy_masked_frac",
+)
 
 
 class Rounds:
@@ -54,7 +62,9 @@ def step_gradients(cfg, hand_group, fill: str) -> tuple[list[list[torch.Tensor]]
     optimizer, _ = make_optimizer(built.module, cfg.algorithm, cfg.steps)
     seen: list[list[torch.Tensor]] = []
     # keep the weights (both sides start every pass from the same ones) and read the gradients
-    optimizer.step = lambda: seen.append([p.grad.clone() for p in built.module.parameters() if p.grad is not None])
+    optimizer.step = lambda: seen.append(
+        [p.grad.clone() for p in built.module.parameters() if p.grad is not None]
+    )
     trees = [
         build_batch([hand_group(g, prompt, outs, rewards)], 0, cfg.max_policy_lag).trees[0]
         for g, prompt, outs, rewards in FIRST + LATER
@@ -88,9 +98,9 @@ def test_a_step_filled_in_rounds_is_the_update_of_all_its_trees(trainer_cfg, han
     filled, d_filled = step_gradients(cfg, hand_group, "rounds")
     assert len(filled) == len(whole) >= 1, f"the same optimizer steps: {len(filled)} vs {len(whole)}"
     for i, (a, b) in enumerate(zip(filled, whole, strict=True)):
-        assert len(a) == len(b) and all(torch.allclose(x, y, rtol=1e-5, atol=1e-8) for x, y in zip(a, b)), (
-            f"optimizer step {i}: the filled step's gradient must be the whole batch's"
-        )
+        assert len(a) == len(b) and all(
+            torch.allclose(x, y, rtol=1e-5, atol=1e-8) for x, y in zip(a, b, strict=True)
+        ), f"optimizer step {i}: the filled step's gradient must be the whole batch's"
     for key in KEYS:
         if key in d_whole:
             assert d_filled[key] == pytest.approx(d_whole[key], rel=1e-5, abs=1e-8), (
@@ -101,7 +111,9 @@ def test_a_step_filled_in_rounds_is_the_update_of_all_its_trees(trainer_cfg, han
     if cfg.algorithm.aggregation != "sum":  # the check can fail: without the rescale it differs
         unscaled, _ = step_gradients(cfg, hand_group, "unscaled")
         norm = float(np.sqrt(sum(float((g**2).sum()) for g in whole[0])))
-        gap = float(np.sqrt(sum(float(((x - y) ** 2).sum()) for x, y in zip(unscaled[0], whole[0]))))
+        gap = float(
+            np.sqrt(sum(float(((x - y) ** 2).sum()) for x, y in zip(unscaled[0], whole[0], strict=True)))
+        )
         assert gap > 0.1 * norm, "the first round's normaliser alone must give another gradient"
 
 

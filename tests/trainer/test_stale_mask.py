@@ -56,16 +56,22 @@ def two_call_group(first_version: int, second_version: int) -> Group:
 def test_a_group_past_the_bound_is_kept_from_the_bound_on_only_when_masking():
     group = two_call_group(first_version=0, second_version=3)
     dropped = build_batch([group], version=4, max_policy_lag=2)
-    assert dropped.dropped == ["g"] and not dropped.trees, "waiting mode: a token 4 versions old drops the group"
+    assert dropped.dropped == ["g"] and not dropped.trees, (
+        "waiting mode: a token 4 versions old drops the group"
+    )
 
     masked = build_batch([group], version=4, max_policy_lag=2, mask_stale=True)
     assert [t.group_id for t in masked.trees] == ["g"] and not masked.dropped
     tree = masked.trees[0]
-    assert tree.trained_from == 2 and tree.oldest_version == 3, "trained from the bound; its lag is the fresh tokens'"
+    assert tree.trained_from == 2 and tree.oldest_version == 3, (
+        "trained from the bound; its lag is the fresh tokens'"
+    )
     assert masked.stale_tokens_masked == 5 and masked.lags == [1], "the first calls' 3 + 2 tokens are masked"
 
     all_stale = build_batch([two_call_group(0, 1)], version=4, max_policy_lag=2, mask_stale=True)
-    assert all_stale.dropped == ["g"] and all_stale.stale_tokens_masked == 0, "nothing within the bound: dropped"
+    assert all_stale.dropped == ["g"] and all_stale.stale_tokens_masked == 0, (
+        "nothing within the bound: dropped"
+    )
 
 
 def reference_gradient(lm, n_generated: int, masked: bool = True) -> list[torch.Tensor]:
@@ -97,7 +103,9 @@ def test_masked_tokens_get_no_loss_and_the_rest_trains_as_the_plain_reference(tr
     built = build_policy(cfg)
     optimizer, _ = make_optimizer(built.module, cfg.algorithm, cfg.steps)
     seen: list[torch.Tensor] = []
-    optimizer.step = lambda: seen.extend(p.grad.clone() for p in built.module.parameters() if p.grad is not None)
+    optimizer.step = lambda: seen.extend(
+        p.grad.clone() for p in built.module.parameters() if p.grad is not None
+    )
     world = World()
     packs = prepare_packs(built.module, batch.trees, cfg.algorithm, Normaliser.of(batch.trees), 64, world)
     rows = [(int(v), float(w)) for p in packs for v, w in zip(p.rows.version, p.rows.weight, strict=True)]
@@ -108,7 +116,9 @@ def test_masked_tokens_get_no_loss_and_the_rest_trains_as_the_plain_reference(tr
     want = reference_gradient(build_policy(cfg).module.lm, n_generated=batch.trees[0].n_generated)
     assert len(seen) == len(want) > 0
     err = max(float((got - ref).norm() / ref.norm()) for got, ref in zip(seen, want, strict=True))
-    assert err < 1e-4, f"the masked update's gradient must be the fresh tokens' plain GRPO gradient: {err:.3g}"
+    assert err < 1e-4, (
+        f"the masked update's gradient must be the fresh tokens' plain GRPO gradient: {err:.3g}"
+    )
     unmasked = reference_gradient(build_policy(cfg).module.lm, batch.trees[0].n_generated, masked=False)
     gap = max(float((got - ref).norm() / ref.norm()) for got, ref in zip(seen, unmasked, strict=True))
     assert gap > 0.1, f"the check can fail: with the first calls trained the gradient differs ({gap:.3g})"
