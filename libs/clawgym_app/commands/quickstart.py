@@ -6,9 +6,9 @@ sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% int
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
 `--minutes` (15) is a budget: training stops between steps when another step plus the final
-evaluation would not fit; on 2 AVX-512 cores the defaults use it, after 40-54 of the 60 steps in the
-runs measured (bench/quickstart.py, docs/quickstart-runs.md), in ~4.3 GB (one copy of the weights, shared by the
-engine and the trainer; docs/performance.md). `QuickstartOptions`
+evaluation would not fit; on 2 AVX-512 cores the defaults use it, after 32-54 of the 60 steps in the
+runs measured (bench/quickstart.py, docs/quickstart-runs.md), in ~3.8 GB (one copy of the weights, shared by the
+engine and the trainer, and 128 MB of packed layers; docs/performance.md). `QuickstartOptions`
 holds every knob and is the one source of the command line's defaults; it imports nothing heavy, so
 `clawgym --help` needs no torch.
 """
@@ -100,6 +100,9 @@ class QuickstartOptions:
                 "grpc_url": "",
                 "prefix_cache_tokens": 2048,
                 "weight_sync": "shared",  # the engine computes with the trainer's parameters: one copy
+                # packed copies of the layers that gain most per byte (the LM head first), not of every
+                # layer that gains: ~0.4 GB less on an AVX-512 CPU (docs/performance.md, memory)
+                "pack_weights_mb": 128,
             },
             proxy={"max_new_tokens": self.max_new_tokens, "temperature": self.temperature},
             sandbox={"backend": "local"},
