@@ -1,7 +1,7 @@
 """Long-tailed rollouts: async steps over rollouts that span versions vs synchronous steps, side by side.
 
     .venv/bin/python bench/long_tail.py [--sigmas 1.0 1.5] [--staleness 4] [--async-steps 30]
-        [--sync-steps 5] [--max-groups 64] [--top async_mask]
+        [--sync-steps 5] [--max-groups 12] [--top async_mask]
 
 Each arm is a fresh embedded stack: SQLite store, the real proxy (loopback), the real orchestrator
 running the reference harness in local bubblewrap sandboxes, and the trainer (tiny-qwen3, GRPO

@@ -162,15 +162,20 @@ def test_a_packing_budget_takes_the_most_time_saved_per_byte_first_and_never_exc
     assert within_budget(gains, 2**10) == [], "nothing fits 1 KiB"
 
 
-def test_an_engine_packs_within_its_budget(tiny_model):
+def test_an_engine_packs_within_its_budget(tiny_model, caplog):
     targets = weight_targets(tiny_model)[0]
     budget_mb = 0.05  # 52 KB: less than any of tiny-qwen3's float32 linear layers
     assert min(m.weight.numel() * 4 for m in tiny_model.modules() if isinstance(m, nn.Linear)) > budget_mb * 2**20
-    loop = BatchLoop(
-        tiny_model, targets, max_context=64, max_batch=8, kv_cache_mb=64, prefill_chunk=64, policy_version=0,
-        pack_weights="auto", pack_weights_mb=budget_mb,
-    )  # fmt: skip
+    with caplog.at_level("INFO", logger="clawgym.inference.packed_linear"):
+        loop = BatchLoop(
+            tiny_model, targets, max_context=64, max_batch=8, kv_cache_mb=64, prefill_chunk=64,
+            policy_version=0, pack_weights="auto", pack_weights_mb=budget_mb,
+        )  # fmt: skip
     try:
+        budget_lines = [r.getMessage() for r in caplog.records if "inference.pack_weights_mb" in r.getMessage()]
+        assert len(budget_lines) == 1 and budget_lines[0].startswith("packed 0 of "), (
+            f"the engine's budget reaches the choice, and no layer's copy fits it: {budget_lines}"
+        )
         assert loop.packed is None, "no layer's packed copy fits the budget"
     finally:
         loop.close()

@@ -388,8 +388,7 @@ class Trainer:
                 self._filling = False
                 self.feed.sweep()  # the bus may lag the store: find the groups that just completed
                 self._read_owed()
-                due = [g for g in self._owed if self._owed_oldest[g] <= bound]
-                return self._take(due) or None, time.monotonic() - started
+                return self._take(self._choose(0)) or None, time.monotonic() - started  # those due
             ids = self._choose(self.cfg.max_groups_per_step - taken)
             if ids:
                 return self._take(ids), time.monotonic() - started

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from clawgym.rl import combine_diagnostics, gae_terms, grpo_terms, merge_terms, pack, rows_loss
 from clawgym.rl.losses import (
+    LossConfig,
     explained_variance,
     off_policy_counts,
     off_policy_metrics,
@@ -194,7 +195,7 @@ def _rows_logprobs(module: PolicyModule, packs: list[PackedSequence], world: Wor
 
 
 class Fill(Protocol):
-    """More trees for a step that trains while it waits at the staleness bound (`Trainer._fill`):
+    """More trees for a step that trains while it waits at the staleness bound (`loop._Fill`):
     every rank calls `next_packs` in lockstep until it returns None; `rescale` is then the first
     round's normaliser over the whole step's, the factor that makes the accumulated gradient the
     step's (every loss term is linear in the rows' weights)."""
@@ -312,13 +313,7 @@ def update(
     combined = combine_diagnostics([d for d in world.gather(combine_diagnostics(parts)) if d])
     combined |= {k: v * scale for k, v in combined.items() if k in _SCALED_SUMS}
     if cfg.sequence_level is not None:
-        counts = [
-            off_policy_counts(
-                torch.cat([p.rows.seq for p in rnd.packs]), torch.cat([r.cpu() for r in rnd.seq_ratio]), cfg
-            )
-            for rnd in rounds
-            if rnd.packs and rnd.seq_ratio is not None
-        ]
+        counts = [_round_counts(rnd, cfg) for rnd in rounds]
         combined |= off_policy_metrics(world.gather(_summed_counts(counts)))
     if fit:
         rows = ValueRows.of(all_packs, features)
@@ -347,10 +342,15 @@ def _first_rounds(
 _SCALED_SUMS = ("loss", "policy_loss", "kl_ref", "value_loss")
 
 
+def _round_counts(rnd: _Round, cfg: LossConfig) -> np.ndarray:
+    """`off_policy_counts` of one round's packs (none: zero sequences)."""
+    seq = torch.cat([p.rows.seq for p in rnd.packs]) if rnd.packs else torch.zeros(0, dtype=torch.long)
+    ratios = torch.cat([r.cpu() for r in rnd.seq_ratio]) if rnd.packs else torch.zeros(0)
+    return off_policy_counts(seq, ratios, cfg)
+
+
 def _summed_counts(counts: list[np.ndarray]) -> np.ndarray:
-    """One rank's `off_policy_counts` over several rounds (their sequences are distinct)."""
-    if not counts:
-        return np.array([0.0, 0.0, 0.0, 0.0, 0.0, -np.inf])
+    """One rank's `off_policy_counts` over a step's rounds (their sequences are distinct)."""
     stacked = np.stack(counts)
     return np.concatenate([stacked[:, :5].sum(axis=0), [stacked[:, 5].max()]])
 
