@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from clawgym.harnesses.base import Limits
+from clawgym.harnesses.mini_swe_agent import MiniSweAgent
 from clawgym.harnesses.registry import get_harness
 from clawgym.inference.scripted import ScriptedEngine
 from clawgym.orchestrator.attempt import run_task
@@ -184,6 +185,58 @@ def test_mini_swe_agent_in_text_mode_runs_a_fenced_command_through_the_proxy(tmp
     assert "mswea_bash_command" in request["messages"][0]["content"], "the text-based system prompt"
     assert not request.get("tools"), "no function tools in text mode"
     assert request["max_tokens"] == 96, "the reply cap the run set"
+
+
+class OneAttemptMiniSweAgent(MiniSweAgent):
+    """mini-swe-agent with `REQUEST_TIMEOUT` set and one attempt per call (its retries off)."""
+
+    def __init__(self, request_timeout_s: float, **options) -> None:
+        super().__init__(**options)
+        self.request_timeout_s = request_timeout_s
+
+    def env(self, ctx):
+        return {**super().env(ctx), "REQUEST_TIMEOUT": str(self.request_timeout_s),
+                "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1"}  # fmt: skip
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+def test_mini_swe_agents_direct_client_waits_as_long_as_litellm_would(tmp_path, backend):
+    """Its OpenRouter classes give up on a call after a fixed 60 s; the direct client waits for
+    `REQUEST_TIMEOUT` seconds instead, as litellm does: a slow call is answered under a long timeout
+    and aborted under a short one, so the client's own timeout is the one in force."""
+    task = mini_task("make_dir", tmp_path, "Make a directory named ")
+    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
+    fence = "THOUGHT: {}\n\n```mswea_bash_command\n{}\n```"
+    texts = [
+        fence.format("Make it.", f"mkdir {name}"),
+        fence.format("Done.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
+    ]
+    tokenizer = load_tokenizer("tiny-qwen3")
+    seconds = {}
+    for timeout_s, reward in ((60.0, 1.0), (1.0, 0.0)):
+        adapter = OneAttemptMiniSweAgent(timeout_s, mode="text", max_tokens=96, client="direct")
+        adapter.install()
+        # each reply takes ~2-3 s to stream (0.1 s a token)
+        engine = ScriptedEngine.from_texts(tokenizer, texts, max_context=131072, token_delay_s=0.1)
+        (tmp_path / str(reward)).mkdir()
+        with Proxy(texts, tmp_path / str(reward) / "store.db", engine=engine) as proxy:
+            rollout_id, token = proxy.register(adapter.name, task.id)
+            outcome = asyncio.run(
+                run_task(adapter, task, backend, proxy_url=proxy.url, token=token, model="policy")
+            )
+            calls = proxy.store.list_calls(rollout_id)
+        assert outcome.verdict.reward == reward, (
+            f"{timeout_s}: {outcome.verdict.detail}\n{outcome.harness_output[-2000:]}"
+        )
+        seconds[timeout_s] = [c.latency_s for c in calls]
+        if reward:
+            assert [c.finish_reason for c in calls] == ["stop", "stop"], "both calls answered, none retried"
+            assert min(seconds[timeout_s]) > 1.0, "each call took longer than the short timeout"
+        else:
+            assert [c.finish_reason for c in calls] == ["abort"], "the one attempt given up after 1 s"
+            assert engine.aborted == 1
+    assert seconds[1.0][0] < min(seconds[60.0]), "the short timeout cut the call before it was answered"
 
 
 @pytest.mark.harness
