@@ -21,17 +21,20 @@ SmolLM2 base, 16 tasks). Its prompt is its own (~800 tokens of workflow and exam
 answer fence differs from the reference harness's ```bash: the question is whether a gain in
 one carries to the other.
 
-    .venv/bin/python bench/harness_transfer.py          # 24 steps of 4 groups x 8 per run, 48 + 48 eval tasks
-    .venv/bin/python bench/harness_transfer.py --toy    # tiny-qwen3, 2 steps per run: the plumbing (~5 min)
-    .venv/bin/python bench/harness_transfer.py --steps 4 --groups-per-step 2 --group-size 4 \
-        --eval-tasks 12 --eval-unseen-tasks 12 --swe-turns 2   # small enough for 2 cores (22.8 min)
+    .venv/bin/python bench/harness_transfer.py           # the warm-started matrix: 3 chains, 48 + 48 eval tasks
+    .venv/bin/python bench/harness_transfer.py --small   # the mini-swe-agent chain, 24 + 24 eval tasks
+    .venv/bin/python bench/harness_transfer.py --toy     # tiny-qwen3, 2 steps per run: the plumbing (~4 min)
 
-Full scale does not fit a 2-core machine in a session: started there (SmolLM2, 2 cores), the base
-policy's 96 reference-harness rollouts took 83 s, its 96 mini-swe-agent rollouts ~55 s each at 4
-at a time (3 calls of ~1,100 prompt and ~55 output tokens; each start imports litellm, ~5 s of
-CPU), so about 20 minutes for one evaluation and some 3 hours for the 768 + 384 training rollouts
-through mini-swe-agent. It is sized for a machine with more cores or a GPU engine.
-Measured at the small scale above (2 AVX2 cores): no cell beyond its interval; every policy 0/24
+By default every run starts warm (`--warm-start`, below): from the base policy nothing is learnt
+through mini-swe-agent. `--no-warm-start` trains from the base policy, as first measured:
+`--no-warm-start --steps 24 --swe-turns 4` (24 steps of 4 groups x 8 per run) does not fit a
+2-core machine in a session: started there (SmolLM2, 2 cores), the base policy's 96
+reference-harness rollouts took 83 s, its 96 mini-swe-agent rollouts ~55 s each at 4 at a time (3
+calls of ~1,100 prompt and ~55 output tokens; each start imports litellm, ~5 s of CPU), so about 20
+minutes for one evaluation and some 3 hours for the 768 + 384 training rollouts through
+mini-swe-agent. `--no-warm-start --steps 4 --groups-per-step 2 --group-size 4 --eval-tasks 12
+--eval-unseen-tasks 12 --swe-turns 2` took 22.8 min on 2 cores.
+Measured at that small scale (2 AVX2 cores): no cell beyond its interval; every policy 0/24
 through mini-swe-agent, whose groups had reward 0 at every step (its fence written in 1 of 192
 replies), so its format has to be learnable first (SFT, or a larger policy).
 Widening its parser to ```bash (`--swe-fences mswea_bash_command bash`, `--swe-max-tokens 192`)
@@ -44,23 +47,26 @@ move_into_dir), the same settings: through the reference harness 0.167 (base) ->
 mini-swe-agent 0/24 -> 0/24; its replies there talk about mini-swe-agent's prompt (its THOUGHT /
 example wording, python fences) instead of the task, a ```bash block in 4 of 48. At 135M the gain
 does not carry into another harness's prompt.
-`--trainings reference` trains only that policy (the command for the reference -> mini-swe-agent
-direction at quickstart scale; not run to its end here).
+`--no-warm-start --trainings reference` trains only that policy (the command for the reference ->
+mini-swe-agent direction at quickstart scale; not run to its end here).
 
-With `--warm-start` each run first learns the harness's format from demonstrations: the oracle
+With `--warm-start` (the default) each run first learns the harness's format from demonstrations: the oracle
 teacher (`proxy.teacher.kind: oracle`) answers `--demo-tasks-per-family` training tasks of each
 trained family through the real harnesses with the tasks' reference solutions, recorded in
 `<out>/demonstrations` (one capture: `bench/training_runs.capture_demonstrations`). Each run is
 then one chain (`trainer.sft`): `--sft-steps` SFT steps of 8 passed demonstrations (at
 `--sft-lr`, `trainer.sft.lr`) through its own harnesses (`trainer.sft.harnesses`; the mix takes
 both), then `--steps` GRPO steps through its harness mix. The warm start's version and the last
-are evaluated: policies `<run>: warm start` and `<run>: warm start + RL`. Besides `cells` (policy ×
+are evaluated: policies `<run>: warm start` and `<run>: warm start + RL` (the mix's warm start,
+both harnesses' SFT, is not a cell of its own: only its last version is evaluated). Besides `cells` (policy ×
 evaluation harness: Pass@1, its interval, the paired difference from the base over tasks and over
 families, per held-out part), the JSON has `mswea_after_warm_start` / `mswea_after_rl` (Pass@1 on
 trained-family instances through mini-swe-agent of its chain) and `best_offdiagonal_ci95_delta`:
 among policies trained through one harness, evaluated through the other, the highest lower end of
-a difference's interval (`best_offdiagonal` names the cell). `--small` is that for 2 cores: the
-mini-swe-agent chain only (96 demonstrations, 18 SFT steps, 8 GRPO steps of 4 x 8), 24 + 24
+a difference's interval (`best_offdiagonal` names the cell). The default size is the whole
+matrix for 2 cores in under 2 hours: three chains (reference, mini-swe-agent, mix) of 18 SFT and 8
+GRPO steps of 4 x 8, 48 + 48 held-out tasks (6 of each family), one mini-swe-agent call a rollout.
+`--small` is the mini-swe-agent chain only (96 demonstrations, 18 SFT steps, 8 GRPO steps of 4 x 8), 24 + 24
 held-out tasks, one call a rollout. mini-swe-agent runs through its direct client
 (`--swe-client direct`: its own model classes pointed at the proxy, the same prompts without
 litellm's import, `bench/mswea_client.py`), all of a step's rollouts at once.
@@ -89,7 +95,35 @@ the base (over tasks; over families where it differs):
 are one per family, so their two intervals are one. Every gain through mini-swe-agent is beyond
 its interval over tasks; none on unseen families is beyond its interval over families (8 families
 of 3 tasks). The 8 GRPO steps lifted trained families by 0.125 over the warm start, a difference
-this size does not resolve. The LAST line is one JSON object of the figures.
+this size does not resolve.
+
+The default size on the test split (2 AMD EPYC cores with AVX-512, seed 0, 7b7158e; 84.7 minutes:
+60 s to capture 192 demonstrations, training 5.0 / 28.8 / 19.3 minutes for the reference,
+mini-swe-agent and mix chains (an SFT step on mini-swe-agent's ~1,100-token demonstrations takes
+~80 s), the rest evaluating), Pass@1 with the paired difference from the base, over tasks, and over
+families where it differs (48 + 48 tasks, 6 of each family):
+
+| policy | via reference, trained families | unseen families | via mini-swe-agent, trained families | unseen families |
+| --- | --- | --- | --- | --- |
+| base | 0.021 | 0.042 | 0/48 | 0/48 |
+| reference: warm start | 0.521, +0.500 [+0.35, +0.65] | 0.167, +0.125 [+0.04, +0.23]; families [0, +0.33] | 0/48 | 0/48 |
+| reference: warm start + RL | 0.500, +0.479 [+0.33, +0.62] | 0.167, +0.125 [+0.04, +0.23]; families [0, +0.33] | 0/48 | 0/48 |
+| mini-swe-agent: warm start | 0.271, +0.250 [+0.12, +0.38] | 0.188, +0.146 [+0.06, +0.25]; families [0, +0.33] | 0.229, +0.229 [+0.12, +0.35]; families [+0.08, +0.40] | 0.167, +0.167 [+0.06, +0.27]; families [0, +0.44] |
+| mini-swe-agent: warm start + RL | 0.333, +0.312 [+0.19, +0.46]; families [+0.15, +0.48] | 0.188, +0.146 [+0.04, +0.27]; families [0, +0.35] | 0.458, +0.458 [+0.31, +0.60]; families [+0.27, +0.65] | 0.167, +0.167 [+0.06, +0.27]; families [0, +0.42] |
+| mix: warm start + RL | 0.292, +0.271 [+0.15, +0.40] | 0.292, +0.250 [+0.12, +0.40]; families [0, +0.54] | 0.354, +0.354 [+0.23, +0.50] | 0.271, +0.271 [+0.15, +0.40]; families [0, +0.54] |
+
+`mswea_after_warm_start` 0.229, `mswea_after_rl` 0.458, `best_offdiagonal_ci95_delta` [+0.19,
++0.46] (the mini-swe-agent chain through the reference harness, trained families; over families
+[+0.15, +0.48]). Through mini-swe-agent the 8 GRPO steps doubled the warm start's Pass@1 on trained
+families (0.229 -> 0.458; the two intervals, [0.13, 0.37] and [0.33, 0.60], overlap). The gain
+carries from mini-swe-agent to the reference harness, not back: the policy trained through the
+reference harness never wrote mini-swe-agent's fence (0/96), and its 8 GRPO steps added nothing
+there (trained families at reward 0.97 after SFT: groups without variance). Every unseen-family
+gain is beyond its interval over tasks and none over families: they come from sibling families
+that share a program with a trained one (make_dir, move_into_dir, two_empty_files; through
+mini-swe-agent the mini-swe-agent chain passed 6, 1 and 1 of their 6 tasks, the mix 4, 4 and 5); the
+other five, the new-skill families among them, passed at most 1 of 6 through any policy.
+The LAST line is one JSON object of the figures.
 """
 
 from __future__ import annotations
@@ -247,8 +281,9 @@ def plot(cells: dict[str, dict[str, dict]], path: Path) -> Path:
         ax.set_ylim(0, 1.02)
         ax.grid(axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    rows = -(-len(labels) // 4)  # at most 4 policies a legend row: the full matrix has 7
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    fig.tight_layout(rect=(0, 0.05 + 0.04 * rows, 1, 1))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path

@@ -18,7 +18,9 @@ ends when the agent runs `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` or reaches
 OpenRouter model classes pointed at the proxy (`mini_swe_agent_client.py.tmpl`, written into the
 run's HOME and named by import path with `--model-class`): the same agent, prompts and parsing (the
 body adds OpenRouter's `usage` field, which the proxy ignores), without litellm's import (~2.6 s
-of CPU per rollout, most of a rollout's CPU on 2 cores).
+of CPU per rollout, most of a rollout's CPU on 2 cores). It waits for a reply as litellm does
+(`REQUEST_TIMEOUT`, 600 s unless set), not their 60 s, after which each retry would abort a call
+still queued on a busy engine.
 """
 
 from __future__ import annotations
