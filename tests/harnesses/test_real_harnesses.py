@@ -73,6 +73,17 @@ def mini_task(family: str, tmp_path: Path, phrasing: str):
     )
 
 
+def make_dir_in_fences(tmp_path: Path):
+    """A make_dir task and mini-swe-agent text-mode replies that solve it: act, then submit."""
+    task = mini_task("make_dir", tmp_path, "Make a directory named ")
+    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
+    fence = "THOUGHT: {}\n\n```mswea_bash_command\n{}\n```"
+    return task, [
+        fence.format("Make it.", f"mkdir {name}"),
+        fence.format("Done.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
+    ]
+
+
 def run_scripted(adapter, task, texts: list[str], tmp_path: Path, backend, model: str | Path = "tiny-qwen3"):
     """One rollout of `task` through `adapter`, the policy answering `texts` in order: its outcome and calls."""
     with Proxy(texts, tmp_path / "store.db", model) as proxy:
@@ -170,13 +181,7 @@ def test_mini_swe_agent_in_text_mode_runs_a_fenced_command_through_the_proxy(tmp
     """Its text-based config: the command in a `mswea_bash_command` fence, no tool calls; it submits."""
     adapter = get_harness("mini-swe-agent", mode="text", max_tokens=96)
     adapter.install()
-    task = mini_task("make_dir", tmp_path, "Make a directory named ")
-    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
-    fence = "THOUGHT: {}\n\n```mswea_bash_command\n{}\n```"
-    texts = [
-        fence.format("Make it.", f"mkdir {name}"),
-        fence.format("Done.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
-    ]
+    task, texts = make_dir_in_fences(tmp_path)
     outcome, calls = run_scripted(adapter, task, texts, tmp_path, backend)
     assert outcome.verdict.reward == 1.0, f"{outcome.verdict.detail}\n{outcome.harness_output[-3000:]}"
     replies = [c.response["choices"][0]["message"]["content"] for c in calls]
@@ -205,13 +210,7 @@ def test_mini_swe_agents_direct_client_waits_as_long_as_litellm_would(tmp_path, 
     """Its OpenRouter classes give up on a call after a fixed 60 s; the direct client waits for
     `REQUEST_TIMEOUT` seconds instead, as litellm does: a slow call is answered under a long timeout
     and aborted under a short one, so the client's own timeout is the one in force."""
-    task = mini_task("make_dir", tmp_path, "Make a directory named ")
-    name = task.instruction.removeprefix("Make a directory named ").rstrip(".")
-    fence = "THOUGHT: {}\n\n```mswea_bash_command\n{}\n```"
-    texts = [
-        fence.format("Make it.", f"mkdir {name}"),
-        fence.format("Done.", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"),
-    ]
+    task, texts = make_dir_in_fences(tmp_path)
     tokenizer = load_tokenizer("tiny-qwen3")
     seconds = {}
     for timeout_s, reward in ((60.0, 1.0), (1.0, 0.0)):
