@@ -156,7 +156,6 @@ TRAININGS = {  # policy name → the harness mix it trains through
     "mini-swe-agent": [{"name": "mini-swe-agent", "weight": 1.0}],
     "mix": [{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
 }
-TRAINED_THROUGH_ONE = ("reference", "mini-swe-agent")  # the policies with off-diagonal cells
 PARTS = {"": "trained families", "_unseen_families": "unseen families"}
 # --warm-start: chain name → the demonstrations it warm-starts on (their harnesses) and its RL mix
 WARM = {
@@ -367,14 +366,15 @@ def main() -> None:
         summary = train(out / name)
         trained[name] = {"steps": summary["steps"], "train_s": round(time.monotonic() - t0, 1)}
         if args.warm_start:
-            if name in TRAINED_THROUGH_ONE:  # the mix's warm start is both harnesses' SFT: not a cell of its own
+            # a chain through one harness; the mix's warm start (both harnesses' SFT) is not a cell of its own
+            if name in HARNESSES:
                 results[f"{name}: warm start"] = evaluate(out / name, sft_steps, list(HARNESSES), store)
             results[f"{name}: warm start + RL"] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
         else:
             results[name] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
     cells = matrix(results, parts)
     png = plot(cells, out / "transfer.png")
-    through_one = {p: n for n in TRAINED_THROUGH_ONE for p in results if p.split(":")[0] == n}
+    through_one = {p: n for n in HARNESSES for p in results if p.split(":")[0] == n}
     figures["best_offdiagonal"] = best_offdiagonal(cells, through_one)
     figures["best_offdiagonal_ci95_delta"] = figures["best_offdiagonal"].get("ci95_delta")
     if args.warm_start and "mini-swe-agent" in args.trainings:
