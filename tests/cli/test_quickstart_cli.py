@@ -16,7 +16,7 @@ def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_
     done = clawgym(
         "quickstart", "--model", "tiny-qwen3", "--steps", "1", "--eval-tasks", "4", "--eval-unseen-tasks", "2",
         "--group-size", "2",
-        "--groups-per-step", "2", "--max-new-tokens", "16", "--sampling", "signal", "--mode", "sync", "--run-dir", str(run_dir), "--json",
+        "--groups-per-step", "2", "--max-new-tokens", "16", "--sampling", "uniform", "--mode", "sync", "--run-dir", str(run_dir), "--json",
     )  # fmt: skip
     assert done.returncode == 0, f"clawgym quickstart failed:\n{done.stdout}\n{done.stderr}"
     lines = done.stdout.strip().splitlines()
@@ -47,7 +47,7 @@ def test_quickstart_at_a_toy_budget_prints_the_json_contract_and_writes_the_run_
     assert (run_dir / "reward_pass_rate.png").stat().st_size > 10_000, "the reward/pass-rate plot exists"
     saved = ClawgymConfig(**yaml.safe_load((run_dir / "config.yaml").read_text()))
     assert saved.trainer.model == "tiny-qwen3" and saved.trainer.steps == 1, "config.yaml reproduces the run"
-    assert saved.trainer.sampling.mode == "signal", "--sampling reaches the trainer's task draw"
+    assert saved.trainer.sampling.mode == "uniform", "--sampling reaches the trainer's task draw (signal by default)"
     assert saved.trainer.mode == "sync", "--mode reaches the trainer's loop (async by default)"
     assert "clawgym quickstart" in done.stderr, "progress goes to stderr with --json"
 

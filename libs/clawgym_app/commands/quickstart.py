@@ -68,9 +68,10 @@ class QuickstartOptions:
     temperature: float = 0.7
     max_new_tokens: int = 40
     max_turns: int = 1
-    # uniform, measured beside `signal` (curriculum.py, seed 0, same machine): signal gave more groups
-    # with reward variance (15 of 44 vs 7 of 28) but less held-out gain (+0.06/+0.01 vs +0.08/+0.14)
-    sampling: str = "uniform"
+    # signal, compared with uniform on the validation split at these defaults (seeds 0 and 1, one
+    # after the other, 2 AVX-512 cores; docs/quickstart-runs.md): trained families alike (+0.240 /
+    # +0.260 against +0.260 / +0.260), unseen families +0.083 / +0.151 against -0.005 / +0.104
+    sampling: str = "signal"
     # a step's 32 rollouts decode as one batch: on 2 cores the engine makes 2.6x the tokens/s of 8 at once
     concurrency: int = 32
     # async: the next step's rollouts run during the update (one step of policy lag, which the
