@@ -9,7 +9,7 @@ it (sandboxes included): `peak_rss_gb` sums their PSS (each shared page counted 
 its processes), `peak_rss_sum_gb` their plain RSS (shared pages once per process: an upper bound),
 `peak_rss_main_gb` is the main process's own.
 
-    .venv/bin/python bench/quickstart.py                       # the defaults (SmolLM2-135M, the 10-min budget)
+    .venv/bin/python bench/quickstart.py                       # the defaults (SmolLM2-135M, the 15-min budget)
     .venv/bin/python bench/quickstart.py -- --model tiny-qwen3 --steps 2 --eval-tasks 8   # a smoke run
 
 Arguments after `--` go to `clawgym quickstart` unchanged. The LAST line is one JSON object.
