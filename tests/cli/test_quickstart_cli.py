@@ -66,3 +66,5 @@ def test_a_quickstart_its_time_budget_ends_early_still_evaluates_after(clawgym, 
     assert result.get("pass1_after") is not None and result.get("pass1_after_unseen_families") is not None, (
         f"the final evaluation ran after the early end: {result}"
     )
+    saved = ClawgymConfig(**yaml.safe_load((tmp_path / "run" / "config.yaml").read_text()))
+    assert saved.trainer.sampling.mode == "signal", "the quickstart's default draw (not the trainer's uniform) is used"
