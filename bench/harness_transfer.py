@@ -280,8 +280,9 @@ def plot(cells: dict[str, dict[str, dict]], path: Path) -> Path:
         ax.set_ylim(0, 1.02)
         ax.grid(axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    rows = -(-len(labels) // 4)  # at most 4 policies a legend row: the full matrix has 7
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    per_row = 4  # policies a legend row: the full matrix's 7 in one row run off both sides
+    rows = -(-len(labels) // per_row)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), per_row), fontsize=8)
     fig.tight_layout(rect=(0, 0.05 + 0.04 * rows, 1, 1))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
