@@ -19,7 +19,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import threading
 import time
@@ -31,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Self
 
+from clawgym_app.runtime.services import free_port
 from deploy.k8s_local_image import k8s_local_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,25 +45,6 @@ def _unix_time(stamp: str) -> float:
     whole, _, fraction = stamp.rstrip("Z").partition(".")
     at = datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp()
     return at + float(f"0.{fraction or 0}")
-
-
-def free_port(span: int = 1) -> int:
-    """A port p with p .. p+span-1 free on 127.0.0.1 now (inference replica N listens on port + N)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + span < 65000 and all(_free(port + i) for i in range(1, span)):
-            return port
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass

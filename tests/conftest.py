@@ -23,7 +23,6 @@ how to start it (CI starts both; see README). Point them elsewhere with
 
 import asyncio
 import os
-import socket
 import tempfile
 import threading
 import uuid
@@ -33,6 +32,8 @@ import pytest
 import redis
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
+
+from clawgym_app.runtime import services
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -150,10 +151,9 @@ def bus_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listened on a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago, outside the kernel's ephemeral
+    range (a test may start a service on it after its clients dialled it while nothing listened)."""
+    return services.free_port()
 
 
 # --- credentials of the test gRPC services ---

@@ -12,6 +12,7 @@ from clawgym.records import Checkpoint
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
 from clawgym.store.sql import SqlStore
+from clawgym_app.runtime.services import free_port
 from clawgym_services.store.server import create_server
 from tests.export.capture import (
     HARNESS_STDERR,
@@ -104,13 +105,10 @@ def test_unknown_ids_and_files_are_404_with_a_reason_and_pages_carry_a_strict_cs
 
 def test_the_store_service_serves_the_browser_beside_grpc_only_when_asked(store_url: str, rpc_secret: str) -> None:
     """store.browse_port: the page and its reads over real HTTP, next to the gRPC port; 0 keeps it off."""
-    import socket
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        browse_port = s.getsockname()[1]
+    browse_port = free_port()
     plain = SqlStore(store_url, MemoryBus())
     off = create_server(StoreConfig(url=store_url, port=0, metrics_port=0), host="127.0.0.1", store=plain,
                         secret=rpc_secret)  # fmt: skip

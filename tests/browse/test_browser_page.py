@@ -5,7 +5,6 @@ must show a rollout's tree as the store holds it, a failed rollout's verifier ou
 stderr, a run's steps as a table and its evaluation runs under it, and injected markup as text."""
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from clawgym.inference.torch_engine import TorchEngine
 from clawgym.store.sql import SqlStore
 from clawgym.trajectory.view import rollout_view
+from clawgym_app.runtime.services import free_port
 from tests.engines import require_engine
 from tests.export.capture import HARNESS_STDERR, HOSTILE, CapturedRun, capture_run, record_evaluations
 
@@ -66,9 +66,7 @@ def served(tmp_path_factory) -> Iterator[tuple[str, CapturedRun, SqlStore]]:
     for step in (1, 2):
         store.record_train_step(run.run_id, step, STEP_METRICS | {"version": step, "loss": step / 8})
     record_evaluations(store, run.run_id)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [CLAWGYM, "browse", "--run-dir", str(run_dir), "--port", str(port), "--model", "tiny-qwen3"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clawgym_app.runtime.services import free_port
 from tests.cli.conftest import CLAWGYM
 
 pytestmark = pytest.mark.slow
@@ -91,9 +91,7 @@ def test_train_interrupt_resume_eval_export_and_browse_share_one_run_folder(claw
     assert exported.returncode == 0, f"export RUN:\n{exported.stdout}\n{exported.stderr}"
     assert (tmp_path / "export" / "calls.jsonl").stat().st_size > 0
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     browser = subprocess.Popen(
         [str(CLAWGYM), "browse", "runs/first", "--port", str(port)], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -108,7 +108,7 @@ def test_every_inference_replica_serves_every_version_published_while_it_was_up(
     # probe loads the newest published checkpoint into it before admitting it, and from then on every
     # publish reaches it (a version published while it was out is not waited for)
     restarted = r.loads(f"{PREFIX}-inference-1")
-    assert restarted, "replica 1 was never loaded again after its pod was deleted"
+    assert restarted, f"replica 1 was never loaded again after its pod was deleted\n{r.report()}"
     admitted_at, first = restarted[0]
     assert admitted_at > chaos_run.killed["inference"], f"replica 1's log is its deleted pod's: {restarted}"
     newest_then = max((v for v, at in published.items() if at <= admitted_at - 1), default=0)

@@ -7,7 +7,6 @@ stand-ins. The training run on the same values, with pod-loss chaos: test_cluste
 """
 
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,18 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from clawgym_app.runtime.services import free_port
 from deploy.k8s_local_run import ClusterRelease
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "clawgym"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(
@@ -93,7 +87,7 @@ def test_helm_install_waits_for_ready_pods_and_the_proxy_answers_healthz_through
         pytest.fail(f"helm install --wait failed: {e}\n{report}")
     print(f"helm install --wait: {time.monotonic() - start:.1f} s")
     try:
-        local = _free_port()
+        local = free_port()
         forward = subprocess.Popen(
             [kubectl_bin, "port-forward", "-n", release.namespace, "--address", "127.0.0.1", "svc/cg-clawgym-proxy",
              f"{local}:{release.ports['proxy.port']}"],

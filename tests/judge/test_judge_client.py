@@ -4,7 +4,6 @@ retried; an unreachable judge is retried, then reported; neither is ever a score
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 from clawgym.inference.scripted import ScriptedEngine
@@ -18,6 +17,7 @@ from clawgym.proxy.serving import ServerThread
 from clawgym.records import RolloutSpec
 from clawgym.store.sql import SqlStore
 from clawgym.tasks.rubric import Rubric, RubricRule
+from clawgym_app.runtime.services import free_port
 
 RUBRIC = Rubric((RubricRule("Clarity", "a.md", {"0": "bad", "1": "good"}),))
 
@@ -51,9 +51,7 @@ def test_a_judge_refusing_the_key_is_reported_once_and_an_unreachable_one_after_
     assert refused.error.startswith("the judge answered HTTP 401")
     assert ok.ok and ok.score == 1.0 and ok.raw_answer == '{"score": 1}' and ok.attempts == 1
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     gone = _judge(JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", retries=2, retry_backoff_s=0))
     assert gone.score is None and gone.attempts == 3 and "unreachable" in gone.error
     assert gone.messages[1]["content"].startswith("## Task given to the agent\nWrite a.md.")

@@ -21,6 +21,7 @@ from kubernetes import client, config, utils
 from clawgym.errors import InvalidArgument, NotFound
 from clawgym.sandbox import KubernetesSandboxConfig, Resources, SandboxConfig, SandboxSpec
 from clawgym.sandbox.kubernetes import KubernetesBackend
+from clawgym_app.runtime.services import free_port
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -77,9 +78,7 @@ def _pod_gone(core: client.CoreV1Api, name: str, namespace: str = "default", wai
 def loopback_server(tmp_path: Path) -> Iterator[str]:
     """`python -m http.server` on 127.0.0.1 serving one answer file: the proxy's stand-in."""
     (tmp_path / "answer.txt").write_text("42\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)],
         stdout=subprocess.DEVNULL,

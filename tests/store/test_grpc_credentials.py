@@ -24,6 +24,7 @@ from clawgym.rpc import check_health, open_channel
 from clawgym.store.bus_memory import MemoryBus
 from clawgym.store.grpc_client import StoreClient
 from clawgym.store.sql import SqlStore
+from clawgym_app.runtime.services import free_port
 from clawgym_services.store.server import create_server
 
 CLAWGYM = Path(sys.executable).with_name("clawgym")
@@ -97,16 +98,10 @@ def _non_loopback_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_clawgym_serve_store_listens_on_loopback_only_by_default(sqlite_url: str, rpc_secret: str) -> None:
     """`clawgym serve store` with no --host: gRPC and /metrics listen on 127.0.0.1 and nowhere else,
     and a non-loopback address of this machine (where it has one) is not answered."""
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     proc = subprocess.Popen(
         [
             str(CLAWGYM),

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -235,18 +234,12 @@ def test_clawgym_serve_store_serves_until_sigterm(sqlite_url: str, free_port: in
             proc.wait()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_store_service_exports_its_rpcs_on_metrics_and_answers_grpc_health(
     sqlite_url: str, free_port: int, make_call, rpc_secret: str
 ) -> None:
     """/metrics counts RPCs by method and status code and the calls and tokens recorded; health is
     SERVING while it serves and NOT_SERVING from the start of shutdown."""
-    cfg = StoreConfig(url=sqlite_url, port=free_port, metrics_port=_free_port())
+    cfg = StoreConfig(url=sqlite_url, port=free_port, metrics_port=unused_port())
     store = SqlStore(sqlite_url, MemoryBus())
     server = create_server(cfg, host="127.0.0.1", store=store, secret=rpc_secret)
     target = f"127.0.0.1:{free_port}"

@@ -15,6 +15,7 @@ service loads checkpoints only from the trainer's `checkpoint_uri`.
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import signal
 import socket
@@ -37,11 +38,48 @@ CLAWGYM = Path(sys.executable).with_name("clawgym")
 ORDER = ("store", "inference", "proxy", "orchestrator")
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago (the services need their numbers before they start)."""
+# Ports are drawn below the kernel's ephemeral range (where it picks a connection's source port):
+# there a port a service will listen on, or listen on again after a restart, cannot be taken in
+# the meantime by some client's connection, nor by a client of that very port connecting to itself
+# while it is down. Below 30000 also keeps off Kubernetes' NodePort range.
+PORTS_FROM, PORTS_BELOW = 20000, 30000
+_handed_out: set[int] = set()
+
+
+def ephemeral_ports() -> range:
+    """The kernel's range of source ports for outgoing connections (Linux; its default elsewhere)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def free_port(span: int = 1) -> int:
+    """The first of `span` consecutive loopback ports that are free now, none handed out before by
+    this process and none in the kernel's ephemeral range (services need their numbers before they
+    start; an inference replica N listens on port + N)."""
+    below = min(PORTS_BELOW, ephemeral_ports().start)
+    if below - PORTS_FROM < 1000:  # a kernel range that covers ours leaves nothing to keep off
+        below = PORTS_BELOW
+    for _ in range(1000):
+        port = random.randrange(PORTS_FROM, below - span + 1)
+        ports = range(port, port + span)
+        if all(map(_bindable, ports)):
+            _handed_out.update(ports)
+            return port
+    raise Unavailable(f"no {span} consecutive free loopback ports in {PORTS_FROM}-{below - 1}")
+
+
+def _bindable(port: int) -> bool:
+    if port in _handed_out:
+        return False
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass
