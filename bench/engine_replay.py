@@ -6,14 +6,16 @@ from the run's config.yaml (`inference`: model, dtype, prefix cache, packing bud
 `--set` changes them), each call with its recorded prompt ids, its recorded temperature and exactly
 its recorded number of new tokens (no stop token), `--concurrency` calls at once. Nothing else runs
 (no proxy, sandbox, harness or trainer), so what the run's own calls took beyond this is what the
-rest of the run took from the engine. One arm per `--concurrency` value; arms alternate in rounds,
-each on a fresh engine (its prefix cache empty), and each keeps its best round.
+rest of the run took from the engine. One arm per `--concurrency` value (and per value of the
+field `--compare` names); arms alternate in rounds, each on a fresh engine (its prefix cache
+empty), and each keeps its best round.
 
     .venv/bin/python bench/engine_replay.py --run-dir runs/<name> [--calls 288] [--concurrency 32 64] [--rounds 1]
     .venv/bin/python bench/engine_replay.py --run-dir runs/<name> --set inference.pack_weights_mb=0   # other settings
+    .venv/bin/python bench/engine_replay.py --run-dir runs/<name> --compare inference.shared_prefix_tokens=0,64
 
 The LAST line is one JSON object: per arm `wall_s`, `cpu_s` (the process's), `decode_steps`,
-`rows_per_step`, `prefill_tokens`, `prefix_hit_tokens`, `tokens_per_s`, and `speedup` over the first arm.
+`rows_per_step`, `shared_rows`, `kv_mb_peak`, `prefill_tokens`, `prefix_hit_tokens`, `tokens_per_s`, and `speedup` over the first arm.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ async def replay(run_dir: Path, calls: list[Call], concurrency: int, sets: list[
         "cpu_s": round(cpu, 1),
         "decode_steps": steps,
         "rows_per_step": round((after.decode_rows - before.decode_rows) / max(1, steps), 1),
+        "shared_rows": after.shared_rows - before.shared_rows,
+        "kv_mb_peak": round(after.kv_bytes_peak / 2**20),
         "prefill_tokens": after.prefill_tokens - before.prefill_tokens,
         "prefix_hit_tokens": after.prefix_hit_tokens - before.prefix_hit_tokens,
         "tokens_per_s": round(generated / wall, 1),
@@ -111,22 +115,32 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a config field over the run's, for every arm (--set inference.pack_weights_mb=0)",
     )
+    p.add_argument(
+        "--compare",
+        metavar="KEY=V1,V2",
+        help="one arm per value of a config field (--compare inference.shared_prefix_tokens=0,64)",
+    )
     args = p.parse_args()
+    variants = [("", [])]
+    if args.compare:
+        key, _, values = args.compare.partition("=")
+        variants = [(f" {key}={v}", [f"{key}={v}"]) for v in values.split(",")]
+    arms = [(f"{c}{name}", c, sets) for c in args.concurrency for name, sets in variants]
     calls = initial_calls(args.run_dir, args.calls)
     if not calls:
         raise SystemExit(f"{args.run_dir}: no calls of version 0 recorded")
     print(f"{len(calls)} calls: {sum(len(c.prompt_ids) for c in calls)} prompt tokens, "
           f"{sum(len(c.output_ids) for c in calls)} generated", flush=True)  # fmt: skip
-    best: dict[int, dict] = {}
+    best: dict[str, dict] = {}
     for r in range(args.rounds):
-        for concurrency in args.concurrency if r % 2 == 0 else args.concurrency[::-1]:
-            figures = asyncio.run(replay(args.run_dir, calls, concurrency, args.sets))
-            print(f"round {r + 1}, {concurrency} at once: {json.dumps(figures)}", flush=True)
-            if concurrency not in best or figures["wall_s"] < best[concurrency]["wall_s"]:
-                best[concurrency] = figures
-    first = best[args.concurrency[0]]["wall_s"]
-    arms = {str(c): {**f, "speedup": round(first / f["wall_s"], 2)} for c, f in best.items()}
-    print(json.dumps({"calls": len(calls), "arms": arms}))
+        for label, concurrency, sets in arms if r % 2 == 0 else arms[::-1]:
+            figures = asyncio.run(replay(args.run_dir, calls, concurrency, [*args.sets, *sets]))
+            print(f"round {r + 1}, {label} (at once): {json.dumps(figures)}", flush=True)
+            if label not in best or figures["wall_s"] < best[label]["wall_s"]:
+                best[label] = figures
+    first = best[arms[0][0]]["wall_s"]
+    figures = {label: {**best[label], "speedup": round(first / best[label]["wall_s"], 2)} for label, _, _ in arms}
+    print(json.dumps({"calls": len(calls), "arms": figures}))
 
 
 if __name__ == "__main__":

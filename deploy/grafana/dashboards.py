@@ -234,6 +234,11 @@ INFERENCE = Dashboard(
             "Batch size", "short", (q("avg by (instance) (clawgym_inference_batch_size)", "{{instance}}"),)
         ),
         Panel(
+            "Decode rows reading a shared prefix",
+            "percentunit",
+            (q("avg by (instance) (clawgym_inference_shared_prefix_rows)", "{{instance}}"),),
+        ),
+        Panel(
             "Requests running and waiting",
             "short",
             (

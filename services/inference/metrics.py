@@ -29,6 +29,11 @@ class InferenceMetrics:
         self.batch_size = Gauge(
             "clawgym_inference_batch_size", "Mean decode batch size since the previous refresh", registry=r
         )
+        self.shared_fraction = Gauge(
+            "clawgym_inference_shared_prefix_rows",
+            "Fraction of decode rows since the previous refresh that read a shared prefix's one copy",
+            registry=r,
+        )
         self.policy_version = Gauge(
             "clawgym_inference_policy_version", "Version of the weights served", registry=r
         )
@@ -41,7 +46,7 @@ class InferenceMetrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
             registry=r,
         )
-        self._steps = self._rows = 0.0
+        self._steps = self._rows = self._shared = 0.0
 
     def refresh(self, status: EngineStatus) -> None:
         """Sets the gauges from one engine status (engines that count decode steps give a mean batch)."""
@@ -53,7 +58,10 @@ class InferenceMetrics:
         if steps is None or rows is None:
             self.batch_size.set(status.running)
         elif steps > self._steps:
+            shared = status.extra.get("shared_rows", 0.0)
             self.batch_size.set((rows - self._rows) / (steps - self._steps))
-            self._steps, self._rows = steps, rows
+            self.shared_fraction.set((shared - self._shared) / max(1.0, rows - self._rows))
+            self._steps, self._rows, self._shared = steps, rows, shared
         else:
             self.batch_size.set(0)
+            self.shared_fraction.set(0)

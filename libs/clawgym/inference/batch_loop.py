@@ -23,7 +23,11 @@ One iteration of the loop (a "step"):
      A prompt that is done is cached and samples its first token; those done this step join the
      running batch together;
   4. one decode step for all running rows together: each row feeds its last token and samples the
-     next; rows that finish leave the batch.
+     next; rows that finish leave the batch. Rows whose prompts share at least
+     `shared_prefix_tokens` first tokens, computed by one version (a harness's system prompt and
+     tools), keep one copy of them (`shared_prefix`): a prompt joins the longest such prefix it
+     starts with, or founds one with the other prompts running or joining; admission counts a
+     prefix once (and a prefilling prompt's own copy until it joins).
 Fairness bound: a step computes at most P prompt tokens (plus padding, above) and one decode token
 per running row, however its prefill is batched, so running rows get a token every step however
 long a prompt is being prefilled, and a newcomer whose uncomputed prompt (plus those of shorter
@@ -64,6 +68,7 @@ from clawgym.inference.kv_cache import BatchKVCache
 from clawgym.inference.packed_linear import PackedLinears, layers_worth_packing
 from clawgym.inference.prefix_cache import PrefixCache, common_prefix
 from clawgym.inference.sampler import Sampled, sample_rows
+from clawgym.inference.shared_prefix import SHARED_PREFIX_ATTENTION, SharedPrefix, group_rows, shared_length
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,7 @@ class StepCounters:
 
     decode_steps: int = 0
     decode_rows: int = 0  # sum of batch sizes over decode steps
+    shared_rows: int = 0  # of those, rows that read a shared prefix instead of their own copy
     batch_sizes: Counter = field(default_factory=Counter)  # batch size -> decode steps run at that size
     prefill_chunks: int = 0
     prefill_forwards: int = 0  # forwards that ran them (several prompts' chunks share one when batched)
@@ -108,6 +114,7 @@ class Request:
     cache: BatchKVCache | None = None  # its own cache while prefilling
     kv_version: int = -1  # the policy version its prefill started under
     next_token: int = -1  # sampled, not yet fed to the model
+    prefix: SharedPrefix | None = None  # the running rows' prefix it was admitted to join (kept alive)
 
     @property
     def remaining(self) -> int:
@@ -157,6 +164,7 @@ class BatchLoop:
         prefill_batch: int = 32,
         pack_weights: bool | Literal["auto"] = "auto",
         pack_weights_mb: float = 0,
+        shared_prefix_tokens: int = 0,
     ) -> None:
         self.model = model
         self.prefill_batch = prefill_batch
@@ -175,6 +183,11 @@ class BatchLoop:
         )
         param = next(model.parameters())
         self._dtype, self._device = param.dtype, param.device
+        # rows whose prompts share at least this many tokens keep them once (`shared_prefix`); only
+        # over SDPA's full attention, which the shared-prefix attention computes exactly
+        self.min_share = shared_prefix_tokens if _can_share(model) else 0
+        if self.min_share:
+            model.set_attn_implementation(SHARED_PREFIX_ATTENTION)
         layers, heads, dim = self._shape
         self.slot_bytes = 2 * layers * heads * dim * param.element_size()  # one token's keys and values
         self.max_slots = max(1, int(kv_cache_mb * 2**20) // self.slot_bytes)
@@ -353,6 +366,7 @@ class BatchLoop:
                 break  # in order: a long prompt is not starved by shorter ones behind it
             if self._follows(request, self._prefilling):
                 continue
+            request.prefix = self._prefix_of(request, self._prefixes_held()) if self.min_share else None
             self._start_prefill(request)
             self._prefilling.append(request)
             admitted.append(request)
@@ -368,8 +382,28 @@ class BatchLoop:
         (`needs_slots` refused those that never fit)."""
         if not self._rows and not busy:
             return True
-        joining = [*self._rows, *busy, request]
-        return len(joining) * max(self.needs_slots(r.prompt, r.limit) for r in joining) <= self.max_slots
+        held = self._prefixes_held()
+        running = self._cache.prefixes if self._cache is not None else []
+        mine = self._prefix_of(request, held) if self.min_share else None
+        # a prompt still prefilling holds its prefix's columns too, until it joins the prefix's rows
+        newcomers = [(r, r.prefix) for r in busy] + [(request, mine)]
+        own = [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in zip(self._rows, running, strict=True)]
+        own += [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in newcomers]
+        shared = sum(map(len, held)) + sum(len(p or ()) for _, p in newcomers)
+        return len(own) * max(own) + shared <= self.max_slots
+
+    def _prefixes_held(self) -> list[SharedPrefix]:
+        """The prefixes of running rows and of prompts admitted to join one, each once."""
+        prefixes = self._cache.shared() if self._cache is not None else []
+        prefixes += [r.prefix for r in self._prefilling if r.prefix is not None]
+        return list({id(p): p for p in prefixes}.values())
+
+    def _prefix_of(self, request: Request, prefixes: list[SharedPrefix]) -> SharedPrefix | None:
+        """The longest of `prefixes` that the request's prompt (computed by its version) starts with."""
+        prompt = torch.tensor(request.prompt)
+        version = request.kv_version if request.kv_version >= 0 else self.version
+        fitting = [p for p in prefixes if p.starts(prompt, version)]
+        return max(fitting, key=len, default=None)
 
     @staticmethod
     def needs_slots(prompt: list[int], limit: int) -> int:
@@ -564,21 +598,66 @@ class BatchLoop:
         return True
 
     def _join(self, requests: list[Request]) -> None:
-        """Merges the caches of prefilled requests into the running batch, in one re-lay."""
+        """Merges the caches of prefilled requests into the running batch, in one re-lay; each joins
+        as a row of a shared prefix where one applies (`_shared`)."""
         if not requests:
             return
-        caches = [r.cache for r in requests]
+        caches = self._shared(requests) if self.min_share else [r.cache for r in requests]
         if self._cache is None:
             self._cache, caches = caches[0], caches[1:]
         if caches:
             self._cache.merge(caches, self.max_context, self.max_batch)
+        self._cache.compact()  # a first row of a prefix came in its whole prompt's buffer
         self._count_kv()
         for request in requests:
-            request.cache = None
+            request.cache, request.prefix = None, None
             self._rows.append(request)
 
+    def _shared(self, requests: list[Request]) -> list[BatchKVCache]:
+        """The joining requests' caches, each as a row of the longest shared prefix its prompt starts
+        with (same tokens, computed by the same weights), or of a new one: the tokens it shares with
+        the least alike of the other prompts running or joining that share `min_share` or more (a
+        harness's system prompt and tools, when other tasks' prompts are there); else whole."""
+        admitted_to = {id(r.prefix): r.prefix for r in requests if r.prefix is not None}
+        prefixes = list({**admitted_to, **{id(p): p for p in self._prefixes_held()}}.values())
+        prompts = {id(r): torch.tensor(r.prompt) for r in (*self._rows, *requests)}
+        caches = []
+        for request in requests:
+            cache, prompt = request.cache, prompts[id(request)]
+            prefix = self._prefix_of(request, prefixes)
+            if prefix is None:
+                others = [t for key, t in prompts.items() if key != id(request)]
+                n = shared_length(prompt, others, self.min_share)
+                if n:
+                    columns = slice(cache.start, cache.start + n)
+                    prefix = SharedPrefix(
+                        prompt[:n].clone(),
+                        [k[:, :, columns].clone() for k in cache.keys],
+                        [v[:, :, columns].clone() for v in cache.values],
+                        request.kv_version,
+                    )
+                    prefixes.append(prefix)
+                    self._adopt(prefix, prompts)
+            caches.append(cache if prefix is None else cache.after_prefix(prefix))
+        return caches
+
+    def _adopt(self, prefix: SharedPrefix, prompts: dict[int, torch.Tensor]) -> None:
+        """Running rows that hold a new prefix's tokens whole, computed by its weights, become its rows."""
+        if self._cache is None:
+            return
+        rows = [
+            b
+            for b, (request, mine) in enumerate(zip(self._rows, self._cache.prefixes, strict=True))
+            if mine is None and prefix.starts(prompts[id(request)], request.kv_version)
+        ]
+        if rows:
+            self._cache.adopt(prefix, rows)
+
     def _count_kv(self) -> None:
-        self.counters.kv_bytes_peak = max(self.counters.kv_bytes_peak, self._cache.slots * self.slot_bytes)
+        shared = sum(map(len, self._cache.shared()))
+        self.counters.kv_bytes_peak = max(
+            self.counters.kv_bytes_peak, (self._cache.slots + shared) * self.slot_bytes
+        )
 
     # --- decode -----------------------------------------------------------------------------------
 
@@ -587,11 +666,13 @@ class BatchLoop:
         cache.reserve(1, self.max_context)
         self._count_kv()
         try:
+            groups = group_rows(cache.prefixes, self._device) if self.min_share else None
             logits = self._forward(
                 torch.tensor([[r.next_token] for r in self._rows]),
-                torch.tensor([[length] for length in cache.lengths]),
+                torch.tensor([[position] for position in cache.positions()]),
                 cache.decode_mask(self._dtype),
                 cache,
+                **({"shared_prefix": groups} if groups is not None else {}),
             )
         except Exception as e:  # the shared forward: no one row to blame, so its rows fail
             log.exception("decode step of %d rows failed", len(self._rows))
@@ -601,6 +682,7 @@ class BatchLoop:
         batch = len(self._rows)
         self.counters.decode_steps += 1
         self.counters.decode_rows += batch
+        self.counters.shared_rows += sum(p is not None for p in cache.prefixes)
         self.counters.batch_sizes[batch] += 1
         sampled = self._sample(self._rows, logits)
         failed = set(sampled.failed)
@@ -614,8 +696,11 @@ class BatchLoop:
         if len(keep) < batch:
             self._keep(keep)
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: BatchKVCache):
-        """Last-position logits (B, V) of one forward that appends to `cache`."""
+    def _forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: BatchKVCache, **extra
+    ):
+        """Last-position logits (B, V) of one forward that appends to `cache` (`extra`: the attention's
+        own kwargs, `shared_prefix` in a decode step)."""
         out = self.model(
             input_ids=ids.to(self._device),
             position_ids=positions.to(self._device),
@@ -623,6 +708,7 @@ class BatchLoop:
             use_cache=True,
             logits_to_keep=1,
             **{self._cache_kwarg: cache.hf_cache()},
+            **extra,
         )
         return out.logits[:, -1, :]
 
@@ -689,6 +775,14 @@ class BatchLoop:
         self._rows, self._cache, self._prefilling = [], None, []
         if self.packed is not None:
             self.packed.release()  # the model may outlive this loop: its packed weights need not
+
+
+def _can_share(model: torch.nn.Module) -> bool:
+    """Whether decode steps may read shared prefixes: full attention through SDPA (or already ours)."""
+    config = model.config.get_text_config()
+    return model.config._attn_implementation in ("sdpa", SHARED_PREFIX_ATTENTION) and (
+        getattr(config, "sliding_window", None) is None
+    )
 
 
 def _not_finite(request: Request) -> ClawgymError:

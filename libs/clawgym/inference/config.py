@@ -109,6 +109,12 @@ class InferenceConfig(Section):
         ge=0,
         description="torch engine: prompt KV kept for reuse by prompts with the same prefix; 0 = off",
     )
+    shared_prefix_tokens: int = Field(
+        256,
+        ge=0,
+        description="torch engine: running rows whose prompts share at least this many first tokens (a "
+        "harness's system prompt and tools) keep one copy of their KV and decode over it; 0 = off",
+    )
     grpc_max_message_mb: int = Field(
         64, ge=1, le=2047, description="largest gRPC message (a 64k-token prompt is 256 kB)"
     )

@@ -30,6 +30,7 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         kv_cache_mb=cfg.kv_cache_mb,
         prefill_chunk=cfg.prefill_chunk,
         prefix_cache_tokens=cfg.prefix_cache_tokens,
+        shared_prefix_tokens=cfg.shared_prefix_tokens,
         prefill_batch=cfg.prefill_batch,
         pack_weights=cfg.pack_weights,
         pack_weights_mb=cfg.pack_weights_mb,

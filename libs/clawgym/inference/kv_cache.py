@@ -12,11 +12,15 @@ rows of the buffer (a re-lay only when rows or columns run out, growing the rows
 running out of capacity re-lays the buffer. `max_slots` (rows × columns, from the engine's byte
 budget) caps every re-lay: spare rows and columns are dropped before the buffer would exceed it;
 what the live rows need is the caller's admission to keep within it.
-Position ids are per row (`lengths[b]` for the next token), so padding never shifts RoPE.
+Position ids are per row (`positions()`: the next token's), so padding never shifts RoPE.
+A row may start with a `SharedPrefix` that other rows share (`prefixes[b]`): its buffer row then
+holds only the columns after that prefix, and `lengths[b]` counts those (`shared_prefix`).
 """
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+from clawgym.inference.shared_prefix import SharedPrefix
 
 
 class _LayerView(DynamicLayer):
@@ -45,6 +49,7 @@ class BatchKVCache:
         end: int,
         lengths: list[int],
         max_slots: int = 0,
+        prefixes: "list[SharedPrefix | None] | None" = None,
     ):
         self.keys, self.values = keys, values  # the rows' views of the buffers below
         self.max_slots = max_slots  # rows × columns the buffers may hold at most; 0 = unbounded
@@ -52,6 +57,7 @@ class BatchKVCache:
         self._buffers_k, self._buffers_v = keys, values
         self.start, self.end = start, end
         self.lengths = lengths
+        self.prefixes = prefixes or [None] * len(lengths)  # row b's shared first columns, if any
 
     @classmethod
     def empty(
@@ -84,13 +90,45 @@ class BatchKVCache:
         """Rows × columns of the buffers (spare rows included): what the budget counts."""
         return self._buffers_k[0].shape[0] * self.capacity
 
-    def _bounded(self, rows: int, room: int, capacity: int, needed: int) -> tuple[int, int]:
-        """(room, capacity) with spare rows, then spare columns, dropped to fit `max_slots`."""
-        if not self.max_slots or room * capacity <= self.max_slots:
+    def positions(self) -> list[int]:
+        """Each row's position for its next token: its prefix's length and its own columns."""
+        return [len(p or ()) + n for p, n in zip(self.prefixes, self.lengths, strict=True)]
+
+    def shared(self) -> list[SharedPrefix]:
+        """The distinct prefixes the rows share."""
+        return list({id(p): p for p in self.prefixes if p is not None}.values())
+
+    def after_prefix(self, prefix: SharedPrefix) -> "BatchKVCache":
+        """This one-row cache as a row of `prefix`: a view of its columns after the prefix's."""
+        p = len(prefix)
+        return BatchKVCache(
+            self.keys, self.values, self.start + p, self.end, [self.lengths[0] - p], prefixes=[prefix]
+        )
+
+    def adopt(self, prefix: SharedPrefix, rows: list[int]) -> None:
+        """Makes whole rows `rows` rows of `prefix`, which their first columns equal: no copy, their
+        columns before its end become padding, and columns no row needs leave the live span."""
+        for b in rows:
+            self.lengths[b] -= len(prefix)
+            self.prefixes[b] = prefix
+        self.compact()
+
+    def compact(self) -> None:
+        """Re-lays the buffers as wide as the live rows need (and a little room), within the budget
+        beside the prefixes: what a row of a prefix no longer holds is given back."""
+        self.start = self.end - max(self.lengths)
+        if self.capacity > 2 * self.width + 64:
+            self._relayout(self.width + 64, needed=self.width + 1)
+
+    def _bounded(self, rows: int, room: int, capacity: int, needed: int, shared: int) -> tuple[int, int]:
+        """(room, capacity) with spare rows, then spare columns, dropped to fit `max_slots` beside the
+        `shared` columns of the rows' prefixes."""
+        budget = max(1, self.max_slots - shared)
+        if not self.max_slots or room * capacity <= budget:
             return room, capacity
-        room = max(rows, self.max_slots // capacity)
-        if room * capacity > self.max_slots:
-            capacity = max(needed, self.max_slots // room)
+        room = max(rows, budget // capacity)
+        if room * capacity > budget:
+            capacity = max(needed, budget // room)
         return room, capacity
 
     def hf_cache(self) -> Cache:
@@ -205,6 +243,7 @@ class BatchKVCache:
         self.keys = [k[:n] for k in self.keys]
         self.values = [v[:n] for v in self.values]
         self.lengths = [self.lengths[r] for r in order]
+        self.prefixes = [self.prefixes[r] for r in order]
         if self.lengths:
             self.start = self.end - max(self.lengths)
         return order
@@ -220,7 +259,10 @@ class BatchKVCache:
         if rows > self._buffers_k[0].shape[0] or self.end < width or self.end >= self.capacity:
             capacity = min(max(self.capacity, 2 * width, 64), max(limit, width + 1))
             room = max(rows, min(2 * rows, max_rows)) if max_rows else rows
-            self._relayout(capacity, end=width, row_room=room, rows=rows, needed=width + 1)
+            shared = {id(p): len(p) for c in (self, *others) for p in c.prefixes if p is not None}
+            self._relayout(
+                capacity, end=width, row_room=room, rows=rows, needed=width + 1, shared=sum(shared.values())
+            )
         start = self.end - width
         if start < self.start:  # the running rows' new padding columns: masked, and must be finite
             for buffer in (*self.keys, *self.values):
@@ -235,11 +277,18 @@ class BatchKVCache:
             row += o.rows
         self.start = start
         self.lengths = [*self.lengths, *(length for o in others for length in o.lengths)]
+        self.prefixes = [*self.prefixes, *(p for o in others for p in o.prefixes)]
         self.keys = [k[:rows] for k in self._buffers_k]
         self.values = [v[:rows] for v in self._buffers_v]
 
     def _relayout(
-        self, capacity: int, end: int | None = None, row_room: int = 0, rows: int = 0, needed: int = 0
+        self,
+        capacity: int,
+        end: int | None = None,
+        row_room: int = 0,
+        rows: int = 0,
+        needed: int = 0,
+        shared: int | None = None,
     ) -> None:
         """Fresh buffers of `capacity` columns and at least `row_room` rows (fewer, down to `rows`, and
         fewer columns, down to `needed`, when `max_slots` asks), the live columns copied right-aligned
@@ -247,7 +296,8 @@ class BatchKVCache:
         end = self.width if end is None else end
         live = self.rows
         room = max(live, row_room, self._buffers_k[0].shape[0])
-        room, capacity = self._bounded(max(live, rows), room, capacity, max(needed, end))
+        shared = sum(map(len, self.shared())) if shared is None else shared
+        room, capacity = self._bounded(max(live, rows), room, capacity, max(needed, end), shared)
         pad = end - self.width
         buffers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
         for old_layers, new_layers in ((self.keys, buffers[0]), (self.values, buffers[1])):

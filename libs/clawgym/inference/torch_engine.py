@@ -42,6 +42,7 @@ class TorchEngine:
         prefill_chunk: int = 512,
         max_context: int | None = None,
         prefix_cache_tokens: int = 8192,
+        shared_prefix_tokens: int = 256,
         prefill_batch: int = 32,
         pack_weights: bool | Literal["auto"] = "auto",
         pack_weights_mb: float = 0,
@@ -52,6 +53,8 @@ class TorchEngine:
         prompt tokens computed per loop step in all, shared fairly between prompts (long prompts
         interleave with decode steps and newcomers; the bound is in `batch_loop`'s docstring);
         `prefix_cache_tokens`: prompt KV kept for reuse by later prompts with the same prefix (0 = off);
+        `shared_prefix_tokens`: running rows whose prompts share at least this many first tokens keep
+        one copy of their KV (`shared_prefix`; 0 = off);
         `prefill_batch`: prompts prefilled together in one forward at most (1 = one forward each);
         `pack_weights`: float32 CPU linear weights packed once for oneDNN (`packed_linear`); "auto":
         only the layers whose shape `packed_linear.layers_worth_packing` measures faster packed here,
@@ -74,6 +77,7 @@ class TorchEngine:
             prefill_chunk=prefill_chunk,
             policy_version=policy_version,
             prefix_cache_tokens=prefix_cache_tokens,
+            shared_prefix_tokens=shared_prefix_tokens,
             prefill_batch=prefill_batch,
             pack_weights=pack_weights,
             pack_weights_mb=pack_weights_mb,
@@ -200,6 +204,7 @@ class TorchEngine:
             extra={
                 "decode_steps": float(counters.decode_steps),
                 "decode_rows": float(counters.decode_rows),
+                "shared_rows": float(counters.shared_rows),
                 "generated_tokens": float(counters.generated_tokens),
                 "prefill_tokens": float(counters.prefill_tokens),
                 "prefix_hit_tokens": float(counters.prefix_hit_tokens),
