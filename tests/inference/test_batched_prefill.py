@@ -180,28 +180,6 @@ def test_a_batched_prefill_forward_that_raises_fails_only_its_request(
     )
 
 
-AGENT_SYSTEM = "You are a careful shell agent. Answer with one bash block and say DONE at the end. " * 4
-AGENT_TASKS = [
-    "Write hello into a.txt.",
-    "Make a folder named logs, then move every .log file of the workspace into it.",
-    "Count the lines of every Python file under src/ and write the total into count.txt, one number.",
-    "Delete old.md.",
-]
-
-
-@pytest.fixture(scope="module")
-def agent_prompts(tiny_tok):
-    """First prompts of an agent: one long system prompt, tasks of different lengths."""
-    return [
-        tiny_tok.apply_chat_template(
-            [{"role": "system", "content": AGENT_SYSTEM}, {"role": "user", "content": task}],
-            add_generation_prompt=True,
-            return_dict=False,
-        )
-        for task in AGENT_TASKS
-    ]
-
-
 def _shared(a: list[int], b: list[int]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:

@@ -7,7 +7,6 @@ through the gRPC server; KV computed by old weights is never reused after a relo
 
 import asyncio
 
-import pytest
 import torch
 
 from clawgym.inference.interface import SamplingParams
@@ -16,19 +15,6 @@ from clawgym.policies import load_model
 
 GREEDY = SamplingParams(max_new_tokens=16, temperature=0.0)
 SYSTEM = "You are a shell assistant. Reply with one bash block, then DONE when the task is finished. " * 4
-
-
-@pytest.fixture(scope="module")
-def agent_prompts(tiny_tok):
-    """Three first prompts of an agent: the same long system prompt, different tasks."""
-    return [
-        tiny_tok.apply_chat_template(
-            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}],
-            add_generation_prompt=True,
-            return_dict=False,
-        )
-        for task in ("Write hello into a.txt.", "Make a folder named logs.", "Delete the file old.md.")
-    ]
 
 
 def _shared(a: list[int], b: list[int]) -> int:
@@ -43,7 +29,7 @@ def test_prompts_sharing_a_prefix_reuse_its_kv_and_generate_exactly(
 ):
     """A second prompt with the same system prompt, and a repeat of the first, start from the cache;
     their greedy tokens equal HF generate and their sampled logprobs a teacher-forced forward."""
-    first, second, _ = agent_prompts
+    first, second = agent_prompts[:2]
     torch_engine = engine_factory(tiny_model)
     sampled = SamplingParams(max_new_tokens=16, temperature=0.7, seed=5)
 

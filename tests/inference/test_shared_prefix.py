@@ -18,22 +18,7 @@ from clawgym.inference.shared_prefix import SharedPrefix, group_rows, shared_len
 from clawgym.policies import load_model
 
 GREEDY = SamplingParams(max_new_tokens=16, temperature=0.0)
-SYSTEM = "You are a shell assistant. Reply with one bash block, then DONE when the task is finished. " * 4
-TASKS = ("Write hello into a.txt.", "Make a folder named logs.", "Delete the file old.md.", "Count the lines.")
 MIN_SHARE = 32
-
-
-@pytest.fixture(scope="module")
-def agent_prompts(tiny_tok):
-    """First prompts of an agent: one long system prompt, different tasks."""
-    return [
-        tiny_tok.apply_chat_template(
-            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}],
-            add_generation_prompt=True,
-            return_dict=False,
-        )
-        for task in TASKS
-    ]
 
 
 def _system_length(prompts: list[list[int]]) -> int:
@@ -55,7 +40,7 @@ def test_rows_over_a_shared_prefix_decode_as_hf_generate_and_score_as_a_forward(
             return await asyncio.gather(*greedy, *drawn)
 
     results = asyncio.run(body())
-    greedy, drawn = results[: 2 * len(TASKS)], results[2 * len(TASKS) :]
+    greedy, drawn = results[: 2 * len(agent_prompts)], results[2 * len(agent_prompts) :]
     for i, prompt in enumerate(agent_prompts):
         expected = hf_greedy(tiny_model, prompt, 16)
         assert greedy[2 * i][0] == greedy[2 * i + 1][0] == expected, f"task {i} diverged over the shared prefix"
