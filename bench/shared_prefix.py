@@ -27,6 +27,7 @@ import time
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.factory import create_engine
 from clawgym.inference.interface import SamplingParams
+from clawgym.policies import load_model
 
 
 def prompts(prefix: int, task: int, requests: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -86,7 +87,7 @@ def main() -> None:
         "whole": base.model_copy(update={"shared_prefix_tokens": 0}),
         "shared": base.model_copy(update={"shared_prefix_tokens": args.min_share}),
     }
-    vocab = 49152 if "smollm2" in args.model else 4096
+    vocab = load_model(args.model).config.get_text_config().vocab_size
     batch = prompts(args.prefix, args.task, args.requests, vocab)
     print(f"{args.requests} prompts of {args.prefix} shared + {args.task} own tokens, {args.new} new each, "
           f"{args.kv_cache_mb:.0f} MB of KV", flush=True)  # fmt: skip

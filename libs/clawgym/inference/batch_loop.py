@@ -68,7 +68,13 @@ from clawgym.inference.kv_cache import BatchKVCache
 from clawgym.inference.packed_linear import PackedLinears, layers_worth_packing
 from clawgym.inference.prefix_cache import PrefixCache, common_prefix
 from clawgym.inference.sampler import Sampled, sample_rows
-from clawgym.inference.shared_prefix import SHARED_PREFIX_ATTENTION, SharedPrefix, group_rows, shared_length
+from clawgym.inference.shared_prefix import (
+    SHARED_PREFIX_ATTENTION,
+    SharedPrefix,
+    distinct,
+    group_rows,
+    shared_length,
+)
 
 log = logging.getLogger(__name__)
 
@@ -362,11 +368,12 @@ class BatchLoop:
         for request in candidates:
             if len(self._rows) + len(self._prefilling) >= self.max_batch:
                 break
-            if not self._fits(request, self._prefilling):
+            prefix = self._prefix_of(request, self._prefixes_held()) if self.min_share else None
+            if not self._fits(request, prefix, self._prefilling):
                 break  # in order: a long prompt is not starved by shorter ones behind it
             if self._follows(request, self._prefilling):
                 continue
-            request.prefix = self._prefix_of(request, self._prefixes_held()) if self.min_share else None
+            request.prefix = prefix
             self._start_prefill(request)
             self._prefilling.append(request)
             admitted.append(request)
@@ -375,18 +382,18 @@ class BatchLoop:
                 for request in admitted:
                     self._waiting.remove(request)
 
-    def _fits(self, request: Request, busy: list[Request]) -> bool:
-        """Whether the batch, once every prefilling prompt and this one joined it, stays within the KV
-        budget however long each row generates: rows × the longest prompt + generation limit (rows are
-        right-aligned, so the buffer is as wide as its longest row). An empty batch takes one request
-        (`needs_slots` refused those that never fit)."""
+    def _fits(self, request: Request, prefix: SharedPrefix | None, busy: list[Request]) -> bool:
+        """Whether the batch, once every prefilling prompt and this one (a row of `prefix`, if any)
+        joined it, stays within the KV budget however long each row generates: rows × the longest
+        own columns + generation limit (rows are right-aligned, so the buffer is as wide as its
+        longest row), and each prefix once. An empty batch takes one request (`needs_slots` refused
+        those that never fit)."""
         if not self._rows and not busy:
             return True
         held = self._prefixes_held()
         running = self._cache.prefixes if self._cache is not None else []
-        mine = self._prefix_of(request, held) if self.min_share else None
         # a prompt still prefilling holds its prefix's columns too, until it joins the prefix's rows
-        newcomers = [(r, r.prefix) for r in busy] + [(request, mine)]
+        newcomers = [(r, r.prefix) for r in busy] + [(request, prefix)]
         own = [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in zip(self._rows, running, strict=True)]
         own += [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in newcomers]
         shared = sum(map(len, held)) + sum(len(p or ()) for _, p in newcomers)
@@ -394,9 +401,8 @@ class BatchLoop:
 
     def _prefixes_held(self) -> list[SharedPrefix]:
         """The prefixes of running rows and of prompts admitted to join one, each once."""
-        prefixes = self._cache.shared() if self._cache is not None else []
-        prefixes += [r.prefix for r in self._prefilling if r.prefix is not None]
-        return list({id(p): p for p in prefixes}.values())
+        running = self._cache.prefixes if self._cache is not None else []
+        return distinct([*running, *(r.prefix for r in self._prefilling)])
 
     def _prefix_of(self, request: Request, prefixes: list[SharedPrefix]) -> SharedPrefix | None:
         """The longest of `prefixes` that the request's prompt (computed by its version) starts with."""
@@ -618,8 +624,7 @@ class BatchLoop:
         with (same tokens, computed by the same weights), or of a new one: the tokens it shares with
         the least alike of the other prompts running or joining that share `min_share` or more (a
         harness's system prompt and tools, when other tasks' prompts are there); else whole."""
-        admitted_to = {id(r.prefix): r.prefix for r in requests if r.prefix is not None}
-        prefixes = list({**admitted_to, **{id(p): p for p in self._prefixes_held()}}.values())
+        prefixes = distinct([*(r.prefix for r in requests), *self._prefixes_held()])
         prompts = {id(r): torch.tensor(r.prompt) for r in (*self._rows, *requests)}
         caches = []
         for request in requests:

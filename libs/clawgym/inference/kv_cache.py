@@ -20,7 +20,7 @@ holds only the columns after that prefix, and `lengths[b]` counts those (`shared
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from clawgym.inference.shared_prefix import SharedPrefix
+from clawgym.inference.shared_prefix import SharedPrefix, distinct
 
 
 class _LayerView(DynamicLayer):
@@ -96,7 +96,7 @@ class BatchKVCache:
 
     def shared(self) -> list[SharedPrefix]:
         """The distinct prefixes the rows share."""
-        return list({id(p): p for p in self.prefixes if p is not None}.values())
+        return distinct(self.prefixes)
 
     def after_prefix(self, prefix: SharedPrefix) -> "BatchKVCache":
         """This one-row cache as a row of `prefix`: a view of its columns after the prefix's."""
@@ -259,10 +259,8 @@ class BatchKVCache:
         if rows > self._buffers_k[0].shape[0] or self.end < width or self.end >= self.capacity:
             capacity = min(max(self.capacity, 2 * width, 64), max(limit, width + 1))
             room = max(rows, min(2 * rows, max_rows)) if max_rows else rows
-            shared = {id(p): len(p) for c in (self, *others) for p in c.prefixes if p is not None}
-            self._relayout(
-                capacity, end=width, row_room=room, rows=rows, needed=width + 1, shared=sum(shared.values())
-            )
+            shared = sum(map(len, distinct(p for c in (self, *others) for p in c.prefixes)))
+            self._relayout(capacity, end=width, row_room=room, rows=rows, needed=width + 1, shared=shared)
         start = self.end - width
         if start < self.start:  # the running rows' new padding columns: masked, and must be finite
             for buffer in (*self.keys, *self.values):

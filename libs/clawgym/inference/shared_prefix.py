@@ -18,6 +18,7 @@ the choice of how long a new prefix is. It does not lay out the cache (`kv_cache
 which rows join (`batch_loop`).
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -58,6 +59,11 @@ class PrefixGroups:
 
     groups: list[tuple[Tensor | None, SharedPrefix]]
     plain: Tensor | None  # rows without a prefix, or None when there are none
+
+
+def distinct(prefixes: "Iterable[SharedPrefix | None]") -> list[SharedPrefix]:
+    """Each prefix once (rows share them by identity), in first-seen order."""
+    return list({id(p): p for p in prefixes if p is not None}.values())
 
 
 def group_rows(prefixes: list["SharedPrefix | None"], device: torch.device) -> PrefixGroups | None:
