@@ -9,9 +9,11 @@ RL trains on-policy samples only: a rollout with a call a teacher served (`recor
 tokens have no policy logprob) is left out of its group's RL tree (`on_policy`), counted; supervised
 steps read them (`demonstrations`).
 
-One tree per group, not one per batch: GRPO normalises within a group, so a group is the unit a
-rank can train alone, and its samples share the task prompt (most of the sharing); the loss
-normalisation is made global across groups and ranks in `update.py`.
+One tree per group: GRPO normalises within a group, so a group is the unit a rank is handed, and its
+samples share the task prompt; the loss normalisation is made global across groups and ranks in
+`update.py`. A rank then trains its groups' trees as one (`merged_tree`): what groups share besides
+(a harness's system prompt and tools, the same for every task) is computed once per step, not once
+per group, with the same gradient (each rollout keeps its group, reward and generated tokens).
 """
 
 import dataclasses
@@ -148,6 +150,29 @@ def groups_tree(groups: Sequence[Group], failed_reward: float = 0.0) -> GroupTre
         rewards=tuple(rewards),
         passed=tuple(passed),
         oldest_version=int(flat.gen_version.min()),
+    )
+
+
+def merged_tree(trees: Sequence[GroupTree]) -> GroupTree:
+    """`trees` (one rank's groups of one step) as one tree: prefixes they share are one path, each
+    rollout keeps its group id, reward and generated tokens, so GRPO's per-group advantages, the loss
+    and its gradient are those of the trees trained one by one. `trained_from` is the latest of
+    theirs: it is the step's bound for every tree that has one, and no token of the others is older."""
+    if len(trees) == 1:
+        return trees[0]
+    radix = trees[0].flat.to_radix()
+    for tree in trees[1:]:
+        radix.merge(tree.flat.to_radix())
+    flat = radix.flatten()
+    return GroupTree(
+        group_id="+".join(t.group_id for t in trees),
+        harness="+".join(dict.fromkeys(t.harness for t in trees)),
+        flat=flat,
+        stats=radix.stats(),
+        rewards=tuple(r for t in trees for r in t.rewards),
+        passed=tuple(p for t in trees for p in t.passed),
+        oldest_version=min(t.oldest_version for t in trees),
+        trained_from=max(t.trained_from for t in trees),
     )
 
 

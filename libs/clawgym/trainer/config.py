@@ -393,6 +393,12 @@ class TrainerConfig(Section):
     micro_batch_tokens: int = Field(
         8192, ge=16, description="token budget of one packed micro-batch (gradient accumulation splits trees)"
     )
+    merge_group_trees: bool = Field(
+        True,
+        description="a rank trains its groups of a step as one prefix tree: what the groups share (a "
+        "harness's system prompt and tools) is computed once a step instead of once a group, with the same "
+        "gradient; false: one tree per group",
+    )
     rollout_source: Literal["orchestrator", "toy"] = Field(
         "orchestrator",
         description="orchestrator: the orchestrator service runs tasks through harnesses; "

@@ -254,8 +254,9 @@ class Trainer:
         policy = self.policy.module
         lr = self.scheduler.get_last_lr()[0]
         packs = prepare_packs(
-            policy, my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens, self.world
-        )
+            policy, my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens, self.world,
+            merge=self.cfg.merge_group_trees,
+        )  # fmt: skip
         value_only = self._value_warmup()
         fill = (
             _Fill(self, batch if self.world.is_main else None, norm)
@@ -694,7 +695,8 @@ class _Fill:
             self._rescale = payload
             return None
         algo = t.cfg.algorithm
-        return prepare_packs(t.policy.module, payload, algo, self.norm, t.cfg.micro_batch_tokens, t.world)
+        budget, merge = t.cfg.micro_batch_tokens, t.cfg.merge_group_trees
+        return prepare_packs(t.policy.module, payload, algo, self.norm, budget, t.world, merge)
 
     def rescale(self) -> float:
         return self._rescale

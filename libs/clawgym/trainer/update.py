@@ -26,6 +26,9 @@ How this departs from single-process CleanRL, numbered:
    multiplied by that normaliser over the whole step's (`Normaliser.ratio`): every term is linear in
    its rows' weights, so this is the update of one batch of all the trees. PPO's whitening needs the
    whole batch first, so a whitened PPO step never fills.
+7. A rank's trees are packed as one tree (`trainer.merge_group_trees`): the prefix every group of the
+   step shares (a harness's system prompt and tools) is computed once, not once per group. The rows,
+   their advantages (per group) and normalised weights are the per-tree ones, so the gradient is too.
 """
 
 import dataclasses
@@ -49,7 +52,7 @@ from clawgym.rl.losses import (
 )
 from clawgym.rl.packing import PackedSequence
 from clawgym.rl.terms import PathTerms, value_terms
-from clawgym.trainer.batch import GroupTree
+from clawgym.trainer.batch import GroupTree, merged_tree
 from clawgym.trainer.config import AlgorithmConfig
 from clawgym.trainer.distributed import World, full_tensor
 from clawgym.trainer.policy import PolicyModule, dummy_pack, value_slots
@@ -93,23 +96,19 @@ def prepare_packs(
     norm: Normaliser,
     budget: int,
     world: World,
+    merge: bool = True,
 ) -> list[PackedSequence]:
-    """This rank's micro-batches with their loss rows, advantages placed and globally normalised."""
+    """This rank's micro-batches with their loss rows, advantages placed and globally normalised.
+    With `merge` the trees that train are packed as one (`batch.merged_tree`, departure 7)."""
+    if algo.name != "ppo":
+        trees = [t for t in trees if has_gradient(_terms(t, algo), algo)]
+    if merge and len(trees) > 1:
+        trees = [merged_tree(trees)]
     values = _old_values(policy, trees, budget, world) if algo.name == "ppo" else [None] * len(trees)
     placed: list[tuple[GroupTree, PathTerms]] = []
     for tree, v in zip(trees, values, strict=True):
-        if algo.name == "ppo":
-            terms = gae_terms(tree.flat, v, gamma=algo.gamma, lam=algo.lam, aggregation=algo.aggregation)
-        else:
-            terms = grpo_terms(
-                tree.flat,
-                scale_by_std=algo.scale_by_std,
-                leave_one_out=algo.leave_one_out,
-                aggregation=algo.aggregation,
-            )
-            if not has_gradient(terms, algo):
-                continue
-        placed.append((tree, _rescaled(_fresh(terms, tree.trained_from), norm.scale(tree, algo.aggregation))))
+        terms = _fresh(_terms(tree, algo, v), tree.trained_from)
+        placed.append((tree, _rescaled(terms, norm.scale(tree, algo.aggregation))))
     if algo.name == "ppo" and algo.whiten_advantages:
         placed = whitened(placed, world)
     packs: list[PackedSequence] = []
@@ -141,6 +140,18 @@ def whitened(
     mean = first / total
     std = float(np.sqrt(max(second / total - mean**2, 0.0)))
     return [(tree, dataclasses.replace(t, adv=(t.adv - mean) / (std + eps))) for tree, t in placed]
+
+
+def _terms(tree: GroupTree, algo: AlgorithmConfig, values: np.ndarray | None = None) -> PathTerms:
+    """The tree's per-path terms: GAE over `values` (PPO), else GRPO's group-normalised rewards."""
+    if algo.name == "ppo":
+        return gae_terms(tree.flat, values, gamma=algo.gamma, lam=algo.lam, aggregation=algo.aggregation)
+    return grpo_terms(
+        tree.flat,
+        scale_by_std=algo.scale_by_std,
+        leave_one_out=algo.leave_one_out,
+        aggregation=algo.aggregation,
+    )
 
 
 def has_gradient(terms: PathTerms, algo: AlgorithmConfig) -> bool:
