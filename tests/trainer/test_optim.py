@@ -5,13 +5,18 @@ parameter without a gradient), with one buffer per parameter instead of two."""
 import torch
 
 from clawgym.trainer.config import TrainerConfig
-from clawgym.trainer.optim import MomentumFreeAdamW, make_optimizer
+from clawgym.trainer.optim import CHUNK, MomentumFreeAdamW, make_optimizer
 from clawgym.trainer.policy import build_policy
 
 
 def test_momentum_free_adamw_makes_adamws_update_without_its_first_moment():
     torch.manual_seed(0)
-    ours = [torch.randn(7, 5, requires_grad=True), torch.randn(3, requires_grad=True)]
+    # the last one spans three of the step's chunks (the last one partial)
+    ours = [
+        torch.randn(7, 5, requires_grad=True),
+        torch.randn(3, requires_grad=True),
+        torch.randn(2 * CHUNK + 17, requires_grad=True),
+    ]
     theirs = [p.detach().clone().requires_grad_(True) for p in ours]
     kwargs = {"lr": 1e-2, "eps": 1e-8, "weight_decay": 0.1}
     a = MomentumFreeAdamW(ours, beta2=0.99, **kwargs)
@@ -22,7 +27,7 @@ def test_momentum_free_adamw_makes_adamws_update_without_its_first_moment():
             for group in opt.param_groups:
                 group["lr"] = 1e-2 * (step + 1) / 6  # a schedule changes lr between steps
             for p, g in zip(params, grads, strict=True):
-                p.grad = None if (step == 3 and p.dim() == 1) else g.clone()  # one step without a gradient
+                p.grad = None if (step == 3 and p.numel() == 3) else g.clone()  # one step without a gradient
             opt.step()
         for p, q in zip(ours, theirs, strict=True):
             torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7, msg=f"step {step}")
