@@ -125,9 +125,9 @@ def group_tree(group: Group, failed_reward: float = 0.0) -> GroupTree | None:
 
 
 def groups_tree(groups: Sequence[Group], failed_reward: float = 0.0) -> GroupTree | None:
-    """The rollouts of `groups` in one tree (an SFT step merges its demonstrations, whose harness
-    prompt is then computed once; RL keeps a tree per group), or None when none has a call. Its
-    `group_id` joins theirs with '+'."""
+    """The rollouts of `groups` in one tree (an SFT step's demonstrations, whose harness prompt is then
+    computed once; an RL step merges its groups' trees: `merged_tree`), or None when none has a call.
+    Its `group_id` joins theirs with '+'."""
     tree = RadixTree()
     rewards, passed, harness = [], [], ""
     for group in groups:
