@@ -45,6 +45,7 @@ def trained_batches(run_dir: Path, cfg, limit: int) -> list[Batch]:
         batches = []
         for step in steps:
             groups = [store.get_group(g) for g in step.metrics.get("trained_groups", [])]
+            # every group the step trained (a lag bound no group can pass: none is dropped here)
             batch = build_batch(groups, step.step - 1, max(cfg.max_policy_lag, step.step))
             if sum(len(set(t.rewards)) > 1 for t in batch.trees) >= 2:
                 batches.append(batch)
