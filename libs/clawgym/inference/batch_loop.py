@@ -57,7 +57,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Literal
 
 import torch
@@ -121,6 +121,12 @@ class Request:
     kv_version: int = -1  # the policy version its prefill started under
     next_token: int = -1  # sampled, not yet fed to the model
     prefix: SharedPrefix | None = None  # the running rows' prefix it was admitted to join (kept alive)
+
+    @cached_property
+    def prompt_ids(self) -> torch.Tensor:
+        """The prompt as an int64 tensor, made once: admission, prefix matching and joining compare
+        it with other prompts every step they run."""
+        return torch.tensor(self.prompt)
 
     @property
     def remaining(self) -> int:
@@ -394,8 +400,8 @@ class BatchLoop:
         running = self._cache.prefixes if self._cache is not None else []
         # a prompt still prefilling holds its prefix's columns too, until it joins the prefix's rows
         newcomers = [(r, r.prefix) for r in busy] + [(request, prefix)]
-        own = [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in zip(self._rows, running, strict=True)]
-        own += [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in newcomers]
+        rows = [*zip(self._rows, running, strict=True), *newcomers]
+        own = [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in rows]
         shared = sum(map(len, held)) + sum(len(p or ()) for _, p in newcomers)
         return len(own) * max(own) + shared <= self.max_slots
 
@@ -406,7 +412,7 @@ class BatchLoop:
 
     def _prefix_of(self, request: Request, prefixes: list[SharedPrefix]) -> SharedPrefix | None:
         """The longest of `prefixes` that the request's prompt (computed by its version) starts with."""
-        prompt = torch.tensor(request.prompt)
+        prompt = request.prompt_ids
         version = request.kv_version if request.kv_version >= 0 else self.version
         fitting = [p for p in prefixes if p.starts(prompt, version)]
         return max(fitting, key=len, default=None)
@@ -422,14 +428,14 @@ class BatchLoop:
         Only for a leader whose KV stays reusable (its prompt fits the prefix cache)."""
         if self.prefix_cache.max_tokens <= 0:
             return False
-        prompt = torch.tensor(request.prompt)
+        prompt = request.prompt_ids
         for leader in busy:
             if len(leader.prompt) > self.prefix_cache.max_tokens or leader.kv_version not in (
                 -1,
                 self.version,
             ):
                 continue
-            shared = min(common_prefix(prompt, torch.tensor(leader.prompt)), len(request.prompt) - 1)
+            shared = min(common_prefix(prompt, leader.prompt_ids), len(request.prompt) - 1)
             if shared >= self.prefix_cache.min_hit and leader.prefilled < shared:
                 return True
         return False
@@ -445,11 +451,11 @@ class BatchLoop:
         request.kv_version = self.version
         hit = self.prefix_cache.lookup(request.prompt)
         length, keys, values = (hit.length, hit.entry.keys, hit.entry.values) if hit else (0, [], [])
-        prompt = torch.tensor(request.prompt)
+        prompt = request.prompt_ids
         for other in self._prefilling:
             if other.kv_version != self.version:  # computed by weights swapped out since
                 continue
-            shared = min(common_prefix(prompt, torch.tensor(other.prompt)), other.prefilled)
+            shared = min(common_prefix(prompt, other.prompt_ids), other.prefilled)
             shared = min(shared, len(request.prompt) - 1)  # its last token's logits are needed
             if shared > length and shared >= self.prefix_cache.min_hit:
                 length, keys, values = shared, other.cache.keys, other.cache.values
@@ -625,13 +631,12 @@ class BatchLoop:
         the least alike of the other prompts running or joining that share `min_share` or more (a
         harness's system prompt and tools, when other tasks' prompts are there); else whole."""
         prefixes = distinct([*(r.prefix for r in requests), *self._prefixes_held()])
-        prompts = {id(r): torch.tensor(r.prompt) for r in (*self._rows, *requests)}
         caches = []
         for request in requests:
-            cache, prompt = request.cache, prompts[id(request)]
+            cache, prompt = request.cache, request.prompt_ids
             prefix = self._prefix_of(request, prefixes)
             if prefix is None:
-                others = [t for key, t in prompts.items() if key != id(request)]
+                others = [r.prompt_ids for r in (*self._rows, *requests) if r is not request]
                 n = shared_length(prompt, others, self.min_share)
                 if n:
                     columns = slice(cache.start, cache.start + n)
@@ -642,18 +647,18 @@ class BatchLoop:
                         request.kv_version,
                     )
                     prefixes.append(prefix)
-                    self._adopt(prefix, prompts)
+                    self._adopt(prefix)
             caches.append(cache if prefix is None else cache.after_prefix(prefix))
         return caches
 
-    def _adopt(self, prefix: SharedPrefix, prompts: dict[int, torch.Tensor]) -> None:
+    def _adopt(self, prefix: SharedPrefix) -> None:
         """Running rows that hold a new prefix's tokens whole, computed by its weights, become its rows."""
         if self._cache is None:
             return
         rows = [
             b
             for b, (request, mine) in enumerate(zip(self._rows, self._cache.prefixes, strict=True))
-            if mine is None and prefix.starts(prompts[id(request)], request.kv_version)
+            if mine is None and prefix.starts(request.prompt_ids, request.kv_version)
         ]
         if rows:
             self._cache.adopt(prefix, rows)

@@ -100,14 +100,17 @@ def prepare_packs(
 ) -> list[PackedSequence]:
     """This rank's micro-batches with their loss rows, advantages placed and globally normalised.
     With `merge` the trees that train are packed as one (`batch.merged_tree`, departure 7)."""
+    known: dict[int, PathTerms] = {}  # GRPO: the terms the signal check computed, by id of their tree
     if algo.name != "ppo":
-        trees = [t for t in trees if has_gradient(_terms(t, algo), algo)]
+        known = {id(t): terms for t in trees if has_gradient(terms := _terms(t, algo), algo)}
+        trees = [t for t in trees if id(t) in known]
     if merge and len(trees) > 1:
         trees = [merged_tree(trees)]
     values = _old_values(policy, trees, budget, world) if algo.name == "ppo" else [None] * len(trees)
     placed: list[tuple[GroupTree, PathTerms]] = []
     for tree, v in zip(trees, values, strict=True):
-        terms = _fresh(_terms(tree, algo, v), tree.trained_from)
+        terms = known[id(tree)] if id(tree) in known else _terms(tree, algo, v)
+        terms = _fresh(terms, tree.trained_from)
         placed.append((tree, _rescaled(terms, norm.scale(tree, algo.aggregation))))
     if algo.name == "ppo" and algo.whiten_advantages:
         placed = whitened(placed, world)
