@@ -34,16 +34,18 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
-def set_threads(threads: int = 0) -> int:
-    """Sets torch's intra-op threads; 0 = auto: torch's default, or 1 when other processes keep the
-    cores busy (1-minute load average above half the cores). On a shared machine two threads that
-    wait on each other's barrier run several times slower than one (measured: a SmolLM2 prefill of
-    8x193 tokens took 6.5 s on 1 thread and 12 s on 2 under a load of 5 on 2 cores)."""
+def set_threads(threads: int = 0, computing: int = 1) -> int:
+    """Sets torch's intra-op threads; 0 = auto: the cores shared out between the `computing` threads of
+    this process that run torch at once (an async quickstart's engine and trainer: 2), or 1 when other
+    processes keep the cores busy (1-minute load average above half the cores). Threads that wait on
+    each other's barrier while another thread or process holds their core run several times slower
+    (measured: a SmolLM2 prefill of 8x193 tokens took 6.5 s on 1 thread and 12 s on 2 under a load
+    of 5 on 2 cores; 12-step quickstarts on 2 cores trained in 202 s on 1 thread each, 223 s on 2)."""
     import torch
 
     if threads <= 0:
         cores = os.cpu_count() or 1
         busy = os.getloadavg()[0] > 0.5 * cores
-        threads = 1 if busy else torch.get_num_threads()
+        threads = 1 if busy else max(1, torch.get_num_threads() // computing)
     torch.set_num_threads(threads)
     return threads

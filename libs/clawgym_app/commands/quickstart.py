@@ -211,7 +211,9 @@ def command(
         Q.mode, help="sync: rollouts then update; async: the next rollouts run during the update (lag 1)"
     ),
     threads: int = typer.Option(
-        Q.threads, help="torch threads; 0 = auto (1 when other processes keep the cores busy)"
+        Q.threads,
+        help="torch threads; 0 = auto: half the cores each for the engine and the trainer in async mode "
+        "(1 on 2 cores), 1 when other processes keep the cores busy",
     ),
     minutes: float = typer.Option(Q.minutes, help="time budget: training stops early to fit it"),
     suite: str = typer.Option(Q.suite, help="task suite (train split to train, test split to evaluate)"),
@@ -277,7 +279,7 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     from clawgym_app.runtime import Runtime
     from clawgym_app.training_run import run_with_progress
 
-    threads = set_threads(opts.threads)
+    threads = set_threads(opts.threads, computing=2 if opts.mode == "async" else 1)  # engine beside trainer
     levels = f", levels <= {opts.max_level}" if opts.max_level else ""
     train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
     console.print(
