@@ -15,7 +15,7 @@ empty), and each keeps its best round.
     .venv/bin/python bench/engine_replay.py --run-dir runs/<name> --compare inference.shared_prefix_tokens=0,64
 
 The LAST line is one JSON object: per arm `wall_s`, `cpu_s` (the process's), `decode_steps`,
-`rows_per_step`, `shared_rows`, `kv_mb_peak`, `prefill_forwards`, `prefill_tokens`, `prefix_hit_tokens`, `tokens_per_s`, and `speedup` over the first arm.
+`rows_per_step`, `shared_rows`, `kv_mb_peak`, `prefill_forwards`, `prefill_tokens`, `prefix_hit_tokens`, `prefix_row_tokens` (read from a running shared prefix), `tokens_per_s`, and `speedup` over the first arm.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ async def replay(run_dir: Path, calls: list[Call], concurrency: int, sets: list[
         "prefill_forwards": after.prefill_forwards - before.prefill_forwards,
         "prefill_tokens": after.prefill_tokens - before.prefill_tokens,
         "prefix_hit_tokens": after.prefix_hit_tokens - before.prefix_hit_tokens,
+        "prefix_row_tokens": after.prefix_row_tokens - before.prefix_row_tokens,
         "tokens_per_s": round(generated / wall, 1),
     }
 

@@ -11,6 +11,7 @@ import asyncio
 import pytest
 import torch
 
+from clawgym.inference import shared_prefix
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.factory import create_engine
 from clawgym.inference.interface import SamplingParams
@@ -123,6 +124,42 @@ def test_sharing_admits_more_rows_of_a_long_prompt_under_the_same_budget(engine_
     assert shared.kv_bytes_peak <= budget * 2**20, "the shared prefix and its rows stay within the budget"
 
 
+@pytest.mark.parametrize("prefix_cache_tokens", [0, 4096], ids=["no-prefix-cache", "prefix-cache"])
+def test_prompts_arriving_beside_a_prefixs_rows_are_prefilled_over_it_exactly(
+    engine_factory, serve, collect, hf_greedy, tiny_model, agent_prompts, prefix_cache_tokens
+):
+    """Two rows run over the system prompt's shared prefix; the tasks sent then (each twice: a GRPO
+    group's copies) are prefilled over that one copy instead of computing or copying it, and decode
+    as HF generate. With the prefix cache on, a copy also takes its task's columns from the cache."""
+    torch_engine = engine_factory(tiny_model, shared_prefix_tokens=MIN_SHARE, prefix_cache_tokens=prefix_cache_tokens)
+    system = _system_length(agent_prompts)
+    first, later = agent_prompts[:2], agent_prompts[2:] + agent_prompts[:2]
+    long = SamplingParams(max_new_tokens=48, temperature=0.0)
+
+    async def body():
+        async with serve(torch_engine) as engine:
+            running = [asyncio.create_task(collect(engine, p, long)) for p in first]
+            while torch_engine.counters().shared_rows < 2:  # the two rows decode over their prefix
+                assert not any(t.done() for t in running), "test setup: the first rows ended too soon"
+                await asyncio.sleep(0.005)
+            arrived = await asyncio.gather(*(collect(engine, p, GREEDY) for p in later for _ in range(2)))
+            return await asyncio.gather(*running), arrived
+
+    early, arrived = asyncio.run(body())
+    for prompt, result in zip(first, early, strict=True):
+        assert result[0] == hf_greedy(tiny_model, prompt, 48), "the first rows decoded exactly"
+    for i, prompt in enumerate(later):
+        expected = hf_greedy(tiny_model, prompt, 16)
+        assert arrived[2 * i][0] == arrived[2 * i + 1][0] == expected, f"task {i} prefilled over the prefix diverged"
+    counters = torch_engine.counters()
+    # every later prompt read the prefix (at least the system prompt) from the rows' one copy
+    assert counters.prefix_row_tokens >= 2 * len(later) * system, (
+        f"{counters.prefix_row_tokens} prompt tokens read from a running prefix, want >= {2 * len(later) * system}"
+    )
+    if prefix_cache_tokens:
+        assert counters.prefix_hit_tokens > 0, "a group's second copy takes its task's columns from the cache"
+
+
 def test_the_engine_a_config_builds_shares_from_its_threshold():
     engine = create_engine(InferenceConfig(model="tiny-qwen3", grpc_url="", shared_prefix_tokens=64))
     try:
@@ -139,9 +176,16 @@ class _Layer(torch.nn.Module):
     layer_idx = 0
 
 
+@pytest.fixture(params=[False, True], ids=["one-pass", "a-row-a-pass"])
+def passes(request, monkeypatch):
+    """The attention in one pass over a group's rows, or (scores capped at one row's) a row at a time."""
+    if request.param:
+        monkeypatch.setattr(shared_prefix, "SCORE_CHUNK", 1)
+
+
 @pytest.mark.parametrize("every_row", [False, True], ids=["rows-0-2-3", "every-row"])
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_the_attention_equals_attention_over_the_concatenated_keys(kv_heads, every_row):
+def test_the_attention_equals_attention_over_the_concatenated_keys(kv_heads, every_row, passes):
     """Rows 0, 2, 3 (or every row) share a 37-column prefix, row 1 has none (or it too); own columns
     are left-padded and masked."""
     torch.manual_seed(0)
@@ -166,6 +210,43 @@ def test_the_attention_equals_attention_over_the_concatenated_keys(kv_heads, eve
         values = values.repeat_interleave(H // kv_heads, dim=0)
         want = torch.softmax(q[b] @ keys.transpose(1, 2) * D**-0.5, dim=-1) @ values  # (H, 1, D)
         torch.testing.assert_close(out[b, 0], want[:, 0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_a_prefill_over_the_prefix_equals_causal_attention_over_the_concatenated_keys(kv_heads, passes):
+    """n = 5 new tokens a row (a prompt's own tokens after its prefix, left-padded to the longest
+    share): each real query sees the prefix, its row's past and its new tokens up to itself; row 1
+    reads no prefix. The mask is the one the engine builds for a batched prefill."""
+    from clawgym.inference.kv_cache import BatchKVCache
+
+    torch.manual_seed(1)
+    H, D, p, n = 4, 8, 23, 5
+    pasts, news = [3, 0, 6], [5, 2, 4]  # own columns before the forward, real new tokens
+    prefix = SharedPrefix(torch.arange(p), [torch.randn(1, kv_heads, p, D)], [torch.randn(1, kv_heads, p, D)], 0)
+    batch = BatchKVCache([torch.zeros(3, kv_heads, max(pasts), D)], [torch.zeros(3, kv_heads, max(pasts), D)],
+                         0, max(pasts), pasts)  # fmt: skip
+    mask = batch.prefill_rows_mask(news, torch.float32)  # (B, 1, n, past + n)
+    w = max(pasts) + n
+    q, k, v = torch.randn(3, H, n, D), torch.randn(3, kv_heads, w, D), torch.randn(3, kv_heads, w, D)
+    prefixes = [prefix, None, prefix]
+    out, _ = shared_prefix_attention(
+        _Layer(), q, k, v, mask, scaling=D**-0.5, shared_prefix=group_rows(prefixes, q.device)
+    )
+    for b in range(3):
+        own_k = torch.cat([k[b, :, max(pasts) - pasts[b] : max(pasts)], k[b, :, w - news[b] :]], dim=1)
+        own_v = torch.cat([v[b, :, max(pasts) - pasts[b] : max(pasts)], v[b, :, w - news[b] :]], dim=1)
+        keys = own_k if prefixes[b] is None else torch.cat([prefix.keys[0][0], own_k], dim=1)
+        values = own_v if prefixes[b] is None else torch.cat([prefix.values[0][0], own_v], dim=1)
+        keys = keys.repeat_interleave(H // kv_heads, dim=0)
+        values = values.repeat_interleave(H // kv_heads, dim=0)
+        before = keys.shape[1] - news[b]  # columns every new token sees
+        for t in range(news[b]):  # the real queries are the last news[b] of the n
+            query = q[b, :, n - news[b] + t : n - news[b] + t + 1]
+            seen = before + t + 1
+            want = torch.softmax(query @ keys[:, :seen].transpose(1, 2) * D**-0.5, dim=-1) @ values[:, :seen]
+            got = out[b, n - news[b] + t]
+            torch.testing.assert_close(got, want[:, 0], rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(out).all(), "padding queries stay finite"
 
 
 def test_a_new_prefix_is_what_the_least_alike_prompt_still_shares():

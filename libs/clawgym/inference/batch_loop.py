@@ -70,6 +70,7 @@ from clawgym.inference.prefix_cache import PrefixCache, common_prefix
 from clawgym.inference.sampler import Sampled, sample_rows
 from clawgym.inference.shared_prefix import (
     SHARED_PREFIX_ATTENTION,
+    PrefixGroups,
     SharedPrefix,
     distinct,
     group_rows,
@@ -95,6 +96,7 @@ class StepCounters:
     prefill_forwards: int = 0  # forwards that ran them (several prompts' chunks share one when batched)
     prefill_tokens: int = 0
     prefix_hit_tokens: int = 0  # prompt tokens taken from the prefix cache instead of computed
+    prefix_row_tokens: int = 0  # prompt tokens read from a running shared prefix, neither computed nor copied
     generated_tokens: int = 0
     finished: Counter = field(default_factory=Counter)  # finish reason (or "error") -> requests
     reloads: int = 0
@@ -392,17 +394,16 @@ class BatchLoop:
         """Whether the batch, once every prefilling prompt and this one (a row of `prefix`, if any)
         joined it, stays within the KV budget however long each row generates: rows × the longest
         own columns + generation limit (rows are right-aligned, so the buffer is as wide as its
-        longest row), and each prefix once. An empty batch takes one request (`needs_slots` refused
+        longest row), and each prefix once (a prompt admitted to a held prefix is prefilled over it,
+        without a copy: `_start_prefill`). An empty batch takes one request (`needs_slots` refused
         those that never fit)."""
         if not self._rows and not busy:
             return True
-        held = self._prefixes_held()
         running = self._cache.prefixes if self._cache is not None else []
-        # a prompt still prefilling holds its prefix's columns too, until it joins the prefix's rows
         newcomers = [(r, r.prefix) for r in busy] + [(request, prefix)]
         rows = [*zip(self._rows, running, strict=True), *newcomers]
         own = [self.needs_slots(r.prompt, r.limit) - len(p or ()) for r, p in rows]
-        shared = sum(map(len, held)) + sum(len(p or ()) for _, p in newcomers)
+        shared = sum(map(len, self._prefixes_held()))  # `prefix` is one of them
         return len(own) * max(own) + shared <= self.max_slots
 
     def _prefixes_held(self) -> list[SharedPrefix]:
@@ -442,31 +443,42 @@ class BatchLoop:
 
     def _start_prefill(self, request: Request) -> None:
         """Gives an admitted request its own cache, starting from the longest computed prefix of its
-        prompt: a prefix cache entry, or the first columns of a prompt still prefilling."""
+        prompt: a prefix cache entry, or the first columns of a prompt still prefilling. A request
+        admitted to a held shared prefix (`request.prefix`) keeps only the columns after it: its
+        prefill attends to the prefix's one copy as its decode steps will (no copy of a harness's
+        thousands of system-prompt tokens per prompt being prefilled)."""
         layers, heads, dim = self._shape
-        capacity = min(len(request.prompt) + 64, self.max_context)
+        skip = len(request.prefix or ())  # prompt positions the cache does not hold
+        capacity = min(len(request.prompt) - skip + 64, self.max_context)
         request.cache = BatchKVCache.empty(
             layers, heads, dim, capacity, self._dtype, self._device, self.max_slots
         )
+        if request.prefix is not None:
+            request.cache.prefixes = [request.prefix]
         request.kv_version = self.version
+        request.prefilled = skip
+        self.counters.prefix_row_tokens += skip
         hit = self.prefix_cache.lookup(request.prompt)
-        length, keys, values = (hit.length, hit.entry.keys, hit.entry.values) if hit else (0, [], [])
+        # positions computed, their keys and values, and the first position the source holds (a
+        # prefilling cache holds its positions from column 0, after its own prefix if it has one)
+        length, keys, values, offset = (hit.length, hit.entry.keys, hit.entry.values, 0) if hit else (0, [], [], 0)
         prompt = request.prompt_ids
         for other in self._prefilling:
             if other.kv_version != self.version:  # computed by weights swapped out since
                 continue
             shared = min(common_prefix(prompt, other.prompt_ids), other.prefilled)
             shared = min(shared, len(request.prompt) - 1)  # its last token's logits are needed
-            if shared > length and shared >= self.prefix_cache.min_hit:
-                length, keys, values = shared, other.cache.keys, other.cache.values
-        if length == 0:
+            held_from = len(other.prefix or ())
+            if shared > length and shared >= self.prefix_cache.min_hit and held_from <= skip:
+                length, keys, values, offset = shared, other.cache.keys, other.cache.values, held_from
+        if length <= skip:
             return
         for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
-            request.cache.keys[layer][:, :, :length] = k[:, :, :length]
-            request.cache.values[layer][:, :, :length] = v[:, :, :length]
-        request.cache.advance(length)
+            request.cache.keys[layer][:, :, : length - skip] = k[:, :, skip - offset : length - offset]
+            request.cache.values[layer][:, :, : length - skip] = v[:, :, skip - offset : length - offset]
+        request.cache.advance(length - skip)
         request.prefilled = length
-        self.counters.prefix_hit_tokens += length
+        self.counters.prefix_hit_tokens += length - skip
 
     def _prefill(self) -> None:
         """Runs this step's prefill plan, several prompts per forward (`_groups`); a request whose
@@ -552,6 +564,7 @@ class BatchLoop:
             torch.arange(request.prefilled, request.prefilled + n)[None, :],
             cache.prefill_mask(n, self._dtype),
             cache,
+            **self._over_prefixes([request]),
         )
         cache.advance(n)
         self.counters.prefill_forwards += 1
@@ -573,10 +586,19 @@ class BatchLoop:
                 [request.prefilled] * (width - n) + list(range(request.prefilled, request.prefilled + n))
             )
         logits = self._forward(
-            torch.tensor(ids), torch.tensor(positions), batch.prefill_rows_mask(news, self._dtype), batch
+            torch.tensor(ids),
+            torch.tensor(positions),
+            batch.prefill_rows_mask(news, self._dtype),
+            batch,
+            **self._over_prefixes([r for r, _ in group]),
         )
         self.counters.prefill_forwards += 1
         return logits, batch
+
+    def _over_prefixes(self, requests: list[Request]) -> dict[str, PrefixGroups]:
+        """A prefill forward's attention kwargs: the shared prefixes its rows are prefilled over."""
+        groups = group_rows([r.prefix for r in requests], self._device) if self.min_share else None
+        return {"shared_prefix": groups} if groups is not None else {}
 
     def _take_row(
         self, request: Request, n: int, batch: BatchKVCache, row: int, logits: torch.Tensor
@@ -599,15 +621,27 @@ class BatchLoop:
             request.cache = None
             self._fail(request, _not_finite(request))
             return False
-        self.prefix_cache.insert(
-            request.prompt, request.cache.keys, request.cache.values
-        )  # only KV that sampled
+        if self.prefix_cache.wants(request.prompt):  # only KV that sampled
+            self.prefix_cache.insert(request.prompt, *self._whole_kv(request))
         token = sampled.tokens[0]
         if self._emit(request, token, sampled.logprobs[0]) is not None:
             request.cache = None
             return False
         request.next_token = token
         return True
+
+    @staticmethod
+    def _whole_kv(request: Request) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """A prefilled request's keys and values from its prompt's first position: its cache's, after
+        its shared prefix's when it was prefilled over one."""
+        cache, prefix = request.cache, request.prefix
+        if prefix is None:
+            return cache.keys, cache.values
+        own = slice(cache.start, cache.end)
+        return (
+            [torch.cat([p, k[:, :, own]], dim=2) for p, k in zip(prefix.keys, cache.keys, strict=True)],
+            [torch.cat([p, v[:, :, own]], dim=2) for p, v in zip(prefix.values, cache.values, strict=True)],
+        )
 
     def _join(self, requests: list[Request]) -> None:
         """Merges the caches of prefilled requests into the running batch, in one re-lay; each joins
@@ -629,11 +663,15 @@ class BatchLoop:
         """The joining requests' caches, each as a row of the longest shared prefix its prompt starts
         with (same tokens, computed by the same weights), or of a new one: the tokens it shares with
         the least alike of the other prompts running or joining that share `min_share` or more (a
-        harness's system prompt and tools, when other tasks' prompts are there); else whole."""
+        harness's system prompt and tools, when other tasks' prompts are there); else whole. One
+        prefilled over its prefix is a row of that prefix already."""
         prefixes = distinct([*(r.prefix for r in requests), *self._prefixes_held()])
         caches = []
         for request in requests:
             cache, prompt = request.cache, request.prompt_ids
+            if cache.prefixes[0] is not None:  # prefilled over its prefix: already a row of it
+                caches.append(cache)
+                continue
             prefix = self._prefix_of(request, prefixes)
             if prefix is None:
                 others = [r.prompt_ids for r in (*self._rows, *requests) if r is not request]

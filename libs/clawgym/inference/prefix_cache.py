@@ -67,6 +67,13 @@ class PrefixCache:
         self._entries.move_to_end(best_id)
         return PrefixHit(best, self._entries[best_id])
 
+    def wants(self, prompt: list[int]) -> bool:
+        """Whether `insert` would store this prompt: the cache is on, holds it, and no entry covers it."""
+        if self.max_tokens <= 0 or len(prompt) > self.max_tokens:
+            return False
+        tokens = torch.tensor(prompt, dtype=torch.long)
+        return all(common_prefix(tokens, entry.tokens) < len(prompt) for entry in self._entries.values())
+
     def insert(self, prompt: list[int], keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         """Caches the KV of a fully prefilled prompt (`keys[l]`: (1, H_kv, >= len(prompt), D), copied).
         Entries the new prompt extends are dropped: it covers them; a prompt an entry already covers

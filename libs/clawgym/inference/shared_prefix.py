@@ -5,10 +5,11 @@ a few hundred for the reference harness), so in a batch of rollouts most of each
 values are the same columns, computed by the same weights. Keeping them once per row costs memory
 (the KV budget then admits a few rows of a long-prompt harness) and time (each decode step reads
 every row's copy). Here the batch keeps a `SharedPrefix` once; a row holds only the columns after
-it, and its decode step attends to both (cascade attention, as FlashInfer and vLLM do it on a GPU):
+it, and its decode step attends to both (cascade attention, as FlashInfer and vLLM do it on a GPU),
+as does the prefill of a prompt admitted beside such rows (n tokens a row, causal among them):
 
     s_p = q · K_pᵀ · scale            (one matrix product for all rows of the prefix: K_p read once)
-    s_o = q · K_oᵀ · scale + mask     (each row's own columns, padding masked)
+    s_o = q · K_oᵀ · scale + mask     (each row's own columns: padding, and a prefill's later tokens, masked)
     w   = softmax([s_p, s_o])         (one softmax over both: exactly the attention over the
     out = w_p · V_p + w_o · V_o        concatenated keys, up to the order of float sums)
 
@@ -30,6 +31,10 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from clawgym.inference.prefix_cache import common_prefix
 
 SHARED_PREFIX_ATTENTION = "clawgym_shared_prefix"
+# scores computed at once, at most (rows × heads × queries × columns; 4 MB in float32): a batched
+# prefill of 32 prompts' 27 tokens over opencode's 7.7k prefix would otherwise hold 240 MB of them
+# per layer, three times over (scores, their softmax, its prefix part)
+SCORE_CHUNK = 1 << 20
 
 
 @dataclass(eq=False)
@@ -105,49 +110,56 @@ def shared_prefix_attention(
     **kwargs,
 ) -> tuple[Tensor, None]:
     """transformers' attention signature: query (B, H, n, D), key/value (B, H_kv, w, D) →
-    ((B, n, H, D), None). With `shared_prefix` (a decode step, n = 1; passed through the model's
-    kwargs) each row attends to its prefix's columns and then its own (`attention_mask` masks the
-    own columns' padding); without, plain SDPA."""
+    ((B, n, H, D), None). With `shared_prefix` (passed through the model's kwargs) each row's n new
+    tokens attend to its prefix's columns (all before them) and then its own, which
+    `attention_mask` (B, 1, n, w) masks: padding, and the causal order among a prefill's tokens;
+    a decode step is n = 1. Without, plain SDPA."""
     if shared_prefix is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     B, H, n, D = query.shape
-    if n != 1:
-        raise ValueError(f"shared-prefix attention decodes one token a row, not {n}")
     Hkv = key.shape[1]
     g = H // Hkv
+    m = g * n  # query rows per key head: head h reads key head h // g, as repeat_kv pairs them
     scale = scaling if scaling is not None else D**-0.5
-    q = query.reshape(B, Hkv, g, D)  # query head h reads key head h // g, as repeat_kv pairs them
-    s_own = torch.matmul(q, key.transpose(2, 3)) * scale  # (B, Hkv, g, w)
-    if attention_mask is not None:
-        s_own = s_own + attention_mask  # (B, 1, 1, w): padding columns
-    out = torch.empty((B, Hkv, g, D), dtype=query.dtype, device=query.device)
+    q = query.reshape(B, Hkv, m, D)
+    s_own = torch.matmul(q, key.transpose(2, 3)) * scale  # (B, Hkv, g·n, w)
+    if attention_mask is not None:  # (B, 1, n, w): the same for every head
+        s_own = (s_own.view(B, Hkv, g, n, -1) + attention_mask[:, :, None]).view(B, Hkv, m, -1)
+    out = torch.empty((B, Hkv, m, D), dtype=query.dtype, device=query.device)
     layer = module.layer_idx
 
     def take(x: Tensor, rows: Tensor | None) -> Tensor:
         return x if rows is None else x.index_select(0, rows)
 
-    for rows, prefix in shared_prefix.groups:
+    for group, prefix in shared_prefix.groups:
         k_p, v_p = prefix.keys[layer][0], prefix.values[layer][0]  # (Hkv, p, D)
-        b, p = B if rows is None else len(rows), k_p.shape[1]
-        q_g = take(q, rows).permute(1, 0, 2, 3).reshape(Hkv, b * g, D)
-        s_p = torch.bmm(q_g, k_p.transpose(1, 2)) * scale  # (Hkv, b·g, p)
-        s_p = s_p.view(Hkv, b, g, p).permute(1, 0, 2, 3)  # (b, Hkv, g, p)
-        w = torch.softmax(torch.cat([s_p, take(s_own, rows)], dim=-1), dim=-1, dtype=torch.float32)
-        w = w.to(query.dtype)
-        w_p = w[..., :p].permute(1, 0, 2, 3).reshape(Hkv, b * g, p)
-        o_p = torch.bmm(w_p, v_p).view(Hkv, b, g, D).permute(1, 0, 2, 3)
-        o_own = torch.matmul(w[..., p:], take(value, rows))  # (b, Hkv, g, D)
-        if rows is None:
-            out = o_p + o_own
-        else:
-            out.index_copy_(0, rows, o_p + o_own)
+        p = k_p.shape[1]
+        # rows a pass: their scores stay ~SCORE_CHUNK elements (a decode step's rows at once; a
+        # prefill's n tokens a row over thousands of prefix columns, a few rows at a time)
+        per_pass = max(1, SCORE_CHUNK // (Hkv * m * (p + key.shape[2])))
+        rows_all = torch.arange(B, device=query.device) if group is None else group
+        passes = [None] if group is None and per_pass >= B else list(rows_all.split(per_pass))
+        for rows in passes:
+            b = B if rows is None else len(rows)
+            q_g = take(q, rows).permute(1, 0, 2, 3).reshape(Hkv, b * m, D)
+            s_p = torch.bmm(q_g, k_p.transpose(1, 2)) * scale  # (Hkv, b·g·n, p)
+            s_p = s_p.view(Hkv, b, m, p).permute(1, 0, 2, 3)  # (b, Hkv, g·n, p)
+            w = torch.softmax(torch.cat([s_p, take(s_own, rows)], dim=-1), dim=-1, dtype=torch.float32)
+            w = w.to(query.dtype)
+            w_p = w[..., :p].permute(1, 0, 2, 3).reshape(Hkv, b * m, p)
+            o_p = torch.bmm(w_p, v_p).view(Hkv, b, m, D).permute(1, 0, 2, 3)
+            o_own = torch.matmul(w[..., p:], take(value, rows))  # (b, Hkv, g·n, D)
+            if rows is None:
+                out = o_p + o_own
+            else:
+                out.index_copy_(0, rows, o_p + o_own)
     if shared_prefix.plain is not None:
         rows = shared_prefix.plain
         w = torch.softmax(s_own.index_select(0, rows), dim=-1, dtype=torch.float32).to(query.dtype)
         out.index_copy_(0, rows, torch.matmul(w, value.index_select(0, rows)))
-    return out.reshape(B, H, 1, D).transpose(1, 2).contiguous(), None
+    return out.reshape(B, H, n, D).transpose(1, 2).contiguous(), None
 
 
 def register() -> None:

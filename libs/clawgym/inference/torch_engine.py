@@ -208,6 +208,7 @@ class TorchEngine:
                 "generated_tokens": float(counters.generated_tokens),
                 "prefill_tokens": float(counters.prefill_tokens),
                 "prefix_hit_tokens": float(counters.prefix_hit_tokens),
+                "prefix_row_tokens": float(counters.prefix_row_tokens),
                 "reloads": float(counters.reloads),
                 "last_reload_s": counters.last_reload_s,
                 "reloading": float(self._reloading),
