@@ -7,7 +7,7 @@ a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.ya
 
 `--minutes` (15) is a budget: training stops between steps when another step plus the final
 evaluation would not fit; on 2 cores the defaults use it, after 32-54 of the 60 steps with AVX-512
-and 24 AVX2-only in the runs measured (bench/quickstart.py, docs/quickstart-runs.md), in 3.4-3.8 GB
+and 24 AVX2-only in the runs measured (bench/quickstart.py, docs/quickstart-runs.md), in 3.1-3.8 GB
 (one copy of the weights, shared by the engine and the trainer, 128 MB of packed layers, and the
 harness prompt's KV kept once in the running batch; docs/performance.md). `QuickstartOptions` holds
 every knob and is the one source of the command line's defaults; it imports nothing heavy, so
