@@ -621,7 +621,9 @@ class BatchLoop:
             request.cache = None
             self._fail(request, _not_finite(request))
             return False
-        if self.prefix_cache.wants(request.prompt):  # only KV that sampled
+        if request.prefix is None:  # only KV that sampled
+            self.prefix_cache.insert(request.prompt, request.cache.keys, request.cache.values)
+        elif self.prefix_cache.wants(request.prompt):  # its whole prompt's KV, built only to be kept
             self.prefix_cache.insert(request.prompt, *self._whole_kv(request))
         token = sampled.tokens[0]
         if self._emit(request, token, sampled.logprobs[0]) is not None:
@@ -632,11 +634,9 @@ class BatchLoop:
 
     @staticmethod
     def _whole_kv(request: Request) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """A prefilled request's keys and values from its prompt's first position: its cache's, after
-        its shared prefix's when it was prefilled over one."""
+        """The keys and values of a request prefilled over a shared prefix, from its prompt's first
+        position: the prefix's, then its cache's."""
         cache, prefix = request.cache, request.prefix
-        if prefix is None:
-            return cache.keys, cache.values
         own = slice(cache.start, cache.end)
         return (
             [torch.cat([p, k[:, :, own]], dim=2) for p, k in zip(prefix.keys, cache.keys, strict=True)],

@@ -139,8 +139,10 @@ def shared_prefix_attention(
         # rows a pass: their scores stay ~SCORE_CHUNK elements (a decode step's rows at once; a
         # prefill's n tokens a row over thousands of prefix columns, a few rows at a time)
         per_pass = max(1, SCORE_CHUNK // (Hkv * m * (p + key.shape[2])))
-        rows_all = torch.arange(B, device=query.device) if group is None else group
-        passes = [None] if group is None and per_pass >= B else list(rows_all.split(per_pass))
+        if group is None and per_pass >= B:
+            passes = [None]  # every row at once, read without gathering
+        else:
+            passes = list((torch.arange(B, device=query.device) if group is None else group).split(per_pass))
         for rows in passes:
             b = B if rows is None else len(rows)
             q_g = take(q, rows).permute(1, 0, 2, 3).reshape(Hkv, b * m, D)
