@@ -414,8 +414,9 @@ def _chaos_step(
 ) -> None:
     """Deletes the next pod whose moment has come (at most one per call): inference replica 1 once
     v1 is published, a proxy pod at v2, the trainer at v3, the sandbox pod of the newest running
-    rollout from v4, the orchestrator from v5 while rollouts run (the last two while training runs,
-    so the rollouts they cut are retried in their groups).
+    rollout from v4, the orchestrator from v5 while rollouts run, once the rollout that sandbox
+    deletion cut has ended (the last two while training runs, so the rollouts they cut are retried
+    in their groups).
 
     A force-deleted pod's process lives on for a second or two (kubelet kills it after the API
     has let the pod go): on a fast machine long enough for a ~1 s rollout to finish uncut, or for
@@ -449,12 +450,25 @@ def _chaos_step(
         running = {p["metadata"]["name"] for p in r.pods(namespace=sandboxes) if p["status"].get("phase") == "Running"}
         if newest and newest[0][0] in running:
             kill("sandbox", newest[0][0], sandboxes)
-    elif 5 <= version < r.steps and again(
-        "orchestrator", lambda: _orchestrator_kill_missed(r, run_id, killed["orchestrator"])
+    elif (
+        5 <= version < r.steps
+        and _sandbox_kill_settled(r, run_id, pods["sandbox"])
+        and again("orchestrator", lambda: _orchestrator_kill_missed(r, run_id, killed["orchestrator"]))
     ):
         running = r.query("SELECT count(*) FROM rollouts WHERE run_id = :r AND status = 'running'", r=run_id)
         if running[0][0] > 0:  # its process dies at once: the rollouts it runs now are cut
             kill("orchestrator", f"{PREFIX}-orchestrator-0", at_once=True)
+
+
+def _sandbox_kill_settled(r: ClusterRelease, run_id: str, pod: str) -> bool:
+    """The rollouts in `pod` have all ended: an orchestrator deleted before would fail the one its
+    deletion cut as the orchestrator's loss, not the pod's."""
+    ((unended,),) = r.query(
+        "SELECT count(*) FROM rollouts WHERE run_id = :r AND sandbox LIKE :p AND ended_at IS NULL",
+        r=run_id,
+        p=f"%{pod}%",
+    )
+    return unended == 0
 
 
 def _sandbox_kill_missed(r: ClusterRelease, run_id: str, pod: str) -> bool:
