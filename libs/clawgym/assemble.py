@@ -265,15 +265,20 @@ def build_trainer(
         source, engines = _toy_source(cfg, store, tokenizer, runner, engines)
     else:
         source = _rollout_service_source(cfg, store, runner, rollouts, proxy_url, on_status)
-    shared = [getattr(e, "weight_sync", "files") == "shared" for e in engines]
-    if cfg.inference.weight_sync == "shared" and (
-        world.size > 1 or not engines or not all(shared) or t.lora.enabled or t.model != cfg.inference.model
+    sync = cfg.inference.weight_sync
+    in_process = [getattr(e, "weight_sync", "files") == sync for e in engines]
+    if sync in ("shared", "copy") and (
+        world.size > 1
+        or not engines
+        or not all(in_process)
+        or (sync == "shared" and t.lora.enabled)
+        or t.model != cfg.inference.model
     ):
         source.close()
         raise FailedPrecondition(
-            "inference.weight_sync=shared lends one trainer process's parameters to the torch engine in that "
-            "process (the same model, no LoRA, no torchrun); an inference service or torchrun ranks reload "
-            "from checkpoint files: use weight_sync files"
+            f"inference.weight_sync={sync} hands one trainer process's parameters to the torch engine in that "
+            f"process (the same model{', no LoRA' if sync == 'shared' else ''}, no torchrun); an inference "
+            "service or torchrun ranks reload from checkpoint files: use weight_sync files"
         )
     return Trainer(
         t,

@@ -2,6 +2,7 @@
 the orchestrator builds, and the quickstart's config carries them, absolute paths and its task choice
 (train and held-out tasks apart)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,42 @@ def test_the_default_policy_is_the_served_one_when_the_config_names_no_trained_o
     assert served.trainer.model == "tiny-qwen3", "eval runs the config's served policy"
     named, _ = configure(ClawgymConfig(inference={"model": "tiny-qwen3"}), EvalRequest(model=DEFAULT_POLICY))
     assert named.trainer.model == DEFAULT_POLICY, "--model wins"
+
+
+def test_the_quickstart_computes_in_bfloat16_only_where_the_cpu_computes_it_natively(tmp_path):
+    """`--compute-dtype auto` asks oneDNN, whose view ONEDNN_MAX_CPU_ISA caps: an AVX2-only CPU (no
+    bfloat16 instructions, where they would be emulated) serves float32 with the trainer's own weights;
+    bfloat16 is served from the engine's own copy of them (`weight_sync: copy`) and the trainer's
+    float32 weights compute in it (`trainer.autocast`)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "from pathlib import Path; from clawgym_app.commands.quickstart import QuickstartOptions; "
+        "c = QuickstartOptions().config(Path('/tmp/unused')); "
+        "print(c.inference.dtype, c.inference.weight_sync, c.trainer.autocast)"
+    )
+    capped = subprocess.run(
+        [sys.executable, "-c", probe], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert capped.stdout.split() == ["float32", "shared", "off"], capped.stdout + capped.stderr
+    for choice, expected in (
+        ("float32", ("float32", "shared", "off")),
+        ("bfloat16", ("bfloat16", "copy", "bfloat16")),
+    ):
+        c = QuickstartOptions(compute_dtype=choice).config(tmp_path)
+        got = (c.inference.dtype, c.inference.weight_sync, c.trainer.autocast)
+        assert got == expected, (choice, got)
+
+
+def test_the_quickstart_budget_is_10_minutes_in_bfloat16_and_15_in_float32_unless_given(tmp_path):
+    from clawgym.config import with_sets
+    from clawgym_app.commands.quickstart import budget_minutes
+
+    bf16 = QuickstartOptions(compute_dtype="bfloat16").config(tmp_path)
+    fp32 = QuickstartOptions(compute_dtype="float32").config(tmp_path)
+    assert (budget_minutes(0, bf16), budget_minutes(0, fp32)) == (10.0, 15.0)
+    assert budget_minutes(7.5, bf16) == budget_minutes(7.5, fp32) == 7.5, "a given budget is kept"
+    half = with_sets(bf16, ["trainer.autocast=off"])  # a bfloat16 engine beside a float32 update
+    assert budget_minutes(0, half) == 15.0, "10 minutes were measured with both in bfloat16"

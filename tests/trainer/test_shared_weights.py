@@ -3,7 +3,8 @@
 Over an async run (rollouts generated while the trainer updates), the engine ends up computing with the
 trainer's tensors (no second copy) at the last committed version, and every call served by one version
 has the logprobs that version's checkpoint gives: the engine computed nothing while the optimizer
-changed the weights, and served a version only once it was committed. A configuration where the engine cannot
+changed the weights, and served a version only once it was committed. With `copy` the engine keeps its own
+tensors in its own dtype, each version copied in at its commit. A configuration where the engine cannot
 borrow the trainer's tensors is refused before the run.
 """
 
@@ -82,6 +83,70 @@ def test_a_shared_engine_serves_each_committed_version_with_the_trainers_own_ten
     assert worst < 1e-3, f"a token's logprob is not its recorded version's (off by {worst:.4f})"
     changed = max((models[1].state_dict()[n] - models[2].state_dict()[n]).abs().max().item() for n in served)
     assert changed > 1e-4, "test setup: the versions' weights must differ"
+
+
+def test_a_copying_engine_serves_each_committed_version_in_its_own_dtype(
+    store, trainer_cfg, tiny_tok, runner
+):
+    """`weight_sync: copy`: float32 training, bfloat16 serving, no checkpoint read: each version's calls
+    have the logprobs of that checkpoint's weights in bfloat16, and the engine's tensors stay its own
+    (the same memory throughout)."""
+    engine = TorchEngine(
+        load_model("tiny-qwen3", dtype=torch.bfloat16), name="tiny-qwen3", weight_sync="copy"
+    )
+    own = {name: t.data_ptr() for name, t in engine._targets.items()}
+    cfg = trainer_cfg(steps=4, mode="async", keep_checkpoints=4)
+    trainer = Trainer(
+        cfg,
+        store=store,
+        bus=store.bus,
+        source=ToyRolloutSource(store, engine, tiny_tok, runner),
+        tokenizer=tiny_tok,
+        engines=[engine],
+        runner=runner,
+    )
+    try:
+        trainer.run()
+        served = ckpt.serving_weights(trainer.policy)
+        status = runner.run(engine.status())
+    finally:
+        trainer.close()
+        runner.run(engine.aclose())
+    assert all(t.dtype == torch.bfloat16 for t in engine._targets.values())
+    assert {name: t.data_ptr() for name, t in engine._targets.items()} == own, (
+        "each version is copied into the engine's own tensors, not a second set"
+    )
+    assert all(torch.equal(engine._targets[n], t.to(torch.bfloat16)) for n, t in served.items()), (
+        "the engine ends on the trainer's last weights, in bfloat16"
+    )
+    assert status.policy_version == 4 and status.extra["reloads"] == 5, status  # v0 pushed at start, then 1-4
+    folders = Path(cfg.checkpoint_uri) / "test-run"
+    models = {v: load_model(str(folders / f"v{v:06d}"), dtype=torch.bfloat16) for v in (1, 2, 3, 4)}
+    models[0] = load_model("tiny-qwen3", dtype=torch.bfloat16)
+    seen: set[int] = set()
+    worst = 0.0
+    for rollout in store.list_rollouts(trainer.run_id):
+        for call in store.list_calls(rollout.id):
+            versions = set(call.output_versions.tolist())
+            if len(versions) > 1:
+                continue
+            recorded = torch.from_numpy(call.output_logprobs)
+            off = {
+                v: (recomputed_logprobs(m, call.prompt_ids, call.output_ids, call.temperature) - recorded)
+                .abs()
+                .max()
+                .item()
+                for v, m in models.items()
+            }
+            version = next(iter(versions))
+            assert min(off, key=off.get) == version, (
+                f"a call of v{version} has the logprobs of another: {off}"
+            )
+            worst = max(worst, off[version])
+            seen |= versions
+    assert len(seen) >= 2, f"test setup: calls of several versions must be recorded, saw {sorted(seen)}"
+    # bfloat16 forwards of other batch shapes round otherwise: bfloat16's tolerance (versions differ by >0.3)
+    assert worst < 0.02, f"a token's logprob is not its recorded version's in bfloat16 (off by {worst:.4f})"
 
 
 def test_shared_weights_without_a_borrowing_engine_are_refused(tmp_path, sqlite_url, engine):

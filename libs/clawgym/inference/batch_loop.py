@@ -156,6 +156,7 @@ class Swap:
     tensors: dict[str, torch.Tensor]
     requested_at: float
     packed: dict[int, torch.Tensor] | None = None  # PackedLinears.pack of `tensors`, when packing
+    copy_in: bool = False  # copy `tensors` into the targets (casting) instead of pointing at them
     done: threading.Event = field(default_factory=threading.Event)
     applied: bool = False
     seconds: float = 0.0
@@ -254,13 +255,15 @@ class BatchLoop:
         requested_at: float,
         packed: dict[int, torch.Tensor] | None = None,
         release: bool = False,
+        copy_in: bool = False,
     ) -> Swap:
         """Schedules a weight swap for the next step boundary; wait on the returned `done` event.
         `packed`: `self.packed.pack(tensors)`, required when the loop packs its weights; `release`:
-        ends a `hold`, the swap applied before any forward."""
+        ends a `hold`, the swap applied before any forward; `copy_in`: the targets keep their memory
+        and take copies of `tensors` in their dtype (no second set of weights while it waits)."""
         if self.packed is not None and packed is None:
             raise ValueError("this loop packs its linear weights: pass packed=loop.packed.pack(tensors)")
-        swap = Swap(version, tensors, requested_at, packed)
+        swap = Swap(version, tensors, requested_at, packed, copy_in)
         with self._cond:
             if self._closed:
                 swap.done.set()
@@ -350,9 +353,12 @@ class BatchLoop:
             self._keep([i for i, r in enumerate(self._rows) if not r.aborted])
 
     def _apply(self, swap: Swap) -> None:
-        """Points every target tensor at its new data: O(1) per tensor, between two steps."""
+        """Points every target tensor at its new data (O(1) per tensor), or copies it in, between two steps."""
         for name, target in self.targets.items():
-            target.data = swap.tensors[name]
+            if swap.copy_in:
+                target.data.copy_(swap.tensors[name])
+            else:
+                target.data = swap.tensors[name]
         if self.packed is not None:  # `swap` refused a swap without its packed weights
             self.packed.install(swap.packed)
         self.version = swap.version

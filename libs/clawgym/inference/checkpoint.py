@@ -97,8 +97,21 @@ def fit_checkpoint(
     uri: str,
     copy: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """Checks names and shapes, and returns the tensors in each target's dtype and device: owned
-    copies, or (`copy` False) the given tensors where they already are."""
+    """Checks names and shapes (`check_fits`), and returns the tensors in each target's dtype and
+    device: owned copies, or (`copy` False) the given tensors where they already are."""
+    check_fits(tensors, targets, aliases, uri)
+    # Owned copies: the served weights must not stay mapped to a file the trainer may overwrite.
+    return {
+        name: tensors[name].to(device=t.device, dtype=t.dtype, copy=copy).contiguous()
+        for name, t in targets.items()
+    }
+
+
+def check_fits(
+    tensors: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], aliases: set[str], uri: str
+) -> None:
+    """FailedPrecondition naming what in `tensors` does not fit the model's `targets`: unknown or
+    missing names, other shapes."""
     unknown = sorted(set(tensors) - set(targets) - aliases)
     missing = sorted(set(targets) - set(tensors))
     wrong = sorted(
@@ -115,8 +128,3 @@ def fit_checkpoint(
         problems.append(f"{len(wrong)} shape mismatches ({'; '.join(wrong[:3])})")
     if problems:
         raise FailedPrecondition(f"checkpoint {uri!r} does not fit the served model: {', '.join(problems)}")
-    # Owned copies: the served weights must not stay mapped to a file the trainer may overwrite.
-    return {
-        name: tensors[name].to(device=t.device, dtype=t.dtype, copy=copy).contiguous()
-        for name, t in targets.items()
-    }

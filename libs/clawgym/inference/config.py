@@ -133,14 +133,16 @@ class InferenceConfig(Section):
         description="vLLM: default = vLLM's torch.compile of the model; off = none (starts in seconds, "
         "decodes slower)",
     )
-    weight_sync: Literal["files", "cuda_ipc", "shared"] = Field(
+    weight_sync: Literal["files", "cuda_ipc", "shared", "copy"] = Field(
         "files",
         description="how new weights reach the engine. files: it reads the checkpoint folder LoadWeights "
         "names (any node). cuda_ipc (vLLM): a trainer on the same GPU hands its tensors over as CUDA IPC "
         "handles (VllmEngine.push_weights, no copy through disk). shared (torch engine in the trainer's "
         "process, same dtype and device, no LoRA): the engine computes with the trainer's own parameters, "
         "one copy in memory, and pauses from the optimizer's step until the new version is committed. "
-        "LoadWeights still reads files",
+        "copy (torch engine in the trainer's process): at each commit it copies the trainer's "
+        "parameters (LoRA merged) into its own, in its dtype (float32 training, bfloat16 serving), and "
+        "decodes on through the optimizer's step. LoadWeights still reads files",
     )
     reload_reset_attempts: int = Field(
         20,

@@ -34,5 +34,5 @@ def create_engine(cfg: InferenceConfig) -> Engine:
         prefill_batch=cfg.prefill_batch,
         pack_weights=cfg.pack_weights,
         pack_weights_mb=cfg.pack_weights_mb,
-        weight_sync="shared" if cfg.weight_sync == "shared" else "files",
+        weight_sync=cfg.weight_sync if cfg.weight_sync in ("shared", "copy") else "files",
     )

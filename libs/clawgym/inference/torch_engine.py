@@ -8,7 +8,9 @@ It knows no chat template or tokenizer: token ids in, token ids + logprobs + ver
 `weight_sync="shared"` (`inference.weight_sync`): a trainer in the same process hands its own
 parameters over (`share_weights`) instead of a checkpoint to read, so one copy of the weights serves
 both; while the trainer's optimizer changes them, `hold` parks the decode loop, and the next
-`share_weights` (the committed version) resumes it.
+`share_weights` (the committed version) resumes it. `weight_sync="copy"`: such a trainer hands them
+over at each commit to be copied into the engine's own dtype (`push_weights`: float32 training,
+bfloat16 serving), no file read and no parking.
 """
 
 import asyncio
@@ -22,7 +24,7 @@ import torch
 
 from clawgym.errors import ClawgymError, FailedPrecondition, InvalidArgument, Unavailable
 from clawgym.inference.batch_loop import BatchLoop, Request, StepCounters
-from clawgym.inference.checkpoint import fit_checkpoint, read_safetensors, weight_targets
+from clawgym.inference.checkpoint import check_fits, fit_checkpoint, read_safetensors, weight_targets
 from clawgym.inference.interface import EngineStatus, PromptIds, SamplingParams, TokenChunk, id_list
 from clawgym.inference.sampler import make_generator
 from clawgym.inference.validation import validate_request
@@ -46,7 +48,7 @@ class TorchEngine:
         prefill_batch: int = 32,
         pack_weights: bool | Literal["auto"] = "auto",
         pack_weights_mb: float = 0,
-        weight_sync: Literal["files", "shared"] = "files",
+        weight_sync: Literal["files", "shared", "copy"] = "files",
     ) -> None:
         """`max_batch`: running rows; `kv_cache_mb`: the running batch's keys and values at most (a request
         waits for room rather than grow it; one that alone exceeds it is refused); `prefill_chunk`:
@@ -59,7 +61,8 @@ class TorchEngine:
         `pack_weights`: float32 CPU linear weights packed once for oneDNN (`packed_linear`); "auto":
         only the layers whose shape `packed_linear.layers_worth_packing` measures faster packed here,
         within `pack_weights_mb` of packed copies when it is > 0;
-        `weight_sync`: "shared" lets a trainer in this process lend its weights (`share_weights`)."""
+        `weight_sync`: "shared" lets a trainer in this process lend its weights (`share_weights`),
+        "copy" hand them over to be copied (`push_weights`)."""
         config = model.config.get_text_config()
         self.name = name
         self.weight_sync = weight_sync
@@ -182,6 +185,23 @@ class TorchEngine:
         await asyncio.to_thread(swap.done.wait)
         if not swap.applied:
             raise Unavailable("the torch engine closed before the shared weights were swapped in")
+        return swap.seconds
+
+    async def push_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> float:
+        """`weight_sync="copy"`: serves `version` with the caller's tensors (by checkpoint name) copied
+        into the engine's own, in its dtype, between two decode steps (no second set of weights is
+        made). The caller leaves them unchanged until this returns."""
+        if self.weight_sync != "copy":
+            raise FailedPrecondition(f"push_weights needs inference.weight_sync=copy, not {self.weight_sync}")
+        started = time.perf_counter()
+        check_fits(tensors, self._targets, self._aliases, f"pushed weights v{version}")
+        sources = {name: tensors[name] for name in self._targets}
+        packer = self._loop.packed  # packed from the sources (float32 when the loop packs at all)
+        packed = await asyncio.to_thread(packer.pack, sources) if packer is not None else None
+        swap = self._loop.swap(version, sources, started, packed, copy_in=True)
+        await asyncio.to_thread(swap.done.wait)
+        if not swap.applied:
+            raise Unavailable("the torch engine closed before the pushed weights were swapped in")
         return swap.seconds
 
     async def hold(self) -> None:

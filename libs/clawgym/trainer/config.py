@@ -304,6 +304,13 @@ class TrainerConfig(Section):
         description="dtype of the trained parameters (the engine serves at inference.dtype, which may differ: "
         "float32 training, bfloat16 serving); built-in policies are cached in inference.cache_dir",
     )
+    autocast: Literal["off", "bfloat16"] = Field(
+        "off",
+        description="bfloat16: the policy's forwards and backwards compute matrix products in bfloat16 "
+        "(torch.autocast; logits upcast before softmax) while parameters, gradients and optimizer state "
+        "stay trainer.dtype: one process's mixed precision (FSDP ranks: trainer.fsdp.param_dtype). Faster "
+        "where the device computes bfloat16 natively (CPUs with AVX512-BF16 or AMX, GPUs)",
+    )
     algorithm: AlgorithmConfig = Field(
         default_factory=AlgorithmConfig, description="RL algorithm and optimiser"
     )

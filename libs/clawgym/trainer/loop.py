@@ -202,7 +202,7 @@ class Trainer:
             self._arrived_before = self.feed.arrived
             if latest is not None:
                 self._reload_engines(latest.version, latest.uri)
-            elif self._lending():
+            elif any(_in_process(e) for e in self.engines):
                 self._reload_engines(self.version, "")  # the engines compute with these weights from now on
             if self._lending():
                 self.optimizer.register_step_pre_hook(self._hold_borrowers)
@@ -562,8 +562,9 @@ class Trainer:
                         engine.share_weights(version, ckpt.serving_weights(self.policy)),
                         timeout_s=RELOAD_TIMEOUT_S,
                     )
-                elif getattr(engine, "weight_sync", "files") == "cuda_ipc":
-                    # an in-process vLLM on this GPU: its workers copy the trainer's tensors (CUDA IPC)
+                elif getattr(engine, "weight_sync", "files") in ("cuda_ipc", "copy"):
+                    # an in-process engine copies the trainer's tensors: vLLM's workers on this GPU
+                    # (CUDA IPC), or the torch engine into its own dtype
                     pushed = engine.push_weights(version, ckpt.serving_weights(self.policy))
                     self.runner.run(pushed, timeout_s=RELOAD_TIMEOUT_S)
                 else:
@@ -705,3 +706,8 @@ class _Fill:
 def _borrows(engine: Any) -> bool:
     """Whether an engine computes with the trainer's own tensors (`inference.weight_sync` shared)."""
     return getattr(engine, "weight_sync", "files") == "shared"
+
+
+def _in_process(engine: Any) -> bool:
+    """Whether an engine takes the trainer's tensors, not files (`inference.weight_sync` shared or copy)."""
+    return getattr(engine, "weight_sync", "files") in ("shared", "copy")

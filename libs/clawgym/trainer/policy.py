@@ -21,13 +21,21 @@ from clawgym.trainer.config import LoraSettings, TrainerConfig
 
 class PolicyModule(nn.Module):
     """The LM (`lm`, an HF causal LM; LoRA layers injected in place) and an optional value head.
-    Logprobs are of softmax(logits / `temperature`), the rollouts' sampling distribution."""
+    Logprobs are of softmax(logits / `temperature`), the rollouts' sampling distribution; `autocast`
+    (`trainer.autocast`) is the dtype every forward, and so its backward, computes in, if any."""
 
-    def __init__(self, lm: nn.Module, value_head: nn.Module | None = None, temperature: float = 1.0) -> None:
+    def __init__(
+        self,
+        lm: nn.Module,
+        value_head: nn.Module | None = None,
+        temperature: float = 1.0,
+        autocast: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.lm = lm
         self.value_head = value_head
         self.temperature = temperature
+        self.autocast = autocast
 
     def forward(
         self,
@@ -42,6 +50,16 @@ class PolicyModule(nn.Module):
         mode "features": (the hidden state each value row's V reads, (V, H)), no gradient;
         mode "head": (the value head on `features` (N, H), (N,)), no pack: value-only passes.
         Every mode goes through here so that FSDP2's root hooks gather the value head's shards."""
+        if self.autocast is None:
+            return self._forward(pack, mode, entropy_grad, features)
+        device = next(self.lm.parameters()).device.type
+        with torch.autocast(device, dtype=self.autocast):
+            out = self._forward(pack, mode, entropy_grad, features)
+        return tuple(t.float() if t.is_floating_point() else t for t in out)
+
+    def _forward(
+        self, pack: PackedSequence | None, mode: str, entropy_grad: bool, features: Tensor | None
+    ) -> tuple[Tensor, ...]:
         if mode in ("values", "features", "head"):
             assert self.value_head is not None, "values need a value head"
         if mode == "head":
@@ -126,6 +144,7 @@ def build_policy(
     from clawgym.policies import load_model
 
     dtype = getattr(torch, cfg.dtype)
+    autocast = None if cfg.autocast == "off" else getattr(torch, cfg.autocast)
 
     def load(spec: str, strict: bool) -> nn.Module:
         lm = load_model(spec, dtype=dtype, cache_dir=cache_dir, strict=strict)
@@ -139,7 +158,9 @@ def build_policy(
     if cfg.algorithm.needs_reference:
         # the *initial* policy (`cfg.model`), also when the trainer resumes from a checkpoint's weights
         initial = copy.deepcopy(lm) if weights is None else load(cfg.model, strict=False)
-        reference = PolicyModule(initial.requires_grad_(False).eval(), temperature=cfg.algorithm.temperature)
+        reference = PolicyModule(
+            initial.requires_grad_(False).eval(), temperature=cfg.algorithm.temperature, autocast=autocast
+        )
     lora = None
     if cfg.lora.enabled:
         lm = add_lora(lm, cfg.lora)
@@ -159,7 +180,7 @@ def build_policy(
         else:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     lm.train()
-    module = PolicyModule(lm, value_head, temperature=cfg.algorithm.temperature)
+    module = PolicyModule(lm, value_head, temperature=cfg.algorithm.temperature, autocast=autocast)
     return BuiltPolicy(module=module, reference=reference, lora=lora)
 
 

@@ -79,11 +79,15 @@ class QuickstartOptions:
     # of training against 161 s; sync: rollouts, then the update
     mode: str = "async"
     threads: int = 0
-    # 15, compared with 10 on the validation split with `signal` sampling (2 AVX-512 cores, seeds
-    # 0-2): mean gains trained +0.240 / unseen +0.116 in 36-42 steps against +0.195 / +0.082 in 23 (the
-    # rule, fixed before the last run: 10 if within 0.03 on both sets); checked again with merged group
-    # trees (22-27 steps in 10 minutes): the trained families' gain within its interval at seed 2
-    minutes: float = 15.0
+    # the dtype the engine and the trainer's matrix products compute in (the trained weights and the
+    # optimizer stay float32): auto = bfloat16 where the CPU computes it natively (AVX512-BF16, AMX),
+    # float32 elsewhere (emulated bfloat16 is slower), the weights then shared by engine and trainer
+    compute_dtype: str = "auto"
+    # 0 = by the compute dtype (`budget_minutes`). The rule, fixed before the runs: 10 minutes if both
+    # held-out gains are beyond their intervals over tasks at validation seeds 0-2. float32 (an Intel
+    # Xeon, AVX-512 without bfloat16): 22-27 steps fit, the trained families' gain within its interval
+    # at seed 2, so 15; bfloat16 (an AMD EPYC with AVX512-BF16): 32-33 steps fit, beyond at all three
+    minutes: float = 0.0
     seed: int = 0
     run_dir: str = ""
 
@@ -95,6 +99,7 @@ class QuickstartOptions:
 
         run_dir = run_dir.resolve()
         train_ids, eval_ids = self.task_ids()
+        dtype = compute_dtype(self.compute_dtype)
         return ClawgymConfig(
             store={"url": store_url(run_dir), "bus_url": "memory://", "grpc_url": ""},
             # the prefix cache holds the harness's system prompt and a few tasks' prompts (a GRPO
@@ -102,10 +107,12 @@ class QuickstartOptions:
             inference={
                 "model": self.model,
                 "engine": "torch",
-                "dtype": "float32",
+                "dtype": dtype,
                 "grpc_url": "",
                 "prefix_cache_tokens": 2048,
-                "weight_sync": "shared",  # the engine computes with the trainer's parameters: one copy
+                # float32: the engine computes with the trainer's parameters, one copy; bfloat16: its
+                # own copy of them, refreshed at each commit
+                "weight_sync": "shared" if dtype == "float32" else "copy",
                 # packed copies of the layers that gain most per byte (the LM head first), not of every
                 # layer that gains: ~0.4 GB less on an AVX-512 CPU (docs/performance.md, memory)
                 "pack_weights_mb": 128,
@@ -129,6 +136,7 @@ class QuickstartOptions:
             },
             trainer={
                 "model": self.model,
+                "autocast": "off" if dtype == "float32" else dtype,
                 "run_name": "quickstart",
                 "steps": self.steps,
                 "group_size": self.group_size,
@@ -216,7 +224,15 @@ def command(
         help="torch threads; 0 = auto: half the cores each for the engine and the trainer in async mode "
         "(1 on 2 cores), 1 when other processes keep the cores busy",
     ),
-    minutes: float = typer.Option(Q.minutes, help="time budget: training stops early to fit it"),
+    compute_dtype: str = typer.Option(
+        Q.compute_dtype,
+        help="dtype of the engine and of the trainer's products (weights stay float32); auto = bfloat16 "
+        "where the CPU computes it natively (AVX512-BF16, AMX), else float32",
+    ),
+    minutes: float = typer.Option(
+        Q.minutes,
+        help="time budget: training stops early to fit it; 0 = 10 minutes computing in bfloat16, 15 in float32",
+    ),
     suite: str = typer.Option(Q.suite, help="task suite (train split to train, test split to evaluate)"),
     max_level: int = typer.Option(
         Q.max_level, help="only task families up to this level (the mini suite's 1-3); 0 = every task"
@@ -234,7 +250,7 @@ def command(
         eval_unseen_tasks=eval_unseen_tasks, eval_split=eval_split, eval_samples=eval_samples,
         group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
         max_new_tokens=max_new_tokens, max_turns=max_turns, sampling=sampling, concurrency=concurrency,
-        mode=mode, threads=threads, minutes=minutes, seed=seed, run_dir=run_dir,
+        mode=mode, threads=threads, compute_dtype=compute_dtype, minutes=minutes, seed=seed, run_dir=run_dir,
     )  # fmt: skip
     console = Console(stderr=True) if as_json else Console()
     try:
@@ -247,6 +263,25 @@ def command(
         print(json_line(outcome), file=sys.stdout, flush=True)
     else:
         console.print(summary_table(outcome))
+
+
+def compute_dtype(choice: str) -> str:
+    """`auto`: bfloat16 where this CPU computes bfloat16 products natively (oneDNN's view, which
+    ONEDNN_MAX_CPU_ISA caps), float32 elsewhere; any other choice as given."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+
+
+def budget_minutes(minutes: float, cfg: ClawgymConfig) -> float:
+    """`minutes`, or with 0 the measured budget of the run's compute dtype: 10 minutes when the engine
+    and the trainer compute in bfloat16, 15 otherwise (QuickstartOptions.minutes says why)."""
+    if minutes > 0:
+        return minutes
+    bfloat16 = cfg.inference.dtype == "bfloat16" and cfg.trainer.autocast == "bfloat16"
+    return 10.0 if bfloat16 else 15.0
 
 
 # --- the run ---
@@ -281,11 +316,13 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
     from clawgym_app.training_run import run_with_progress
 
     threads = set_threads(opts.threads, computing=2 if opts.mode == "async" else 1)  # engine beside trainer
+    minutes = budget_minutes(opts.minutes, cfg)
     levels = f", levels <= {opts.max_level}" if opts.max_level else ""
     train_ids, eval_ids = cfg.trainer.tasks, cfg.evaluation.task_ids
     console.print(
         f"[bold]clawgym quickstart[/bold] → {run_dir}\n  {opts.model} through the reference harness on the "
-        f"{opts.suite} suite{levels}: {len(train_ids)} train tasks, {len(eval_ids)} held-out tasks"
+        f"{opts.suite} suite{levels}: {len(train_ids)} train tasks, {len(eval_ids)} held-out tasks; "
+        f"{minutes:g} minutes at most, computing in {cfg.inference.dtype}"
     )
     with console.status(f"starting the embedded runtime: store, {opts.model} engine, proxy, orchestrator"):
         t0 = time.monotonic()
@@ -303,8 +340,13 @@ def run_quickstart(opts: QuickstartOptions, console: Console, sets: Sequence[str
             console,
             stages={"start runtime": open_s},
             title=f"clawgym quickstart: {opts.model} through the reference harness on {opts.suite}",
-            deadline=started + 60 * opts.minutes,
-            settings={"quickstart": asdict(opts), "torch_threads": threads, "proxy_url": runtime.proxy_url},
+            deadline=started + 60 * minutes,
+            settings={
+                "quickstart": asdict(opts),
+                "budget_minutes": minutes,
+                "torch_threads": threads,
+                "proxy_url": runtime.proxy_url,
+            },
         )
     outcome.summary["minutes"] = round((time.monotonic() - started) / 60, 2)
     outcome.summary["run_dir"] = str(run_dir)
