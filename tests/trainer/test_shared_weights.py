@@ -40,10 +40,19 @@ def recomputed_logprobs(model: torch.nn.Module, prompt, output, temperature: flo
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(output).long()[:, None])[:, 0]
 
 
-def test_a_shared_engine_serves_each_committed_version_with_the_trainers_own_tensors(
-    store, trainer_cfg, tiny_tok, runner
-):
-    engine = TorchEngine(load_model("tiny-qwen3"), name="tiny-qwen3", weight_sync="shared")
+def one_version_calls(store, run_id: str):
+    """(version, call) of each call that one version served: tokens after a swap attend to keys and
+    values of the old weights (as in vLLM), so a call spanning two matches neither."""
+    for rollout in store.list_rollouts(run_id):
+        for call in store.list_calls(rollout.id):
+            versions = set(call.output_versions.tolist())
+            if len(versions) == 1:
+                yield versions.pop(), call
+
+
+def run_four_async_steps(engine: TorchEngine, store, trainer_cfg, tiny_tok, runner):
+    """Four async steps whose rollouts `engine` serves: (the trainer's served weights at the end, the
+    engine's status, the run's id, its checkpoints' folder)."""
     cfg = trainer_cfg(steps=4, mode="async", keep_checkpoints=4)
     trainer = Trainer(
         cfg,
@@ -61,24 +70,25 @@ def test_a_shared_engine_serves_each_committed_version_with_the_trainers_own_ten
     finally:
         trainer.close()
         runner.run(engine.aclose())
+    return served, status, trainer.run_id, Path(cfg.checkpoint_uri) / "test-run"
+
+
+def test_a_shared_engine_serves_each_committed_version_with_the_trainers_own_tensors(
+    store, trainer_cfg, tiny_tok, runner
+):
+    engine = TorchEngine(load_model("tiny-qwen3"), name="tiny-qwen3", weight_sync="shared")
+    served, status, run_id, folders = run_four_async_steps(engine, store, trainer_cfg, tiny_tok, runner)
     assert all(engine._targets[name].data_ptr() == t.data_ptr() for name, t in served.items()), (
         "the engine must compute with the trainer's own tensors"
     )
     assert status.policy_version == 4 and status.extra["reloads"] == 5, status  # v0 lent at start, then 1-4
-    folders = Path(cfg.checkpoint_uri) / "test-run"
     models = {0: load_model("tiny-qwen3")} | {v: load_model(str(folders / f"v{v:06d}")) for v in (1, 2, 3, 4)}
     seen: set[int] = set()
     worst = 0.0
-    for rollout in store.list_rollouts(trainer.run_id):
-        for call in store.list_calls(rollout.id):
-            versions = set(call.output_versions.tolist())
-            if len(versions) > 1:
-                continue  # tokens after a swap attend to keys and values of the old weights (as in vLLM)
-            expected = recomputed_logprobs(
-                models[next(iter(versions))], call.prompt_ids, call.output_ids, call.temperature
-            )
-            worst = max(worst, (expected - torch.from_numpy(call.output_logprobs)).abs().max().item())
-            seen |= versions
+    for version, call in one_version_calls(store, run_id):
+        expected = recomputed_logprobs(models[version], call.prompt_ids, call.output_ids, call.temperature)
+        worst = max(worst, (expected - torch.from_numpy(call.output_logprobs)).abs().max().item())
+        seen.add(version)
     assert len(seen) >= 2, f"test setup: calls of several versions must be recorded, saw {sorted(seen)}"
     assert worst < 1e-3, f"a token's logprob is not its recorded version's (off by {worst:.4f})"
     changed = max((models[1].state_dict()[n] - models[2].state_dict()[n]).abs().max().item() for n in served)
@@ -95,23 +105,7 @@ def test_a_copying_engine_serves_each_committed_version_in_its_own_dtype(
         load_model("tiny-qwen3", dtype=torch.bfloat16), name="tiny-qwen3", weight_sync="copy"
     )
     own = {name: t.data_ptr() for name, t in engine._targets.items()}
-    cfg = trainer_cfg(steps=4, mode="async", keep_checkpoints=4)
-    trainer = Trainer(
-        cfg,
-        store=store,
-        bus=store.bus,
-        source=ToyRolloutSource(store, engine, tiny_tok, runner),
-        tokenizer=tiny_tok,
-        engines=[engine],
-        runner=runner,
-    )
-    try:
-        trainer.run()
-        served = ckpt.serving_weights(trainer.policy)
-        status = runner.run(engine.status())
-    finally:
-        trainer.close()
-        runner.run(engine.aclose())
+    served, status, run_id, folders = run_four_async_steps(engine, store, trainer_cfg, tiny_tok, runner)
     assert all(t.dtype == torch.bfloat16 for t in engine._targets.values())
     assert {name: t.data_ptr() for name, t in engine._targets.items()} == own, (
         "each version is copied into the engine's own tensors, not a second set"
@@ -120,30 +114,22 @@ def test_a_copying_engine_serves_each_committed_version_in_its_own_dtype(
         "the engine ends on the trainer's last weights, in bfloat16"
     )
     assert status.policy_version == 4 and status.extra["reloads"] == 5, status  # v0 pushed at start, then 1-4
-    folders = Path(cfg.checkpoint_uri) / "test-run"
     models = {v: load_model(str(folders / f"v{v:06d}"), dtype=torch.bfloat16) for v in (1, 2, 3, 4)}
     models[0] = load_model("tiny-qwen3", dtype=torch.bfloat16)
     seen: set[int] = set()
     worst = 0.0
-    for rollout in store.list_rollouts(trainer.run_id):
-        for call in store.list_calls(rollout.id):
-            versions = set(call.output_versions.tolist())
-            if len(versions) > 1:
-                continue
-            recorded = torch.from_numpy(call.output_logprobs)
-            off = {
-                v: (recomputed_logprobs(m, call.prompt_ids, call.output_ids, call.temperature) - recorded)
-                .abs()
-                .max()
-                .item()
-                for v, m in models.items()
-            }
-            version = next(iter(versions))
-            assert min(off, key=off.get) == version, (
-                f"a call of v{version} has the logprobs of another: {off}"
-            )
-            worst = max(worst, off[version])
-            seen |= versions
+    for version, call in one_version_calls(store, run_id):
+        recorded = torch.from_numpy(call.output_logprobs)
+        off = {
+            v: (recomputed_logprobs(m, call.prompt_ids, call.output_ids, call.temperature) - recorded)
+            .abs()
+            .max()
+            .item()
+            for v, m in models.items()
+        }
+        assert min(off, key=off.get) == version, f"a call of v{version} has the logprobs of another: {off}"
+        worst = max(worst, off[version])
+        seen.add(version)
     assert len(seen) >= 2, f"test setup: calls of several versions must be recorded, saw {sorted(seen)}"
     # bfloat16 forwards of other batch shapes round otherwise: bfloat16's tolerance (versions differ by >0.3)
     assert worst < 0.02, f"a token's logprob is not its recorded version's in bfloat16 (off by {worst:.4f})"

@@ -179,13 +179,7 @@ class TorchEngine:
                 f"shared weights v{version}: {len(copied)} tensors ({copied[0]}, …) are not in the engine's "
                 f"{t.dtype} on {t.device}: sharing would copy them; use inference.weight_sync files"
             )
-        packer = self._loop.packed
-        packed = await asyncio.to_thread(packer.pack, fitted) if packer is not None else None
-        swap = self._loop.swap(version, fitted, started, packed, release=True)
-        await asyncio.to_thread(swap.done.wait)
-        if not swap.applied:
-            raise Unavailable("the torch engine closed before the shared weights were swapped in")
-        return swap.seconds
+        return await self._swap_in(version, fitted, started, "the shared weights", release=True)
 
     async def push_weights(self, version: int, tensors: dict[str, torch.Tensor]) -> float:
         """`weight_sync="copy"`: serves `version` with the caller's tensors (by checkpoint name) copied
@@ -196,12 +190,19 @@ class TorchEngine:
         started = time.perf_counter()
         check_fits(tensors, self._targets, self._aliases, f"pushed weights v{version}")
         sources = {name: tensors[name] for name in self._targets}
-        packer = self._loop.packed  # packed from the sources (float32 when the loop packs at all)
-        packed = await asyncio.to_thread(packer.pack, sources) if packer is not None else None
-        swap = self._loop.swap(version, sources, started, packed, copy_in=True)
+        return await self._swap_in(version, sources, started, "the pushed weights", copy_in=True)
+
+    async def _swap_in(
+        self, version: int, tensors: dict[str, torch.Tensor], started: float, what: str, **how: bool
+    ) -> float:
+        """Packs what the loop packs off the event loop, then swaps `tensors` in between two decode
+        steps (`BatchLoop.swap`'s `how`); the seconds since `started`."""
+        packer = self._loop.packed
+        packed = await asyncio.to_thread(packer.pack, tensors) if packer is not None else None
+        swap = self._loop.swap(version, tensors, started, packed, **how)
         await asyncio.to_thread(swap.done.wait)
         if not swap.applied:
-            raise Unavailable("the torch engine closed before the pushed weights were swapped in")
+            raise Unavailable(f"the torch engine closed before {what} were swapped in")
         return swap.seconds
 
     async def hold(self) -> None:

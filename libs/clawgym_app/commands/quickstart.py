@@ -5,11 +5,13 @@ Pass@1, train with GRPO over prefix trees (rollouts through the real proxy, orch
 sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% intervals, and write
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
-`--minutes` (15) is a budget: training stops between steps when another step plus the final
-evaluation would not fit; on 2 cores the defaults use it, after 32-54 of the 60 steps with AVX-512
-and 24 AVX2-only in the runs measured (bench/quickstart.py, docs/quickstart-runs.md), in 3.1-3.8 GB
-(one copy of the weights, shared by the engine and the trainer, 128 MB of packed layers, and the
-harness prompt's KV kept once in the running batch; docs/performance.md). `QuickstartOptions` holds
+`--minutes` is a budget (by default 10 minutes where the CPU computes bfloat16, 15 elsewhere):
+training stops between steps when another step plus the final evaluation would not fit; on 2 cores
+the defaults use it, after 30-33 of the 60 steps in bfloat16 (AVX512-BF16), 32-54 in float32 with
+AVX-512 and 24 AVX2-only in the runs measured (bench/quickstart.py, docs/quickstart-runs.md), in
+3.0-4.0 GB (in float32 one copy of the weights, shared by the engine and the trainer, and 128 MB of
+packed layers; in bfloat16 the engine's own bfloat16 copy; the harness prompt's KV kept once in the
+running batch; docs/performance.md). `QuickstartOptions` holds
 every knob and is the one source of the command line's defaults; it imports nothing heavy, so
 `clawgym --help` needs no torch.
 """
