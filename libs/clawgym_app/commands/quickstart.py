@@ -274,7 +274,11 @@ def compute_dtype(choice: str) -> str:
         return choice
     import torch
 
-    return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
+    try:
+        native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN
+        native = False
+    return "bfloat16" if native else "float32"
 
 
 def budget_minutes(minutes: float, cfg: ClawgymConfig) -> float:
