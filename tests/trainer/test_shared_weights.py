@@ -135,11 +135,12 @@ def test_a_copying_engine_serves_each_committed_version_in_its_own_dtype(
     assert worst < 0.02, f"a token's logprob is not its recorded version's in bfloat16 (off by {worst:.4f})"
 
 
-def test_shared_weights_without_a_borrowing_engine_are_refused(tmp_path, sqlite_url, engine):
+@pytest.mark.parametrize("sync", ["shared", "copy"])
+def test_in_process_weights_without_an_engine_that_takes_them_are_refused(tmp_path, sqlite_url, engine, sync):
     cfg = ClawgymConfig(
         store={"url": sqlite_url},
-        inference={"weight_sync": "shared", "model": "tiny-qwen3"},
+        inference={"weight_sync": sync, "model": "tiny-qwen3"},
         trainer={"model": "tiny-qwen3", "rollout_source": "toy", "checkpoint_uri": str(tmp_path)},
     )
-    with pytest.raises(FailedPrecondition, match="weight_sync files"):
+    with pytest.raises(FailedPrecondition, match=f"weight_sync={sync} .*weight_sync files"):
         build_trainer(cfg, engines=[engine])  # an engine that reloads from files only
