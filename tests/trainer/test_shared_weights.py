@@ -50,10 +50,10 @@ def one_version_calls(store, run_id: str):
                 yield versions.pop(), call
 
 
-def run_four_async_steps(engine: TorchEngine, store, trainer_cfg, tiny_tok, runner):
+def run_four_async_steps(engine: TorchEngine, store, trainer_cfg, tiny_tok, runner, **overrides):
     """Four async steps whose rollouts `engine` serves: (the trainer's served weights at the end, the
     engine's status, the run's id, its checkpoints' folder)."""
-    cfg = trainer_cfg(steps=4, mode="async", keep_checkpoints=4)
+    cfg = trainer_cfg(steps=4, mode="async", keep_checkpoints=4, **overrides)
     trainer = Trainer(
         cfg,
         store=store,
@@ -133,6 +133,18 @@ def test_a_copying_engine_serves_each_committed_version_in_its_own_dtype(
     assert len(seen) >= 2, f"test setup: calls of several versions must be recorded, saw {sorted(seen)}"
     # bfloat16 forwards of other batch shapes round otherwise: bfloat16's tolerance (versions differ by >0.3)
     assert worst < 0.02, f"a token's logprob is not its recorded version's in bfloat16 (off by {worst:.4f})"
+
+
+def test_a_copying_engine_serves_a_lora_policy_with_its_adapters_merged(store, trainer_cfg, tiny_tok, runner):
+    engine = TorchEngine(load_model("tiny-qwen3"), name="tiny-qwen3", weight_sync="copy")
+    base = {name: t.clone() for name, t in engine._targets.items()}
+    served, status, _, _ = run_four_async_steps(
+        engine, store, trainer_cfg, tiny_tok, runner, lora={"enabled": True, "r": 4, "alpha": 8}
+    )
+    assert status.policy_version == 4, status
+    assert all(torch.equal(engine._targets[n], t) for n, t in served.items()), "the merged weights, copied"
+    moved = [n for n in served if not torch.equal(served[n], base[n])]
+    assert moved, "test setup: the adapters must have moved the merged weights"
 
 
 @pytest.mark.parametrize("sync", ["shared", "copy"])
