@@ -459,15 +459,24 @@ class DockerSandbox:
     async def gone(self, what: str, result: ExecResult) -> SandboxFailed | None:
         """Why the container cannot serve `what` (which ended as `result`), None while it runs:
         SandboxDied when it stopped by itself (out of memory, or PID 1 exited), SandboxFailed when
-        it was removed or SIGKILLed from outside (nothing inside can SIGKILL its PID 1)."""
-        out = await self.cli.run(["inspect", "--format", "{{json .State}}", self.id], timeout_s=30)
-        if not out.ok:
-            how = "was removed" if b"No such" in out.stderr else f"cannot be inspected ({error_text(out)})"
-            return SandboxFailed(
-                f"sandbox container {self.id} {how} while in use: {what}: {error_text(result)}"
-            )
-        state = json.loads(out.stdout)
-        if state.get("Running"):
+        it was removed or SIGKILLed from outside (nothing inside can SIGKILL its PID 1).
+
+        An exec SIGKILLed (137) may end before the daemon records its container's end (`docker
+        kill`), so a container still running then is asked again for up to ~1.5 s."""
+        for pause in GONE_RECHECKS_S if result.exit_code == 137 else (0.0,):
+            await asyncio.sleep(pause)
+            out = await self.cli.run(["inspect", "--format", "{{json .State}}", self.id], timeout_s=30)
+            if not out.ok:
+                how = (
+                    "was removed" if b"No such" in out.stderr else f"cannot be inspected ({error_text(out)})"
+                )
+                return SandboxFailed(
+                    f"sandbox container {self.id} {how} while in use: {what}: {error_text(result)}"
+                )
+            state = json.loads(out.stdout)
+            if not state.get("Running"):
+                break
+        else:
             return None
         code, oom = state.get("ExitCode"), state.get("OOMKilled") is True
         if not oom and code == 137:
@@ -581,6 +590,9 @@ class DockerSandbox:
         finally:
             shutil.rmtree(self.state, ignore_errors=True)
             self.backend.forget(self.id)
+
+
+GONE_RECHECKS_S = (0.0, 0.1, 0.2, 0.4, 0.8)  # pauses before each look at a SIGKILLed exec's container
 
 
 def _maybe_gone(result: ExecResult) -> bool:
