@@ -463,7 +463,8 @@ class DockerSandbox:
 
         An exec SIGKILLed (137) may end before the daemon records its container's end (`docker
         kill`), so a container still running then is asked again for up to ~1.5 s."""
-        for pause in GONE_RECHECKS_S if result.exit_code == 137 else (0.0,):
+        sigkilled = result.exit_code == 137 and not result.timed_out  # not by its own time limit
+        for pause in GONE_RECHECKS_S if sigkilled else (0.0,):
             await asyncio.sleep(pause)
             out = await self.cli.run(["inspect", "--format", "{{json .State}}", self.id], timeout_s=30)
             if not out.ok:
