@@ -26,17 +26,14 @@ import json
 import time
 
 import torch
+from update_memory import HEAP_MMAP_THRESHOLD_MB, quickstart_step  # bench/: the script's own folder
 
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.factory import create_engine
 from clawgym.inference.interface import SamplingParams
 from clawgym.policies import load_model
-from clawgym.rl import grpo_terms, merge_terms, pack, tree_loss
-from clawgym.rl.tree_attention import TREE_ATTENTION
-from clawgym.trainer.config import AlgorithmConfig
+from clawgym.rl import tree_loss
 from clawgym.trainer.memory import return_free_memory, unpool_large_blocks
-from clawgym.trajectory import tree_from_groups
-from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
 MODEL = "smollm2-135m"
 TEMPERATURE = 0.7
@@ -75,32 +72,19 @@ def engine_arms(args) -> tuple[dict[str, float], list]:
     }  # fmt: skip
     batch = prompts(args.requests)
     best = {dtype: float("inf") for dtype in engines}
-    calls = []
     for r in range(args.rounds):
         for dtype, engine in engines.items():
-            seconds, served = asyncio.run(serve(engine, batch, args.new))
+            seconds, calls = asyncio.run(serve(engine, batch, args.new))
             best[dtype] = min(best[dtype], seconds)
-            calls = served if dtype == "bfloat16" else calls
             print(f"engine round {r + 1}, {dtype}: {seconds:.2f} s", flush=True)
     for engine in engines.values():
         asyncio.run(engine.aclose())
-    return best, calls
+    return best, calls  # the last arm's: the bfloat16 engine's
 
 
 def update_arms(args) -> dict[str, float]:
-    assert unpool_large_blocks(1.0), "glibc's mallopt refused the threshold"
-    model = load_model(MODEL)
-    model.set_attn_implementation(TREE_ATTENTION)
-    model.train()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    shape = TraceShape(
-        n_groups=4, group_size=8, calls=(1, 1), system_tokens=220, task_tokens=60, output_tokens=40,
-        header_tokens=0, p_header=0.0, p_compaction=0.0, p_subagent=0.0, vocab_size=model.config.vocab_size,
-        temperatures=(TEMPERATURE,),
-    )  # fmt: skip
-    flat = tree_from_groups(synthetic_groups(shape, seed=1)).flatten()
-    packs = pack(flat, 8192, merge_terms(grpo_terms(flat)))
-    cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
+    assert unpool_large_blocks(HEAP_MMAP_THRESHOLD_MB), "glibc's mallopt refused the threshold"
+    model, packs, cfg = quickstart_step(MODEL, activation_checkpointing=True)
 
     def update(bfloat16: bool) -> float:
         model.zero_grad(set_to_none=True)

@@ -59,36 +59,56 @@ class PeakSampler:
         self.peak = max(self.peak, rss_bytes())
 
 
-def child(args: argparse.Namespace) -> dict:
+def quickstart_step(
+    model_spec: str,
+    activation_checkpointing: bool,
+    groups: int = 4,
+    group_size: int = 8,
+    output_tokens: int = 40,
+):
+    """The policy as the trainer builds it on CPU (train mode, `clawgym_tree` attention, optionally
+    checkpointed layers), the packs of a quickstart-shaped GRPO step over it, and the quickstart's
+    loss settings: (model, packs, loss config). `bench/bfloat16.py` times the same step."""
     import torch
 
     from clawgym.policies import load_model
-    from clawgym.rl import forward, grpo_terms, merge_terms, pack, tree_loss
+    from clawgym.rl import grpo_terms, merge_terms, pack
     from clawgym.rl.tree_attention import TREE_ATTENTION
     from clawgym.trainer.config import AlgorithmConfig
-    from clawgym.trainer.memory import return_free_memory, unpool_large_blocks
     from clawgym.trajectory import tree_from_groups
     from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
+
+    torch.manual_seed(0)
+    model = load_model(model_spec)
+    model.set_attn_implementation(TREE_ATTENTION)  # as the trainer builds it on CPU (trainer/policy.py)
+    model.train()
+    if activation_checkpointing:  # transformers' newer name where it has it, as trainer/policy.py
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    shape = TraceShape(
+        n_groups=groups, group_size=group_size, calls=(1, 1), system_tokens=220, task_tokens=60,
+        output_tokens=output_tokens, header_tokens=0, p_header=0.0, p_compaction=0.0, p_subagent=0.0,
+        vocab_size=model.config.vocab_size, temperatures=(0.7,),
+    )  # fmt: skip
+    flat = tree_from_groups(synthetic_groups(shape, seed=1)).flatten()
+    packs = pack(flat, 8192, merge_terms(grpo_terms(flat)))
+    return model, packs, AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
+
+
+def child(args: argparse.Namespace) -> dict:
+    from clawgym.rl import forward, tree_loss
+    from clawgym.trainer.memory import return_free_memory, unpool_large_blocks
 
     if args.child == "whole":
         forward.HEAD_CHUNK_ROWS = None
     if args.child == "unpooled":
         assert unpool_large_blocks(HEAP_MMAP_THRESHOLD_MB), "glibc's mallopt refused the threshold"
-    torch.manual_seed(0)
-    model = load_model(args.model)
-    model.set_attn_implementation(TREE_ATTENTION)  # as the trainer builds it on CPU (trainer/policy.py)
-    model.train()
-    if args.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    shape = TraceShape(
-        n_groups=args.groups, group_size=args.group_size, calls=(1, 1), system_tokens=220, task_tokens=60,
-        output_tokens=args.output_tokens, header_tokens=0, p_header=0.0, p_compaction=0.0, p_subagent=0.0,
-        vocab_size=model.config.vocab_size, temperatures=(0.7,),
-    )  # fmt: skip
-    flat = tree_from_groups(synthetic_groups(shape, seed=1)).flatten()
-    terms = grpo_terms(flat)
-    packs = pack(flat, 8192, merge_terms(terms))
-    loss_cfg = AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
+    model, packs, loss_cfg = quickstart_step(
+        args.model, args.activation_checkpointing, args.groups, args.group_size, args.output_tokens
+    )
 
     def update() -> float:
         model.zero_grad(set_to_none=True)
