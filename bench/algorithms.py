@@ -53,7 +53,7 @@ from pathlib import Path
 
 from training_runs import STEPS, SUFFIXES, TOY, interval, train, write_run_config
 
-from clawgym_app.commands.quickstart import QuickstartOptions
+from clawgym_app.commands.quickstart import FULL_LR, QuickstartOptions
 
 ALGORITHMS = ("grpo", "ppo")
 KEYS = ("pass1_before", "ci95_before", "pass1_after", "ci95_after", "delta", "ci95_delta", "significant")
@@ -82,7 +82,8 @@ def main() -> None:
     p.add_argument("--out", default="", help="keep the run folders here (default: a temp folder)")
     args = p.parse_args()
     opts = replace(TOY, seed=args.seed) if args.toy else QuickstartOptions(
-        steps=args.steps, eval_tasks=args.eval_tasks, eval_unseen_tasks=args.eval_unseen_tasks, seed=args.seed
+        steps=args.steps, eval_tasks=args.eval_tasks, eval_unseen_tasks=args.eval_unseen_tasks, seed=args.seed,
+        finetune="full",  # every weight, as its algorithms were compared
     )  # fmt: skip
     if args.model:
         opts = replace(opts, model=args.model)
@@ -142,7 +143,7 @@ def main() -> None:
         else {}
     )
     print(json.dumps({"model": opts.model, "steps": opts.steps, "batch": f"{opts.groups_per_step}x{opts.group_size}",
-                      "lr": opts.lr, "ppo_settings": {"value_lr": args.ppo_value_lr} | ppo, **top, **runs}))  # fmt: skip
+                      "lr": opts.lr or FULL_LR, "ppo_settings": {"value_lr": args.ppo_value_lr} | ppo, **top, **runs}))  # fmt: skip
 
 
 def _critic(steps: list[dict]) -> dict:

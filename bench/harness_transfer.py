@@ -333,7 +333,8 @@ def main() -> None:
     else:
         opts = QuickstartOptions(steps=args.steps, eval_tasks=args.eval_tasks, eval_unseen_tasks=args.eval_unseen_tasks,
                                  max_new_tokens=args.max_new_tokens, seed=args.seed, eval_split=args.eval_split,
-                                 groups_per_step=args.groups_per_step, group_size=args.group_size)  # fmt: skip
+                                 groups_per_step=args.groups_per_step, group_size=args.group_size,
+                                 finetune="full")  # every weight, as its matrix was measured  # fmt: skip
         swe_turns = args.swe_turns
     if args.model:
         opts = replace(opts, model=args.model)

@@ -121,6 +121,7 @@ def main() -> None:
         opts = QuickstartOptions(
             steps=args.steps, group_size=args.group_size, groups_per_step=args.groups_per_step,
             eval_tasks=args.eval_tasks, eval_unseen_tasks=args.eval_unseen_tasks, seed=args.seed,
+            finetune="full",  # kl_ref's frozen initial policy is not kept with LoRA
         )  # fmt: skip
         every = args.every
     if args.model:

@@ -35,7 +35,7 @@ STEPS = 24
 # --toy: tiny-qwen3 (random weights: no learning expected), the plumbing end to end in minutes
 TOY = QuickstartOptions(
     model="tiny-qwen3", steps=2, eval_tasks=2, eval_unseen_tasks=1, group_size=2, groups_per_step=2,
-    max_new_tokens=16, concurrency=4, minutes=600.0,
+    max_new_tokens=16, concurrency=4, minutes=600.0, finetune="full",
 )  # fmt: skip
 
 

@@ -140,29 +140,47 @@ def test_the_default_policy_is_the_served_one_when_the_config_names_no_trained_o
 
 def test_the_quickstart_computes_in_bfloat16_only_where_the_cpu_computes_it_natively(tmp_path):
     """`--compute-dtype auto` asks oneDNN, whose view ONEDNN_MAX_CPU_ISA caps: an AVX2-only CPU (no
-    bfloat16 instructions, where they would be emulated) serves float32 with the trainer's own weights;
-    bfloat16 is served from the engine's own copy of them (`weight_sync: copy`) and the trainer's
-    float32 weights compute in it (`trainer.autocast`)."""
+    bfloat16 instructions, where they would be emulated) serves float32 with the trainer's own weights,
+    all of them trained (`--finetune auto`); bfloat16 is served from the engine's own copy of the
+    weights (`weight_sync: copy`), the trainer's float32 weights compute in it (`trainer.autocast`) and
+    LoRA adapters train. LoRA in float32 has the engine's own copy too, adapters merged."""
     import subprocess
     import sys
 
     probe = (
         "from pathlib import Path; from clawgym_app.commands.quickstart import QuickstartOptions; "
         "c = QuickstartOptions().config(Path('/tmp/unused')); "
-        "print(c.inference.dtype, c.inference.weight_sync, c.trainer.autocast)"
+        "print(c.inference.dtype, c.inference.weight_sync, c.trainer.autocast, c.trainer.lora.enabled)"
     )
     capped = subprocess.run(
         [sys.executable, "-c", probe], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert capped.stdout.split() == ["float32", "shared", "off"], capped.stdout + capped.stderr
-    for choice, expected in (
-        ("float32", ("float32", "shared", "off")),
-        ("bfloat16", ("bfloat16", "copy", "bfloat16")),
+    assert capped.stdout.split() == ["float32", "shared", "off", "False"], capped.stdout + capped.stderr
+    for dtype, finetune, expected in (
+        ("float32", "auto", ("float32", "shared", "off", False)),
+        ("float32", "lora", ("float32", "copy", "off", True)),
+        ("bfloat16", "auto", ("bfloat16", "copy", "bfloat16", True)),
+        ("bfloat16", "full", ("bfloat16", "copy", "bfloat16", False)),
     ):
-        c = QuickstartOptions(compute_dtype=choice).config(tmp_path)
-        got = (c.inference.dtype, c.inference.weight_sync, c.trainer.autocast)
-        assert got == expected, (choice, got)
+        c = QuickstartOptions(compute_dtype=dtype, finetune=finetune).config(tmp_path)
+        got = (c.inference.dtype, c.inference.weight_sync, c.trainer.autocast, c.trainer.lora.enabled)
+        assert got == expected, (dtype, finetune, got)
+
+
+def test_quickstart_lora_adapts_every_linear_layer_at_10x_the_learning_rate_of_full_training(tmp_path):
+    lora = QuickstartOptions(finetune="lora").config(tmp_path).trainer
+    assert lora.lora.enabled and (lora.lora.r, lora.lora.alpha) == (16, 32), lora.lora
+    assert lora.lora.target_modules == ["all-linear"], lora.lora.target_modules
+    full = QuickstartOptions(finetune="full").config(tmp_path).trainer
+    assert not full.lora.enabled, "--finetune full trains every weight"
+    assert (lora.algorithm.lr, full.algorithm.lr) == (2e-4, 2e-5), "lr 0: by what is trained"
+    given = QuickstartOptions(finetune="lora", lr=5e-5).config(tmp_path).trainer.algorithm.lr
+    assert given == 5e-5, "a given learning rate is kept"
+    rank4 = QuickstartOptions(finetune="lora", lora_rank=4).config(tmp_path).trainer.lora
+    assert (rank4.r, rank4.alpha) == (4, 8), "scale alpha / r = 2 at any rank"
+    with pytest.raises(InvalidArgument, match="--finetune must be auto, lora or full, not 'qlora'"):
+        QuickstartOptions(finetune="qlora").config(tmp_path)
 
 
 def test_the_quickstart_budget_is_10_minutes_in_bfloat16_and_15_in_float32_unless_given(tmp_path):

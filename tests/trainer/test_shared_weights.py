@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from clawgym.assemble import build_trainer
 from clawgym.config import ClawgymConfig
@@ -135,16 +136,26 @@ def test_a_copying_engine_serves_each_committed_version_in_its_own_dtype(
     assert worst < 0.02, f"a token's logprob is not its recorded version's in bfloat16 (off by {worst:.4f})"
 
 
-def test_a_copying_engine_serves_a_lora_policy_with_its_adapters_merged(store, trainer_cfg, tiny_tok, runner):
+def test_a_copying_engine_serves_a_lora_policy_with_its_adapters_merged(
+    store, trainer_cfg, tiny_tok, runner, monkeypatch
+):
+    """Each version's adapters are merged once, for its checkpoint and the engine's copy alike."""
+    merges: list[int] = []
+    merge = ckpt.merge_lora_state
+    monkeypatch.setattr(ckpt, "merge_lora_state", lambda *a: merges.append(1) or merge(*a))
     engine = TorchEngine(load_model("tiny-qwen3"), name="tiny-qwen3", weight_sync="copy")
     base = {name: t.clone() for name, t in engine._targets.items()}
-    served, status, _, _ = run_four_async_steps(
+    served, status, _, folders = run_four_async_steps(
         engine, store, trainer_cfg, tiny_tok, runner, lora={"enabled": True, "r": 4, "alpha": 8}
     )
     assert status.policy_version == 4, status
     assert all(torch.equal(engine._targets[n], t) for n, t in served.items()), "the merged weights, copied"
     moved = [n for n in served if not torch.equal(served[n], base[n])]
     assert moved, "test setup: the adapters must have moved the merged weights"
+    saved = load_file(str(folders / "v000004" / "model.safetensors"))
+    assert all(torch.equal(saved[n], served[n]) for n in saved), "the checkpoint holds the weights served"
+    # v0 pushed at start, then one merge per version (the test's own `served` above is the sixth)
+    assert len(merges) == 6, f"{len(merges)} merges for 4 versions"
 
 
 @pytest.mark.parametrize("sync", ["shared", "copy"])

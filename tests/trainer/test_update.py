@@ -164,6 +164,20 @@ def test_lora_trains_only_adapters_and_its_checkpoint_serves_the_merged_policy(
     assert not any("lora_" in k for k in saved), "the served checkpoint must be a plain HF model"
 
 
+def test_lora_on_all_linear_layers_adapts_every_decoder_projection_but_not_the_head(trainer_cfg):
+    """target_modules [all-linear] (the quickstart's): adapters on attention and MLP in every layer, whatever
+    the model calls them, none on the LM head; only they train."""
+    lora = {"enabled": True, "r": 2, "alpha": 4, "target_modules": ["all-linear"]}
+    lm = build_policy(trainer_cfg(lora=lora)).module.lm
+    layers = lm.config.num_hidden_layers
+    adapted = [name for name, module in lm.named_modules() if hasattr(module, "lora_A")]
+    kinds = {name.rsplit(".", 1)[-1] for name in adapted}
+    assert kinds == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, kinds
+    assert len(adapted) == 7 * layers, f"every layer's 7 projections: {len(adapted)} for {layers} layers"
+    trained = {name for name, p in lm.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in name for name in trained), "only the adapters train"
+
+
 def test_the_lr_schedule_warms_up_then_decays_to_the_floor(trainer_cfg):
     """Warmup reaches lr at its last step; cosine and linear end at min_lr_ratio; constant stays."""
     algo = trainer_cfg(algorithm={"warmup_steps": 4, "lr_schedule": "cosine", "min_lr_ratio": 0.1}).algorithm

@@ -177,10 +177,12 @@ def save_checkpoint(
     world: World,
     with_optimizer: bool = True,
     lean_twin: bool = False,
+    served: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """Writes the checkpoint folder at `uri` (all ranks call it; rank 0 writes); the optimizer's
     state is None unless `with_optimizer`; `lean_twin`: the weights' bfloat16 twin too (`LEAN_FILE`),
-    for a version that `make_lean` will rewrite."""
+    for a version that `make_lean` will rewrite; `served`: the weights as served (`serving_weights`),
+    where the caller has them already (one process), instead of made again here."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(built.module, options=options)
     optim_state = (
@@ -189,7 +191,7 @@ def save_checkpoint(
     if not world.is_main:
         return
     lm_state = {k.removeprefix("lm."): v for k, v in state.items() if k.startswith("lm.")}
-    weights = _as_served(lm_state, built)
+    weights = served if served is not None else _as_served(lm_state, built)
     config = built.module.lm.config
     extra = {
         "optimizer": optim_state,

@@ -167,6 +167,9 @@ class AlgorithmConfig(Section):
         return LossConfig(**{f: getattr(self, f) for f in fields})
 
 
+ALL_LINEAR = "all-linear"  # LoraSettings.target_modules: every linear layer but the LM head
+
+
 class LoraSettings(Section):
     """Low-rank adapters (peft) instead of full fine-tuning; checkpoints hold the merged weights."""
 
@@ -176,7 +179,8 @@ class LoraSettings(Section):
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter input")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        description="module names (suffixes) that get adapters",
+        description=f"module names (suffixes) that get adapters; [{ALL_LINEAR}]: every linear layer of the "
+        "decoder (attention and MLP, not the LM head)",
     )
 
 

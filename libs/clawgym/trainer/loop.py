@@ -130,6 +130,8 @@ class Trainer:
         self.sampler: TaskSampler | None = None  # rank 0
         self._requested_groups = 0  # by this trainer, for `_owed_or_outstanding`
         self._warned_mismatch = False
+        # (version, the weights as served): made once per version, for its checkpoint and its engines
+        self._served: tuple[int, dict[str, torch.Tensor]] | None = None
         self._arrived_before = 0  # groups owed when the feed started (a predecessor's)
         self._wait: dict[str, float] = {}  # the last collect's waiting figures, for its step record
         self._filling = False  # the last collect left a group at its last step rolling out (_Fill)
@@ -547,9 +549,17 @@ class Trainer:
             self.policy, self.optimizer, self.scheduler, self.tokenizer, uri,
             {"version": version, "plan_rng": self.rng.bit_generator.state, "sampler": self._sampler_state()},
             self.world, with_optimizer=self.cfg.save_optimizer_state, lean_twin=ckpt.becomes_lean(self.cfg, version),
+            served=self._served_weights(version) if self.world.size == 1 else None,
         )  # fmt: skip
         self.version = version
         return version, uri
+
+    def _served_weights(self, version: int) -> dict[str, torch.Tensor]:
+        """The policy's weights as engines serve them at `version` (one process), made once: with LoRA
+        each is a merge of ~the model's size, which the checkpoint and the engines then share."""
+        if self._served is None or self._served[0] != version:
+            self._served = (version, ckpt.serving_weights(self.policy))
+        return self._served[1]
 
     def _reload_engines(self, version: int, uri: str) -> None:
         """Tells every engine to serve `version` and checks that it does before the version counts as
@@ -559,13 +569,13 @@ class Trainer:
             try:
                 if _borrows(engine):  # an in-process torch engine computing with this trainer's tensors
                     self.runner.run(
-                        engine.share_weights(version, ckpt.serving_weights(self.policy)),
+                        engine.share_weights(version, self._served_weights(version)),
                         timeout_s=RELOAD_TIMEOUT_S,
                     )
                 elif getattr(engine, "weight_sync", "files") in ("cuda_ipc", "copy"):
                     # an in-process engine copies the trainer's tensors: vLLM's workers on this GPU
                     # (CUDA IPC), or the torch engine into its own dtype
-                    pushed = engine.push_weights(version, ckpt.serving_weights(self.policy))
+                    pushed = engine.push_weights(version, self._served_weights(version))
                     self.runner.run(pushed, timeout_s=RELOAD_TIMEOUT_S)
                 else:
                     self.runner.run(engine.load_weights(version, uri), timeout_s=RELOAD_TIMEOUT_S)
@@ -587,6 +597,7 @@ class Trainer:
                 raise FailedPrecondition(
                     f"engine {i} accepted checkpoint {version} from {uri} but serves version {served}"
                 )
+        self._served = None  # a merged copy is the engines' now, or no longer needed
 
     def _lending(self) -> bool:
         return any(_borrows(e) for e in self.engines)

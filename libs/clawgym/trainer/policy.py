@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from clawgym.rl.forward import ValueHead, hidden_states, packed_forward, value_features
 from clawgym.rl.packing import LossRows, PackedSequence
 from clawgym.rl.tree_attention import TREE_ATTENTION
-from clawgym.trainer.config import LoraSettings, TrainerConfig
+from clawgym.trainer.config import ALL_LINEAR, LoraSettings, TrainerConfig
 
 
 class PolicyModule(nn.Module):
@@ -192,11 +192,13 @@ def add_lora(lm: nn.Module, settings: LoraSettings) -> nn.Module:
     """
     from peft import LoraConfig, inject_adapter_in_model
 
+    targets = list(settings.target_modules)
     config = LoraConfig(
         r=settings.r,
         lora_alpha=settings.alpha,
         lora_dropout=settings.dropout,
-        target_modules=list(settings.target_modules),
+        # peft's "all-linear": every linear layer of the decoder, whatever the model names them
+        target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else targets,
         bias="none",
     )
     lm = inject_adapter_in_model(config, lm)

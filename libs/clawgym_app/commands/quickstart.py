@@ -7,11 +7,12 @@ a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.ya
 
 `--minutes` is a budget (by default 10 minutes where the CPU computes bfloat16, 15 elsewhere):
 training stops between steps when another step plus the final evaluation would not fit; on 2 cores
-the defaults use it, after 30-33 of the 60 steps in bfloat16 (AVX512-BF16), 32-54 in float32 with
-AVX-512 and 24 AVX2-only in the runs measured (bench/quickstart.py, docs/quickstart-runs.md), in
-3.0-4.0 GB (in float32 one copy of the weights, shared by the engine and the trainer, and 128 MB of
-packed layers; in bfloat16 the engine's own bfloat16 copy; the harness prompt's KV kept once in the
-running batch; docs/performance.md). `QuickstartOptions` holds
+the defaults use it, after 34-37 of the 60 steps in bfloat16 (AVX512-BF16; LoRA adapters trained),
+32-54 in float32 with AVX-512 and 24 AVX2-only (every weight trained) in the runs measured
+(bench/quickstart.py, docs/quickstart-runs.md), in 3.0-4.0 GB (in float32 one copy of the weights,
+shared by the engine and the trainer, and 128 MB of packed layers; in bfloat16 the engine's own
+bfloat16 copy; the harness prompt's KV kept once in the running batch; docs/performance.md).
+`QuickstartOptions` holds
 every knob and is the one source of the command line's defaults; it imports nothing heavy, so
 `clawgym --help` needs no torch.
 """
@@ -32,11 +33,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clawgym.errors import ClawgymError
+from clawgym.errors import ClawgymError, InvalidArgument
 from clawgym.policies.specs import DEFAULT_POLICY
 from clawgym_app.config_options import set_option
 
 COMMAND_TIMEOUT_S = 5.0  # reference harness: seconds one shell command of the policy may run
+# learning rates: LoRA's best is ~10x full training's (as "LoRA Without Regret" found at larger scale)
+FULL_LR, LORA_LR = 2e-5, 2e-4
 
 if TYPE_CHECKING:
     from clawgym.config import ClawgymConfig
@@ -66,7 +69,14 @@ class QuickstartOptions:
     eval_samples: int = 1
     group_size: int = 8
     groups_per_step: int = 4
-    lr: float = 2e-5  # measured: 5e-5 lowered both held-out sets in 6 steps (seed 0), 2e-5 raised both
+    # what the update trains: auto = LoRA adapters where the CPU computes bfloat16 (measured beside full
+    # training on the validation split: as large gains, more steps in the budget, less memory), every
+    # weight in float32 (there LoRA was no faster, and its engine needs its own copy of the weights)
+    finetune: str = "auto"
+    lora_rank: int = 16  # rank of the adapters on every linear layer of the decoder
+    # 0 = by what is trained: 2e-4 for LoRA adapters, 10x full training's 2e-5 (full:
+    # 5e-5 lowered both held-out sets in 6 steps, seed 0, 2e-5 raised both)
+    lr: float = 0.0
     temperature: float = 0.7
     max_new_tokens: int = 40
     max_turns: int = 1
@@ -98,10 +108,15 @@ class QuickstartOptions:
         config.yaml repeats the run's evaluation from any folder (`clawgym eval -c`)."""
         from clawgym.config import ClawgymConfig
         from clawgym.report.run_folder import CHECKPOINTS_DIR, store_url
+        from clawgym.trainer.config import ALL_LINEAR
 
         run_dir = run_dir.resolve()
         train_ids, eval_ids = self.task_ids()
         dtype = compute_dtype(self.compute_dtype)
+        adapters = trains_adapters(self.finetune, dtype)
+        # on attention and MLP alike; scale alpha / r = 2 at any rank
+        r = self.lora_rank
+        lora = {"enabled": True, "r": r, "alpha": 2 * r, "target_modules": [ALL_LINEAR]} if adapters else {}
         return ClawgymConfig(
             store={"url": store_url(run_dir), "bus_url": "memory://", "grpc_url": ""},
             # the prefix cache holds the harness's system prompt and a few tasks' prompts (a GRPO
@@ -112,9 +127,9 @@ class QuickstartOptions:
                 "dtype": dtype,
                 "grpc_url": "",
                 "prefix_cache_tokens": 2048,
-                # float32: the engine computes with the trainer's parameters, one copy; bfloat16: its
-                # own copy of them, refreshed at each commit
-                "weight_sync": "shared" if dtype == "float32" else "copy",
+                # float32 full training: the engine computes with the trainer's parameters, one copy;
+                # bfloat16 or LoRA: its own copy of them (adapters merged), refreshed at each commit
+                "weight_sync": "shared" if dtype == "float32" and not adapters else "copy",
                 # packed copies of the layers that gain most per byte (the LM head first), not of every
                 # layer that gains: ~0.4 GB less on an AVX-512 CPU (docs/performance.md, memory)
                 "pack_weights_mb": 128,
@@ -151,11 +166,12 @@ class QuickstartOptions:
                 # optimizer steps on a zero gradient. β1 > 0 is a measurement still to make, #17.)
                 "algorithm": {
                     "name": "grpo",
-                    "lr": self.lr,
+                    "lr": self.lr or (LORA_LR if adapters else FULL_LR),
                     "betas": (0.0, 0.999),
                     "lr_schedule": "cosine",
                     "min_lr_ratio": 0.1,
                 },
+                "lora": lora,
                 "harnesses": [{"name": "reference", "weight": 1.0}],
                 "suite": self.suite,
                 "tasks": train_ids,
@@ -210,7 +226,15 @@ def command(
     eval_samples: int = typer.Option(Q.eval_samples, help="rollouts per held-out task (n of Pass@1)"),
     group_size: int = typer.Option(Q.group_size, "--group-size", "-G", help="G: samples per task group"),
     groups_per_step: int = typer.Option(Q.groups_per_step, help="task groups per step"),
-    lr: float = typer.Option(Q.lr, help="AdamW learning rate"),
+    finetune: str = typer.Option(
+        Q.finetune,
+        help="what the update trains: lora (adapters on every linear layer), full (every weight); auto = lora "
+        "where computing in bfloat16, full in float32",
+    ),
+    lora_rank: int = typer.Option(Q.lora_rank, help="rank of the LoRA adapters"),
+    lr: float = typer.Option(
+        Q.lr, help="AdamW learning rate; 0 = 2e-4 for LoRA adapters, 2e-5 for every weight"
+    ),
     temperature: float = typer.Option(Q.temperature, help="sampling temperature of every model call"),
     max_new_tokens: int = typer.Option(Q.max_new_tokens, help="generated tokens per model call, at most"),
     max_turns: int = typer.Option(Q.max_turns, help="reference harness: model calls per rollout, at most"),
@@ -250,7 +274,8 @@ def command(
     opts = QuickstartOptions(
         model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks,
         eval_unseen_tasks=eval_unseen_tasks, eval_split=eval_split, eval_samples=eval_samples,
-        group_size=group_size, groups_per_step=groups_per_step, lr=lr, temperature=temperature,
+        group_size=group_size, groups_per_step=groups_per_step, finetune=finetune, lora_rank=lora_rank, lr=lr,
+        temperature=temperature,
         max_new_tokens=max_new_tokens, max_turns=max_turns, sampling=sampling, concurrency=concurrency,
         mode=mode, threads=threads, compute_dtype=compute_dtype, minutes=minutes, seed=seed, run_dir=run_dir,
     )  # fmt: skip
@@ -279,6 +304,13 @@ def compute_dtype(choice: str) -> str:
     except (AttributeError, RuntimeError):  # a torch build without oneDNN
         native = False
     return "bfloat16" if native else "float32"
+
+
+def trains_adapters(choice: str, dtype: str) -> bool:
+    """Whether the run trains LoRA adapters (`lora`, or `auto` computing in bfloat16) or every weight."""
+    if choice not in ("auto", "lora", "full"):
+        raise InvalidArgument(f"--finetune must be auto, lora or full, not {choice!r}")
+    return choice == "lora" or (choice == "auto" and dtype == "bfloat16")
 
 
 def budget_minutes(minutes: float, cfg: ClawgymConfig) -> float:
