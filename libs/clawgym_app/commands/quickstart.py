@@ -98,7 +98,8 @@ class QuickstartOptions:
     # 0 = by the compute dtype (`budget_minutes`). The rule, fixed before the runs: 10 minutes if both
     # held-out gains are beyond their intervals over tasks at validation seeds 0-2. float32 (an Intel
     # Xeon, AVX-512 without bfloat16): 22-27 steps fit, the trained families' gain within its interval
-    # at seed 2, so 15; bfloat16 (an AMD EPYC with AVX512-BF16): 32-33 steps fit, beyond at all three
+    # at seed 2, so 15; bfloat16 (an AMD EPYC with AVX512-BF16): 30-33 steps fit, beyond at all three,
+    # and with LoRA (the default there) 34-37, beyond at all three
     minutes: float = 0.0
     seed: int = 0
     run_dir: str = ""
