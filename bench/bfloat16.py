@@ -26,14 +26,17 @@ import json
 import time
 
 import torch
-from update_memory import HEAP_MMAP_THRESHOLD_MB, quickstart_step  # bench/: the script's own folder
+from update_memory import (  # bench/: the script's own folder
+    HEAP_MMAP_THRESHOLD_MB,
+    quickstart_step,
+    timed_update,
+)
 
 from clawgym.inference.config import InferenceConfig
 from clawgym.inference.factory import create_engine
 from clawgym.inference.interface import SamplingParams
 from clawgym.policies import load_model
-from clawgym.rl import tree_loss
-from clawgym.trainer.memory import return_free_memory, unpool_large_blocks
+from clawgym.trainer.memory import unpool_large_blocks
 
 MODEL = "smollm2-135m"
 TEMPERATURE = 0.7
@@ -87,16 +90,7 @@ def update_arms(args) -> dict[str, float]:
     model, packs, cfg = quickstart_step(MODEL, activation_checkpointing=True)
 
     def update(bfloat16: bool) -> float:
-        model.zero_grad(set_to_none=True)
-        started = time.perf_counter()
-        for p in packs:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-                loss = tree_loss(model, p, cfg)[0]
-            loss.backward()
-        seconds = time.perf_counter() - started
-        model.zero_grad(set_to_none=True)
-        return_free_memory()
-        return seconds
+        return timed_update(model, packs, cfg, bfloat16)
 
     update(False), update(True)  # warm-up: pools and gradient buffers
     best = {"float32": float("inf"), "bfloat16": float("inf")}

@@ -98,6 +98,29 @@ def quickstart_step(
     return model, packs, AlgorithmConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0).loss_config()
 
 
+def timed_update(model, packs, cfg, bfloat16: bool, optimizer=None) -> float:
+    """Seconds of one forward + backward over `packs` (under bfloat16 autocast if asked) and, given an
+    optimizer, its step; gradients dropped and the heap trimmed after. `bench/bfloat16.py` and
+    `bench/lora_update.py` time their arms with it."""
+    import torch
+
+    from clawgym.rl import tree_loss
+    from clawgym.trainer.memory import return_free_memory
+
+    model.zero_grad(set_to_none=True)
+    started = time.perf_counter()
+    for pack in packs:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            loss = tree_loss(model, pack, cfg)[0]
+        loss.backward()
+    if optimizer is not None:
+        optimizer.step()
+    seconds = time.perf_counter() - started
+    model.zero_grad(set_to_none=True)
+    return_free_memory()
+    return seconds
+
+
 def child(args: argparse.Namespace) -> dict:
     from clawgym.rl import forward, tree_loss
     from clawgym.trainer.memory import return_free_memory, unpool_large_blocks

@@ -70,8 +70,9 @@ class QuickstartOptions:
     group_size: int = 8
     groups_per_step: int = 4
     # what the update trains: auto = LoRA adapters where the CPU computes bfloat16 (measured beside full
-    # training on the validation split: as large gains, more steps in the budget, less memory), every
-    # weight in float32 (there LoRA was no faster, and its engine needs its own copy of the weights)
+    # training on the validation split: gains as large, ~0.25 GB less at the peak; as many steps: alone
+    # its update is no faster, bench/lora_update.py), every weight in float32 (where LoRA's engine needs
+    # its own copy of the weights, the trainer's shared otherwise)
     finetune: str = "auto"
     lora_rank: int = 16  # rank of the adapters on every linear layer of the decoder
     # 0 = by what is trained: 2e-4 for LoRA adapters, 10x full training's 2e-5 (full:
