@@ -7,7 +7,7 @@ a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.ya
 
 `--minutes` is a budget (by default 10 minutes where the CPU computes bfloat16, 15 elsewhere):
 training stops between steps when another step plus the final evaluation would not fit; on 2 cores
-the defaults use it, after 34-37 of the 60 steps in bfloat16 (AVX512-BF16; LoRA adapters trained),
+the defaults use it, after 32-37 of the 60 steps in bfloat16 (AVX512-BF16; LoRA adapters trained),
 32-54 in float32 with AVX-512 and 24 AVX2-only (every weight trained) in the runs measured
 (bench/quickstart.py, docs/quickstart-runs.md), in 3.0-4.0 GB (in float32 one copy of the weights,
 shared by the engine and the trainer, and 128 MB of packed layers; in bfloat16 the engine's own
@@ -100,7 +100,7 @@ class QuickstartOptions:
     # held-out gains are beyond their intervals over tasks at validation seeds 0-2. float32 (an Intel
     # Xeon, AVX-512 without bfloat16): 22-27 steps fit, the trained families' gain within its interval
     # at seed 2, so 15; bfloat16 (an AMD EPYC with AVX512-BF16): 30-33 steps fit, beyond at all three,
-    # and with LoRA (the default there) 34-37, beyond at all three
+    # and with LoRA (the default there) 34-37, beyond at all three (32 in the one test run, beyond too)
     minutes: float = 0.0
     seed: int = 0
     run_dir: str = ""
