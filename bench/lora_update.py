@@ -26,13 +26,14 @@ from update_memory import (  # bench/: the script's own folder
     timed_update,
 )
 
-from clawgym.trainer.config import ALL_LINEAR, LoraSettings
+from clawgym.trainer.config import LoraSettings
 from clawgym.trainer.memory import unpool_large_blocks
 from clawgym.trainer.optim import MomentumFreeAdamW
 from clawgym.trainer.policy import add_lora
+from clawgym_app.commands.quickstart import QuickstartOptions, lora_adapters
 
 MODEL = "smollm2-135m"
-LORA = LoraSettings(enabled=True, r=16, alpha=32, target_modules=[ALL_LINEAR])
+LORA = LoraSettings(**lora_adapters(QuickstartOptions.lora_rank))  # the quickstart's adapters
 
 
 def main() -> None:

@@ -75,6 +75,7 @@ def quickstart_step(
     from clawgym.rl import grpo_terms, merge_terms, pack
     from clawgym.rl.tree_attention import TREE_ATTENTION
     from clawgym.trainer.config import AlgorithmConfig
+    from clawgym.trainer.policy import checkpoint_activations
     from clawgym.trajectory import tree_from_groups
     from clawgym.trajectory.synthetic import TraceShape, synthetic_groups
 
@@ -82,12 +83,8 @@ def quickstart_step(
     model = load_model(model_spec)
     model.set_attn_implementation(TREE_ATTENTION)  # as the trainer builds it on CPU (trainer/policy.py)
     model.train()
-    if activation_checkpointing:  # transformers' newer name where it has it, as trainer/policy.py
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if activation_checkpointing:
+        checkpoint_activations(model)  # as trainer/policy.py does
     shape = TraceShape(
         n_groups=groups, group_size=group_size, calls=(1, 1), system_tokens=220, task_tokens=60,
         output_tokens=output_tokens, header_tokens=0, p_header=0.0, p_compaction=0.0, p_subagent=0.0,

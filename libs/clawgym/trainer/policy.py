@@ -172,16 +172,22 @@ def build_policy(
         if value_head_state is not None:
             value_head.load_state_dict(value_head_state)
     if cfg.activation_checkpointing:
-        # non-reentrant: works with inputs that need no grad (frozen embeddings under LoRA) and with FSDP2.
-        # transformers 5.25 renamed the call; vLLM's pin keeps its image on an older one.
-        kwargs = {"use_reentrant": False}
-        if hasattr(lm, "activation_checkpointing_enable"):
-            lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        checkpoint_activations(lm)
     lm.train()
     module = PolicyModule(lm, value_head, temperature=cfg.algorithm.temperature, autocast=autocast)
     return BuiltPolicy(module=module, reference=reference, lora=lora)
+
+
+def checkpoint_activations(lm: nn.Module) -> None:
+    """Recomputes each decoder layer's activations in the backward instead of keeping them.
+
+    Non-reentrant: works with inputs that need no grad (frozen embeddings under LoRA) and with FSDP2.
+    transformers 5.25 renamed the call; vLLM's pin keeps its image on an older one."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(lm, "activation_checkpointing_enable"):
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def add_lora(lm: nn.Module, settings: LoraSettings) -> nn.Module:

@@ -110,15 +110,11 @@ class QuickstartOptions:
         config.yaml repeats the run's evaluation from any folder (`clawgym eval -c`)."""
         from clawgym.config import ClawgymConfig
         from clawgym.report.run_folder import CHECKPOINTS_DIR, store_url
-        from clawgym.trainer.config import ALL_LINEAR
 
         run_dir = run_dir.resolve()
         train_ids, eval_ids = self.task_ids()
         dtype = compute_dtype(self.compute_dtype)
         adapters = trains_adapters(self.finetune, dtype)
-        # on attention and MLP alike; scale alpha / r = 2 at any rank
-        r = self.lora_rank
-        lora = {"enabled": True, "r": r, "alpha": 2 * r, "target_modules": [ALL_LINEAR]} if adapters else {}
         return ClawgymConfig(
             store={"url": store_url(run_dir), "bus_url": "memory://", "grpc_url": ""},
             # the prefix cache holds the harness's system prompt and a few tasks' prompts (a GRPO
@@ -173,7 +169,7 @@ class QuickstartOptions:
                     "lr_schedule": "cosine",
                     "min_lr_ratio": 0.1,
                 },
-                "lora": lora,
+                "lora": lora_adapters(self.lora_rank) if adapters else {},
                 "harnesses": [{"name": "reference", "weight": 1.0}],
                 "suite": self.suite,
                 "tasks": train_ids,
@@ -313,6 +309,13 @@ def trains_adapters(choice: str, dtype: str) -> bool:
     if choice not in ("auto", "lora", "full"):
         raise InvalidArgument(f"--finetune must be auto, lora or full, not {choice!r}")
     return choice == "lora" or (choice == "auto" and dtype == "bfloat16")
+
+
+def lora_adapters(rank: int) -> dict[str, Any]:
+    """`trainer.lora` of the quickstart's adapters: on attention and MLP alike, alpha / r = 2 at any rank."""
+    from clawgym.trainer.config import ALL_LINEAR
+
+    return {"enabled": True, "r": rank, "alpha": 2 * rank, "target_modules": [ALL_LINEAR]}
 
 
 def budget_minutes(minutes: float, cfg: ClawgymConfig) -> float:
