@@ -98,7 +98,7 @@ def quickstart_step(
 def timed_update(model, packs, cfg, bfloat16: bool, optimizer=None) -> float:
     """Seconds of one forward + backward over `packs` (under bfloat16 autocast if asked) and, given an
     optimizer, its step; gradients dropped and the heap trimmed after. `bench/bfloat16.py` and
-    `bench/lora_update.py` time their arms with it."""
+    `bench/finetune_update.py` time their arms with it."""
     import torch
 
     from clawgym.rl import tree_loss

@@ -150,22 +150,35 @@ def test_the_quickstart_computes_in_bfloat16_only_where_the_cpu_computes_it_nati
     probe = (
         "from pathlib import Path; from clawgym_app.commands.quickstart import QuickstartOptions; "
         "c = QuickstartOptions().config(Path('/tmp/unused')); "
-        "print(c.inference.dtype, c.inference.weight_sync, c.trainer.autocast, c.trainer.lora.enabled)"
+        "print(c.inference.dtype, c.inference.weight_sync, c.trainer.autocast, c.trainer.lora.enabled, "
+        "c.trainer.trained_layers)"
     )
     capped = subprocess.run(
         [sys.executable, "-c", probe], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert capped.stdout.split() == ["float32", "shared", "off", "False"], capped.stdout + capped.stderr
+    assert capped.stdout.split() == ["float32", "shared", "off", "False", "15"], capped.stdout + capped.stderr
     for dtype, finetune, expected in (
-        ("float32", "auto", ("float32", "shared", "off", False)),
-        ("float32", "lora", ("float32", "copy", "off", True)),
-        ("bfloat16", "auto", ("bfloat16", "copy", "bfloat16", True)),
-        ("bfloat16", "full", ("bfloat16", "copy", "bfloat16", False)),
+        ("float32", "auto", ("float32", "shared", "off", False, 15)),
+        ("float32", "lora", ("float32", "copy", "off", True, 0)),
+        ("bfloat16", "auto", ("bfloat16", "copy", "bfloat16", True, 0)),
+        ("bfloat16", "full", ("bfloat16", "copy", "bfloat16", False, 15)),
     ):
         c = QuickstartOptions(compute_dtype=dtype, finetune=finetune).config(tmp_path)
-        got = (c.inference.dtype, c.inference.weight_sync, c.trainer.autocast, c.trainer.lora.enabled)
+        t = c.trainer
+        got = (c.inference.dtype, c.inference.weight_sync, t.autocast, t.lora.enabled, t.trained_layers)
         assert got == expected, (dtype, finetune, got)
+
+
+def test_quickstart_trains_the_top_half_of_the_layers_where_every_weight_trains_unless_given(tmp_path):
+    def layers(**options) -> int:
+        return QuickstartOptions(compute_dtype="float32", **options).config(tmp_path).trainer.trained_layers
+
+    assert (layers(), layers(model="tiny-qwen3")) == (15, 2), "auto: half of SmolLM2's 30 and tiny-qwen3's 4"
+    assert (layers(trained_layers=0), layers(trained_layers=8)) == (0, 8), "a given count is kept (0 = all)"
+    assert layers(finetune="lora", trained_layers=8) == 8, "with LoRA: the top 8 layers' adapters"
+    with pytest.raises(InvalidArgument, match=r"--trained-layers must be -1 \(auto\), 0 \(every layer\) or more"):
+        layers(trained_layers=-2)
 
 
 def test_quickstart_lora_adapts_every_linear_layer_at_10x_the_learning_rate_of_full_training(tmp_path):
@@ -183,13 +196,17 @@ def test_quickstart_lora_adapts_every_linear_layer_at_10x_the_learning_rate_of_f
         QuickstartOptions(finetune="qlora").config(tmp_path)
 
 
-def test_the_quickstart_budget_is_10_minutes_in_bfloat16_and_15_in_float32_unless_given(tmp_path):
+def test_the_quickstart_budget_is_15_minutes_only_for_every_layer_in_float32_unless_given(tmp_path):
     from clawgym.config import with_sets
     from clawgym_app.commands.quickstart import budget_minutes
 
     bf16 = QuickstartOptions(compute_dtype="bfloat16").config(tmp_path)
     fp32 = QuickstartOptions(compute_dtype="float32").config(tmp_path)
-    assert (budget_minutes(0, bf16), budget_minutes(0, fp32)) == (10.0, 15.0)
+    every_layer = QuickstartOptions(compute_dtype="float32", trained_layers=0).config(tmp_path)
+    assert (budget_minutes(0, bf16), budget_minutes(0, fp32), budget_minutes(0, every_layer)) == (10, 10, 15)
     assert budget_minutes(7.5, bf16) == budget_minutes(7.5, fp32) == 7.5, "a given budget is kept"
     half = with_sets(bf16, ["trainer.autocast=off"])  # a bfloat16 engine beside a float32 update
     assert budget_minutes(0, half) == 15.0, "10 minutes were measured with both in bfloat16"
+    assert budget_minutes(0, with_sets(half, ["trainer.trained_layers=15"])) == 10.0, (
+        "or with the top layers alone trained"
+    )

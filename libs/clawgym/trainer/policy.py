@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from clawgym.errors import InvalidArgument
 from clawgym.rl.forward import ValueHead, hidden_states, packed_forward, value_features
 from clawgym.rl.packing import LossRows, PackedSequence
 from clawgym.rl.tree_attention import TREE_ATTENTION
@@ -165,6 +166,8 @@ def build_policy(
     if cfg.lora.enabled:
         lm = add_lora(lm, cfg.lora)
         lora = cfg.lora
+    if cfg.trained_layers:
+        freeze_below(lm, cfg.trained_layers)
     value_head = None
     if cfg.algorithm.name == "ppo":
         torch.manual_seed(cfg.seed)
@@ -181,13 +184,30 @@ def build_policy(
 def checkpoint_activations(lm: nn.Module) -> None:
     """Recomputes each decoder layer's activations in the backward instead of keeping them.
 
-    Non-reentrant: works with inputs that need no grad (frozen embeddings under LoRA) and with FSDP2.
+    Non-reentrant: works with inputs that need no grad (frozen embeddings under LoRA) and with FSDP2,
+    so transformers' hook that makes the embeddings' output require grad (for reentrant checkpoints) is
+    removed: it carried every backward down through frozen lower layers (`freeze_below`).
     transformers 5.25 renamed the call; vLLM's pin keeps its image on an older one."""
     kwargs = {"use_reentrant": False}
     if hasattr(lm, "activation_checkpointing_enable"):
         lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    lm.disable_input_require_grads()
+
+
+def freeze_below(lm: nn.Module, trained_layers: int) -> None:
+    """Freezes all but the top `trained_layers` decoder layers and the final norm: the embeddings, the
+    LM head (tied to them in small models) and the layers below. Nothing below the lowest trained layer
+    needs a gradient, so autograd records no graph there and the backward stops at it (its forward
+    costs what inference does). Under LoRA only the trained layers' adapters keep training."""
+    layers = lm.get_decoder().layers
+    if trained_layers > len(layers):
+        raise InvalidArgument(f"trainer.trained_layers: {trained_layers}, but the model has {len(layers)} layers")
+    lm.get_input_embeddings().requires_grad_(False)
+    lm.get_output_embeddings().requires_grad_(False)
+    for layer in layers[: len(layers) - trained_layers]:
+        layer.requires_grad_(False)
 
 
 def add_lora(lm: nn.Module, settings: LoraSettings) -> nn.Module:

@@ -5,13 +5,13 @@ Pass@1, train with GRPO over prefix trees (rollouts through the real proxy, orch
 sandboxes and verifiers), evaluate again, print before/after Pass@1 with 95% intervals, and write
 a run folder (`runs/<timestamp>/`: report.md, plots, the SQLite store, config.yaml, run.log).
 
-`--minutes` is a budget (by default 10 minutes where the CPU computes bfloat16, 15 elsewhere):
-training stops between steps when another step plus the final evaluation would not fit; on 2 cores
-the defaults use it, after 32-37 of the 60 steps in bfloat16 (AVX512-BF16; LoRA adapters trained),
-32-54 in float32 with AVX-512 and 24 AVX2-only (every weight trained) in the runs measured
-(bench/quickstart.py, docs/quickstart-runs.md), in 3.0-4.0 GB (in float32 one copy of the weights,
-shared by the engine and the trainer, and 128 MB of packed layers; in bfloat16 the engine's own
-bfloat16 copy; the harness prompt's KV kept once in the running batch; docs/performance.md).
+`--minutes` is a budget (by default 10 minutes): training stops between steps when another step plus
+the final evaluation would not fit; on 2 cores the defaults use it, after 32-37 of the 60 steps in
+bfloat16 (AVX512-BF16; LoRA adapters trained) and 25-32 in float32 capped at AVX2 (the top half of
+the layers trained) in the runs measured (bench/quickstart.py, docs/quickstart-runs.md), in 2.4-3.6
+GB (in float32 one copy of the weights, shared by the engine and the trainer, and 128 MB of packed
+layers; in bfloat16 the engine's own bfloat16 copy; the harness prompt's KV kept once in the running
+batch; docs/performance.md).
 `QuickstartOptions` holds
 every knob and is the one source of the command line's defaults; it imports nothing heavy, so
 `clawgym --help` needs no torch.
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QuickstartOptions:
-    """Every knob of the quickstart (the CLI's options); defaults fill the 15-minute budget on 2 cores."""
+    """Every knob of the quickstart (the CLI's options); defaults fill the 10-minute budget on 2 cores."""
 
     model: str = DEFAULT_POLICY
     suite: str = "mini"
@@ -75,6 +75,11 @@ class QuickstartOptions:
     # its own copy of the weights, the trainer's shared otherwise)
     finetune: str = "auto"
     lora_rank: int = 16  # rank of the adapters on every linear layer of the decoder
+    # decoder layers the update trains, from the top: -1 = auto, the top half where every weight trains
+    # (float32; measured beside every layer, capped at AVX2, validation seed 0: 32 steps in 10 minutes
+    # against 23, 2.40 GB against 2.97, both gains beyond their intervals at both; the top 8: 25 steps,
+    # the trained families' gain within its interval), every layer with LoRA adapters; 0 = every layer
+    trained_layers: int = -1
     # 0 = by what is trained: 2e-4 for LoRA adapters, 10x full training's 2e-5 (full:
     # 5e-5 lowered both held-out sets in 6 steps, seed 0, 2e-5 raised both)
     lr: float = 0.0
@@ -96,11 +101,12 @@ class QuickstartOptions:
     # optimizer stay float32): auto = bfloat16 where the CPU computes it natively (AVX512-BF16, AMX),
     # float32 elsewhere (emulated bfloat16 is slower), the weights then shared by engine and trainer
     compute_dtype: str = "auto"
-    # 0 = by the compute dtype (`budget_minutes`). The rule, fixed before the runs: 10 minutes if both
-    # held-out gains are beyond their intervals over tasks at validation seeds 0-2. float32 (an Intel
-    # Xeon, AVX-512 without bfloat16): 22-27 steps fit, the trained families' gain within its interval
-    # at seed 2, so 15; bfloat16 (an AMD EPYC with AVX512-BF16): 30-33 steps fit, beyond at all three,
-    # and with LoRA (the default there) 34-37, beyond at all three (32 in the one test run, beyond too)
+    # 0 = by what the run computes (`budget_minutes`). The rule, fixed before the runs: 10 minutes if both
+    # held-out gains are beyond their intervals over tasks at validation seeds 0-2. float32, every layer
+    # (an Intel Xeon, AVX-512 without bfloat16): 22-27 steps fit, the trained families' gain within its
+    # interval at seed 2, so 15; float32, the top half of the layers (an AMD EPYC capped at AVX2): 25-32
+    # steps, beyond at all three; bfloat16 (an AMD EPYC with AVX512-BF16): 30-33 steps fit, beyond at all
+    # three, and with LoRA (the default there) 34-37, beyond at all three (32 in the one test run, beyond too)
     minutes: float = 0.0
     seed: int = 0
     run_dir: str = ""
@@ -170,6 +176,7 @@ class QuickstartOptions:
                     "min_lr_ratio": 0.1,
                 },
                 "lora": lora_adapters(self.lora_rank) if adapters else {},
+                "trained_layers": trained_layers(self.trained_layers, adapters, self.model),
                 "harnesses": [{"name": "reference", "weight": 1.0}],
                 "suite": self.suite,
                 "tasks": train_ids,
@@ -230,6 +237,12 @@ def command(
         "where computing in bfloat16, full in float32",
     ),
     lora_rank: int = typer.Option(Q.lora_rank, help="rank of the LoRA adapters"),
+    trained_layers: int = typer.Option(
+        Q.trained_layers,
+        help="train only the top N decoder layers (their adapters with LoRA); the embeddings, LM head and "
+        "layers below stay frozen and the backward stops above them; 0 = every layer; -1 = auto: the top "
+        "half where every weight trains, every layer with LoRA",
+    ),
     lr: float = typer.Option(
         Q.lr, help="AdamW learning rate; 0 = 2e-4 for LoRA adapters, 2e-5 for every weight"
     ),
@@ -255,7 +268,7 @@ def command(
     ),
     minutes: float = typer.Option(
         Q.minutes,
-        help="time budget: training stops early to fit it; 0 = 10 minutes computing in bfloat16, 15 in float32",
+        help="time budget: training stops early to fit it; 0 = 10 minutes, 15 training every layer in float32",
     ),
     suite: str = typer.Option(Q.suite, help="task suite (train split to train, test split to evaluate)"),
     max_level: int = typer.Option(
@@ -272,7 +285,8 @@ def command(
     opts = QuickstartOptions(
         model=model, suite=suite, max_level=max_level, steps=steps, eval_tasks=eval_tasks,
         eval_unseen_tasks=eval_unseen_tasks, eval_split=eval_split, eval_samples=eval_samples,
-        group_size=group_size, groups_per_step=groups_per_step, finetune=finetune, lora_rank=lora_rank, lr=lr,
+        group_size=group_size, groups_per_step=groups_per_step, finetune=finetune, lora_rank=lora_rank,
+        trained_layers=trained_layers, lr=lr,
         temperature=temperature,
         max_new_tokens=max_new_tokens, max_turns=max_turns, sampling=sampling, concurrency=concurrency,
         mode=mode, threads=threads, compute_dtype=compute_dtype, minutes=minutes, seed=seed, run_dir=run_dir,
@@ -311,6 +325,18 @@ def trains_adapters(choice: str, dtype: str) -> bool:
     return choice == "lora" or (choice == "auto" and dtype == "bfloat16")
 
 
+def trained_layers(choice: int, adapters: bool, model: str) -> int:
+    """`trainer.trained_layers` of the run: `choice`, or with -1 (auto) the top half of the model's
+    decoder layers where every weight trains, every layer (0) where LoRA adapters do."""
+    from clawgym.policies.specs import policy_spec
+
+    if choice < -1:
+        raise InvalidArgument(f"--trained-layers must be -1 (auto), 0 (every layer) or more, not {choice}")
+    if choice >= 0 or adapters:
+        return max(choice, 0)
+    return (policy_spec(model).layers + 1) // 2
+
+
 def lora_adapters(rank: int) -> dict[str, Any]:
     """`trainer.lora` of the quickstart's adapters: on attention and MLP alike, alpha / r = 2 at any rank."""
     from clawgym.trainer.config import ALL_LINEAR
@@ -319,12 +345,13 @@ def lora_adapters(rank: int) -> dict[str, Any]:
 
 
 def budget_minutes(minutes: float, cfg: ClawgymConfig) -> float:
-    """`minutes`, or with 0 the measured budget of the run's compute dtype: 10 minutes when the engine
-    and the trainer compute in bfloat16, 15 otherwise (QuickstartOptions.minutes says why)."""
+    """`minutes`, or with 0 the measured budget of what the run computes: 10 minutes when the engine
+    and the trainer compute in bfloat16 or the update trains the top layers only, 15 for every layer's
+    weights in float32 (QuickstartOptions.minutes says why)."""
     if minutes > 0:
         return minutes
     bfloat16 = cfg.inference.dtype == "bfloat16" and cfg.trainer.autocast == "bfloat16"
-    return 10.0 if bfloat16 else 15.0
+    return 10.0 if bfloat16 or cfg.trainer.trained_layers else 15.0
 
 
 # --- the run ---
