@@ -32,7 +32,7 @@ from clawgym.trainer.config import LoraSettings
 from clawgym.trainer.memory import unpool_large_blocks
 from clawgym.trainer.optim import MomentumFreeAdamW
 from clawgym.trainer.policy import add_lora, freeze_below
-from clawgym_app.commands.quickstart import QuickstartOptions, lora_adapters
+from clawgym_app.commands.quickstart import QuickstartOptions, lora_adapters, trained_layers
 
 MODEL = "smollm2-135m"
 LORA = LoraSettings(**lora_adapters(QuickstartOptions.lora_rank))  # the quickstart's adapters
@@ -44,7 +44,10 @@ def main() -> None:
         "--threads", type=int, default=1, help="torch threads (the quickstart's trainer: 1 on 2 cores)"
     )
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--trained-layers", type=int, default=QuickstartOptions.trained_layers or 8)
+    p.add_argument(
+        "--trained-layers", type=int, help="default: the quickstart's in float32 (the top half)",
+        default=trained_layers(QuickstartOptions.trained_layers, adapters=False, model=MODEL),
+    )  # fmt: skip
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     assert unpool_large_blocks(HEAP_MMAP_THRESHOLD_MB), "glibc's mallopt refused the threshold"

@@ -177,7 +177,9 @@ def test_quickstart_trains_the_top_half_of_the_layers_where_every_weight_trains_
     assert (layers(), layers(model="tiny-qwen3")) == (15, 2), "auto: half of SmolLM2's 30 and tiny-qwen3's 4"
     assert (layers(trained_layers=0), layers(trained_layers=8)) == (0, 8), "a given count is kept (0 = all)"
     assert layers(finetune="lora", trained_layers=8) == 8, "with LoRA: the top 8 layers' adapters"
-    with pytest.raises(InvalidArgument, match=r"--trained-layers must be -1 \(auto\), 0 \(every layer\) or more"):
+    with pytest.raises(
+        InvalidArgument, match=r"--trained-layers must be -1 \(auto\), 0 \(every layer\) or more"
+    ):
         layers(trained_layers=-2)
 
 

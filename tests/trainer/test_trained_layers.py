@@ -52,7 +52,8 @@ def _step(trained_layers: int, checkpointing: bool = True):
         layer.register_forward_hook(needs_grad)
     batch = build_batch(synthetic_groups(SHAPE, seed=5), version=0, max_policy_lag=1)
     packs = prepare_packs(built.module, batch.trees, cfg.algorithm, Normaliser.of(batch.trees), 96, World())
-    calls.update(dict.fromkeys(calls, 0))  # prepare_packs' no-grad forwards (old logprobs) are not the update's
+    # prepare_packs' no-grad forwards (old logprobs) are not the update's
+    calls.update(dict.fromkeys(calls, 0))
     graph.clear()
     before = {n: p.detach().clone() for n, p in built.module.named_parameters()}
     optimizer, _ = make_optimizer(built.module, cfg.algorithm, cfg.steps)
@@ -88,7 +89,9 @@ def test_the_frozen_layers_record_no_graph_and_are_not_recomputed():
     assert calls == {0: packs, 1: packs, 2: 2 * packs, 3: 2 * packs}, (
         f"checkpointing reruns the trained layers' forwards in the backward, not the frozen ones': {calls}"
     )
-    assert graph == {0: False, 1: False, 2: True, 3: True}, f"no graph below the lowest trained layer: {graph}"
+    assert graph == {0: False, 1: False, 2: True, 3: True}, (
+        f"no graph below the lowest trained layer: {graph}"
+    )
 
 
 def test_with_lora_only_the_top_layers_adapters_train():

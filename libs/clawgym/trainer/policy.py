@@ -202,8 +202,10 @@ def freeze_below(lm: nn.Module, trained_layers: int) -> None:
     needs a gradient, so autograd records no graph there and the backward stops at it (its forward
     costs what inference does). Under LoRA only the trained layers' adapters keep training."""
     layers = lm.get_decoder().layers
-    if trained_layers > len(layers):
-        raise InvalidArgument(f"trainer.trained_layers: {trained_layers}, but the model has {len(layers)} layers")
+    if not 1 <= trained_layers <= len(layers):
+        raise InvalidArgument(
+            f"trainer.trained_layers: {trained_layers}, but the model has {len(layers)} layers"
+        )
     lm.get_input_embeddings().requires_grad_(False)
     lm.get_output_embeddings().requires_grad_(False)
     for layer in layers[: len(layers) - trained_layers]:

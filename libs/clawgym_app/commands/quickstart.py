@@ -71,14 +71,15 @@ class QuickstartOptions:
     groups_per_step: int = 4
     # what the update trains: auto = LoRA adapters where the CPU computes bfloat16 (measured beside full
     # training on the validation split: gains as large, ~0.25 GB less at the peak; as many steps: alone
-    # its update is no faster, bench/lora_update.py), every weight in float32 (where LoRA's engine needs
-    # its own copy of the weights, the trainer's shared otherwise)
+    # its update is no faster, bench/finetune_update.py), the weights themselves in float32 (where LoRA's
+    # engine needs its own copy of the weights, the trainer's shared otherwise; `trained_layers`: which)
     finetune: str = "auto"
     lora_rank: int = 16  # rank of the adapters on every linear layer of the decoder
-    # decoder layers the update trains, from the top: -1 = auto, the top half where every weight trains
-    # (float32; measured beside every layer, capped at AVX2, validation seed 0: 32 steps in 10 minutes
+    # decoder layers the update trains, from the top: -1 = auto, the top half where the weights themselves
+    # train (float32; measured beside every layer, capped at AVX2, validation seed 0: 32 steps in 10 minutes
     # against 23, 2.40 GB against 2.97, both gains beyond their intervals at both; the top 8: 25 steps,
-    # the trained families' gain within its interval), every layer with LoRA adapters; 0 = every layer
+    # the trained families' gain within its interval; the top 15 at seeds 1 and 2: beyond at both), every
+    # layer with LoRA adapters; 0 = every layer
     trained_layers: int = -1
     # 0 = by what is trained: 2e-4 for LoRA adapters, 10x full training's 2e-5 (full:
     # 5e-5 lowered both held-out sets in 6 steps, seed 0, 2e-5 raised both)
@@ -241,7 +242,7 @@ def command(
         Q.trained_layers,
         help="train only the top N decoder layers (their adapters with LoRA); the embeddings, LM head and "
         "layers below stay frozen and the backward stops above them; 0 = every layer; -1 = auto: the top "
-        "half where every weight trains, every layer with LoRA",
+        "half where the weights themselves train, every layer with LoRA",
     ),
     lr: float = typer.Option(
         Q.lr, help="AdamW learning rate; 0 = 2e-4 for LoRA adapters, 2e-5 for every weight"
@@ -327,7 +328,7 @@ def trains_adapters(choice: str, dtype: str) -> bool:
 
 def trained_layers(choice: int, adapters: bool, model: str) -> int:
     """`trainer.trained_layers` of the run: `choice`, or with -1 (auto) the top half of the model's
-    decoder layers where every weight trains, every layer (0) where LoRA adapters do."""
+    decoder layers where the weights themselves train, every layer (0) where LoRA adapters do."""
     from clawgym.policies.specs import policy_spec
 
     if choice < -1:
