@@ -7,6 +7,7 @@ It does not define losses or the update (`update.py`); the packed forward itself
 `clawgym.rl.forward`.
 """
 
+import contextlib
 import copy
 from dataclasses import dataclass
 
@@ -193,7 +194,8 @@ def checkpoint_activations(lm: nn.Module) -> None:
         lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    lm.disable_input_require_grads()
+    with contextlib.suppress(AttributeError):  # older transformers add no hook, and removing none raises
+        lm.disable_input_require_grads()
 
 
 def freeze_below(lm: nn.Module, trained_layers: int) -> None:
