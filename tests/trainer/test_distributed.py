@@ -97,6 +97,20 @@ def test_fsdp_memory_settings_keep_the_update_exact(one_rank, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_top_layers_alone_on_two_fsdp_ranks_make_the_one_rank_update(tmp_path):
+    """`trainer.trained_layers`: the frozen embeddings, LM head and lower layers sit in FSDP2's units beside
+    trained ones (the root's final norm); the two ranks' update matches one rank's, the frozen ones' none."""
+    top = {"trained_layers": 2, "activation_checkpointing": True}
+    _torchrun(1, tmp_path / "one", top)
+    _torchrun(2, tmp_path / "two", top)
+    _assert_same_update(tmp_path / "one", tmp_path / "two")
+    initial = load_model("tiny-qwen3").state_dict()
+    two = load_file(str(tmp_path / "two" / "grpo" / "model.safetensors"))
+    frozen = [k for k in two if k.startswith(("model.embed_tokens", "model.layers.0.", "model.layers.1."))]
+    assert frozen and all(torch.equal(two[k], initial[k]) for k in frozen), "the frozen weights must not move"
+
+
+@pytest.mark.slow
 def test_bfloat16_mixed_precision_keeps_float32_weights_and_moves_them_as_float32_does(one_rank, tmp_path):
     _torchrun(2, tmp_path / "two", {"fsdp": {"param_dtype": "bfloat16"}})
     initial = load_model("tiny-qwen3").state_dict()
