@@ -15,7 +15,7 @@ each keeping its best. It measures the update alone, on a quiet core: in a run t
 cores with the engine and the rollouts (`docs/quickstart-runs.md` has what the runs measured). The
 LAST line is one JSON object.
 
-    .venv/bin/python bench/finetune_update.py [--threads 1] [--rounds 2] [--trained-layers 8]
+    .venv/bin/python bench/finetune_update.py [--threads 1] [--rounds 2] [--trained-layers 15]
 """
 
 import argparse
