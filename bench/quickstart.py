@@ -12,7 +12,10 @@ its processes), `peak_rss_sum_gb` their plain RSS (shared pages once per process
     .venv/bin/python bench/quickstart.py                       # the defaults (SmolLM2-135M, the 15-min budget)
     .venv/bin/python bench/quickstart.py -- --model tiny-qwen3 --steps 2 --eval-tasks 8   # a smoke run
 
-Arguments after `--` go to `clawgym quickstart` unchanged. The LAST line is one JSON object.
+It first waits (`--quiet-wait`, 300 s at most) for the 1-minute load average to fall below half
+the cores: a run just before leaves it near 2 on 2 cores for a minute or two, and the quickstart's auto
+threads read it. Arguments after `--` go to `clawgym quickstart` unchanged. The LAST line is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -89,13 +92,26 @@ def rollout_figures(db: Path) -> dict:
     }
 
 
+def wait_for_quiet(limit_s: float) -> float:
+    """Waits (up to `limit_s`) for the 1-minute load average to fall below half the cores, as the
+    quickstart's auto threads ask before sharing the cores (a run just before leaves ~2 on 2 cores for
+    a minute or two); returns the seconds waited."""
+    started = time.monotonic()
+    while os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1) and time.monotonic() - started < limit_s:
+        time.sleep(5)
+    return time.monotonic() - started
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run-dir", default="", help="keep the run folder here (default: a temp folder)")
+    p.add_argument("--quiet-wait", type=float, default=300, help="seconds to wait for a quiet machine first")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="-- then options for clawgym quickstart")
     args = p.parse_args()
     extra = [a for a in args.rest if a != "--"]
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="clawgym-quickstart-"))
+    waited = wait_for_quiet(args.quiet_wait)
+    print(f"waited {waited:.0f} s for the load average to fall (now {os.getloadavg()[0]:.2f})", flush=True)
     started = time.monotonic()
     proc = subprocess.Popen(
         [str(CLAWGYM), "quickstart", "--run-dir", str(run_dir), "--json", *extra],

@@ -2,6 +2,7 @@
 the tree), with an evaluation every step through the harness it trains with, and the report."""
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -22,6 +23,8 @@ def test_train_runs_ppo_embedded_with_periodic_evaluation_and_writes_the_report(
     assert done.returncode == 0, f"clawgym train failed:\n{done.stdout}\n{done.stderr}"
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["mode"] == "embedded" and summary["steps"] == 2, f"two embedded steps: {summary}"
+    # sync: the engine and the trainer take turns, each on every core (1 thread on a busy machine)
+    assert summary["torch_threads"] in {1, os.cpu_count()}, summary["torch_threads"]
     with sqlite3.connect(tmp_path / "store.db") as db:
         metrics = [json.loads(m) for (m,) in db.execute("SELECT metrics FROM checkpoints ORDER BY version")]
         evals = [v for (v,) in db.execute("SELECT version FROM evals ORDER BY version")]

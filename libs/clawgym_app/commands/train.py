@@ -59,7 +59,7 @@ def command(
     from clawgym.report.run_folder import LOG_FILE
     from clawgym.run import in_folder, refuse_trained_evaluation, write_run_config
     from clawgym.tracking.writers import check_available
-    from clawgym_app.logs import log_to_file, quiet_libraries
+    from clawgym_app.logs import log_to_file, quiet_libraries, set_threads
 
     console = Console(stderr=True) if as_json else Console()
     folder: Path | None = None
@@ -92,6 +92,10 @@ def command(
             with console.status(f"starting the services (logs in {stack.folder})"):
                 cfg = stack.start()
         mode = "embedded" if is_embedded(cfg) else f"services (orchestrator {cfg.orchestrator.grpc_url})"
+        # embedded: the engine and the trainer share this process's cores (async: both compute at once)
+        threads = (
+            set_threads(0, computing=2 if cfg.trainer.mode == "async" else 1) if is_embedded(cfg) else None
+        )
         t = cfg.trainer
         mix = ", ".join(f"{h.name}×{h.weight:g}" for h in t.harnesses)
         console.print(f"[bold]clawgym train[/bold] → {escape(str(folder))}: {mode}; {t.algorithm.name} on "
@@ -104,7 +108,8 @@ def command(
                 check_resume(runtime.cfg.trainer, prior, resume)
                 started = True
                 outcome = run_with_progress(runtime, folder, console, title=f"clawgym train: {t.run_name}",
-                                            settings={"config_file": str(config or folder), "mode": mode})  # fmt: skip
+                                            settings={"config_file": str(config or folder), "mode": mode,
+                                                      "torch_threads": threads})  # fmt: skip
         finally:
             if stack is not None:
                 stack.stop()
@@ -126,7 +131,13 @@ def command(
     if as_json:
         print(
             json.dumps(
-                {**outcome.summary, "mode": mode, "report": str(outcome.report), "run_dir": str(folder)}
+                {
+                    **outcome.summary,
+                    "mode": mode,
+                    "torch_threads": threads,
+                    "report": str(outcome.report),
+                    "run_dir": str(folder),
+                }
             )
         )
     else:
