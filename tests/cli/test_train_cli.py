@@ -24,7 +24,7 @@ def test_train_runs_ppo_embedded_with_periodic_evaluation_and_writes_the_report(
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["mode"] == "embedded" and summary["steps"] == 2, f"two embedded steps: {summary}"
     # sync: the engine and the trainer take turns, each on every core (1 thread on a busy machine)
-    assert summary["torch_threads"] in {1, os.cpu_count()}, summary["torch_threads"]
+    assert 1 <= summary["torch_threads"] <= (os.cpu_count() or 1), summary["torch_threads"]
     with sqlite3.connect(tmp_path / "store.db") as db:
         metrics = [json.loads(m) for (m,) in db.execute("SELECT metrics FROM checkpoints ORDER BY version")]
         evals = [v for (v,) in db.execute("SELECT version FROM evals ORDER BY version")]
