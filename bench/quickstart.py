@@ -32,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from clawgym_app.logs import machine_busy
+
 CLAWGYM = Path(sys.executable).with_name("clawgym")
 
 
@@ -93,11 +95,11 @@ def rollout_figures(db: Path) -> dict:
 
 
 def wait_for_quiet(limit_s: float) -> float:
-    """Waits (up to `limit_s`) for the 1-minute load average to fall below half the cores, below which
-    the quickstart's auto threads count the machine as quiet (a run just before leaves ~2 on 2 cores
-    for a minute or two); returns the seconds waited."""
+    """Waits (up to `limit_s`) until the quickstart's auto threads would count the machine as quiet
+    (`machine_busy`: a run just before leaves the load average ~2 on 2 cores for a minute or two);
+    returns the seconds waited."""
     started = time.monotonic()
-    while os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1) and time.monotonic() - started < limit_s:
+    while machine_busy() and time.monotonic() - started < limit_s:
         time.sleep(5)
     return time.monotonic() - started
 

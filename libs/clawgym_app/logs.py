@@ -34,6 +34,11 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", module="transformers")
 
 
+def machine_busy() -> bool:
+    """Other processes keep the cores busy: the 1-minute load average is above half the cores."""
+    return os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1)
+
+
 def set_threads(threads: int = 0, computing: int = 1) -> int:
     """Sets torch's intra-op threads; 0 = auto: the cores shared out between the `computing` threads of
     this process that run torch at once (an async quickstart's engine and trainer: 2), or 1 when other
@@ -44,8 +49,6 @@ def set_threads(threads: int = 0, computing: int = 1) -> int:
     import torch
 
     if threads <= 0:
-        cores = os.cpu_count() or 1
-        busy = os.getloadavg()[0] > 0.5 * cores
-        threads = 1 if busy else max(1, torch.get_num_threads() // computing)
+        threads = 1 if machine_busy() else max(1, torch.get_num_threads() // computing)
     torch.set_num_threads(threads)
     return threads

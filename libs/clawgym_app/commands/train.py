@@ -91,11 +91,10 @@ def command(
             stack = ServiceStack(cfg, folder / "services")
             with console.status(f"starting the services (logs in {stack.folder})"):
                 cfg = stack.start()
-        mode = "embedded" if is_embedded(cfg) else f"services (orchestrator {cfg.orchestrator.grpc_url})"
+        embedded = is_embedded(cfg)
+        mode = "embedded" if embedded else f"services (orchestrator {cfg.orchestrator.grpc_url})"
         # embedded: the engine and the trainer share this process's cores (async: both compute at once)
-        threads = (
-            set_threads(0, computing=2 if cfg.trainer.mode == "async" else 1) if is_embedded(cfg) else None
-        )
+        threads = set_threads(0, computing=2 if cfg.trainer.mode == "async" else 1) if embedded else None
         t = cfg.trainer
         mix = ", ".join(f"{h.name}×{h.weight:g}" for h in t.harnesses)
         console.print(f"[bold]clawgym train[/bold] → {escape(str(folder))}: {mode}; {t.algorithm.name} on "
