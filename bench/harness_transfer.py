@@ -150,38 +150,29 @@ from clawgym.report.plots import COLOURS, DPI
 from clawgym.report.summary import before_after
 from clawgym_app.commands.quickstart import QuickstartOptions
 
-HARNESSES = ("reference", "mini-swe-agent")
-TRAININGS = {  # policy name → the harness mix it trains through
-    "reference": [{"name": "reference", "weight": 1.0}],
-    "mini-swe-agent": [{"name": "mini-swe-agent", "weight": 1.0}],
-    "mix": [{"name": "reference", "weight": 1.0}, {"name": "mini-swe-agent", "weight": 1.0}],
-}
+HARNESSES = ("reference", "mini-swe-agent")  # the default pair (--harnesses)
 PARTS = {"": "trained families", "_unseen_families": "unseen families"}
-# --warm-start: chain name → the demonstrations it warm-starts on (their harnesses) and its RL mix
-WARM = {
-    "reference": (["reference"], TRAININGS["reference"]),
-    "mini-swe-agent": (["mini-swe-agent"], TRAININGS["mini-swe-agent"]),
-    "mix": (list(HARNESSES), TRAININGS["mix"]),
-}
 
 
-def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], swe: dict) -> dict:
+def trainings(harnesses: tuple[str, ...]) -> dict[str, list[dict]]:
+    """Policy name → the harness mix it trains through: each harness alone, and their mix."""
+    one = {h: [{"name": h, "weight": 1.0}] for h in harnesses}
+    return one | {"mix": [{"name": h, "weight": 1.0} for h in harnesses]}
+
+
+def run_changes(opts: QuickstartOptions, name: str, mix: list[dict], harnesses: tuple[str, ...], swe: dict,
+                concurrency: dict[str, int]) -> dict:  # fmt: skip
     """What a transfer run changes in the quickstart's config: its harness mix, both harnesses'
     settings (so every `clawgym eval` of every policy uses the same: `swe` is mini-swe-agent's),
-    no self-evaluation."""
+    rollouts at once per harness (`concurrency`), no self-evaluation."""
+    settings = {"reference": {"max_turns": opts.max_turns, "max_tokens": opts.max_new_tokens}, "mini-swe-agent": swe}
     return {
         # the proxy's cap must let mini-swe-agent's longer replies through (the reference harness asks for its own)
         "proxy": {"max_new_tokens": max(opts.max_new_tokens, swe["max_tokens"])},
         "trainer": {"run_name": f"transfer-{name}", "harnesses": mix},
         "orchestrator": {
-            "harness_settings": {
-                "reference": {"max_turns": opts.max_turns, "max_tokens": opts.max_new_tokens},
-                "mini-swe-agent": swe,
-            },
-            # through litellm each start imports it (~2.6 s of CPU; 16 rollouts took 220 s at 4 or 16 at a
-            # time): 8 at once. The direct client's starts are light: a step's rollouts all at once, so the
-            # engine decodes them as one batch, as the quickstart's
-            "harness_concurrency": {"mini-swe-agent": opts.concurrency if swe.get("client") == "direct" else 8},
+            "harness_settings": {h: settings[h] for h in harnesses if h in settings},
+            "harness_concurrency": {h: n for h, n in concurrency.items() if h in harnesses},
         },
         "evaluation": {"at_start": False, "at_end": False},
     }
@@ -217,12 +208,12 @@ def demonstration_tasks(run_dir: Path, per_family: int) -> list[str]:
     return [task.id for task in spread(tasks, per_family * len(families))]
 
 
-def best_offdiagonal(cells: dict[str, dict[str, dict]], trained_through: dict[str, str]) -> dict:
+def best_offdiagonal(cells: dict[str, dict[str, dict]], trained_through: dict[str, str], harnesses: tuple[str, ...]) -> dict:
     """The cell of a policy trained through one harness and evaluated through the other whose
     difference from the base has the highest lower 95% end (over tasks), over both held-out parts."""
     best: dict = {}
     for policy, harness in trained_through.items():
-        for h in HARNESSES:
+        for h in harnesses:
             if h == harness or policy not in cells:
                 continue
             for suffix, what in PARTS.items():
@@ -233,13 +224,13 @@ def best_offdiagonal(cells: dict[str, dict[str, dict]], trained_through: dict[st
     return best
 
 
-def matrix(results: dict[str, EvalResult], parts) -> dict[str, dict[str, dict]]:
+def matrix(results: dict[str, EvalResult], parts, harnesses: tuple[str, ...]) -> dict[str, dict[str, dict]]:
     """policy → evaluation harness → Pass@1 (+ interval, + paired difference from the base) per part."""
     base = results["base"]
     out: dict[str, dict[str, dict]] = {}
     for policy, result in results.items():
         out[policy] = {}
-        for h in HARNESSES:
+        for h in harnesses:
             cell: dict = {}
             for suffix in PARTS:
                 ids = parts.ids("unseen" if suffix else "trained")
@@ -253,7 +244,7 @@ def matrix(results: dict[str, EvalResult], parts) -> dict[str, dict[str, dict]]:
     return out
 
 
-def plot(cells: dict[str, dict[str, dict]], path: Path) -> Path:
+def plot(cells: dict[str, dict[str, dict]], path: Path, harnesses: tuple[str, ...]) -> Path:
     """Bars: Pass@1 with 95% intervals, grouped by evaluation harness, one bar per policy; a panel per part."""
     import matplotlib.pyplot as plt
 
@@ -263,7 +254,7 @@ def plot(cells: dict[str, dict[str, dict]], path: Path) -> Path:
     for ax, (suffix, what) in zip(axes[0], PARTS.items(), strict=True):
         for i, (policy, row) in enumerate(cells.items()):
             xs, ys, lows, highs = [], [], [], []
-            for j, h in enumerate(HARNESSES):
+            for j, h in enumerate(harnesses):
                 value = row[h].get(f"pass1{suffix}")
                 if value is None:
                     continue
@@ -274,7 +265,7 @@ def plot(cells: dict[str, dict[str, dict]], path: Path) -> Path:
                 highs.append(max(0.0, high - value))
             label = "base policy" if policy == "base" else f"trained via {policy}"
             ax.bar(xs, ys, width, yerr=[lows, highs], capsize=3, color=COLOURS[i % len(COLOURS)], label=label)
-        ax.set_xticks(range(len(HARNESSES)), [f"eval via {h}" for h in HARNESSES])
+        ax.set_xticks(range(len(harnesses)), [f"eval via {h}" for h in harnesses])
         ax.set_title(f"held-out {what}", fontsize=10)
         ax.set_ylabel("Pass@1 (95% CI)")
         ax.set_ylim(0, 1.02)
@@ -307,12 +298,16 @@ def main() -> None:
                    help="mini-swe-agent: what sends its requests (direct: the same prompts without litellm's import)")  # fmt: skip
     p.add_argument("--swe-max-tokens", type=int, default=0,
                    help="mini-swe-agent: tokens per reply (default --max-new-tokens; its prompt asks for a THOUGHT first)")  # fmt: skip
-    p.add_argument("--trainings", nargs="+", choices=list(TRAININGS), default=list(TRAININGS),
-                   help="which policies to train (each is evaluated beside the base policy)")  # fmt: skip
+    p.add_argument("--harnesses", nargs=2, default=list(HARNESSES), metavar="HARNESS",
+                   help="the two harnesses trained through and evaluated through (default: reference mini-swe-agent)")  # fmt: skip
+    p.add_argument("--concurrency", nargs="+", default=[], metavar="HARNESS=N",
+                   help="rollouts at once through a harness (default: a step's, 8 for mini-swe-agent through litellm)")  # fmt: skip
+    p.add_argument("--trainings", nargs="+", default=None, metavar="POLICY",
+                   help="which policies to train: a harness of --harnesses or mix (default: all three)")  # fmt: skip
     p.add_argument("--warm-start", action=argparse.BooleanOptionalAction, default=True,
                    help="each training starts with SFT on the oracle's demonstrations through its harness(es)")  # fmt: skip
     p.add_argument("--small", action="store_true",
-                   help="--warm-start at a size for 2 cores in ~45 min: the mini-swe-agent chain only, 24 + 24 tasks")  # fmt: skip
+                   help="--warm-start at a size for 2 cores in ~45 min: the second harness's chain only, 24 + 24 tasks")  # fmt: skip
     p.add_argument("--demo-tasks-per-family", type=int, default=4, help="--warm-start: demonstrated training tasks per family")
     p.add_argument("--sft-steps", type=int, default=18, help="--warm-start: SFT steps (8 demonstrations each)")
     p.add_argument("--sft-lr", type=float, default=1e-4, help="--warm-start: the SFT steps' learning rate")
@@ -322,8 +317,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="", help="keep the run folders here (default: a temp folder)")
     args = p.parse_args()
+    harnesses = tuple(args.harnesses)
+    chains = trainings(harnesses)
+    args.trainings = args.trainings or list(chains)
+    if unknown := set(args.trainings) - set(chains):
+        p.error(f"--trainings: {sorted(unknown)} are not among {list(chains)}")
     if args.small:  # the measured small size (see the module doc)
-        args.warm_start, args.trainings = True, ["mini-swe-agent"]
+        args.warm_start, args.trainings = True, [harnesses[1]]
         args.steps, args.groups_per_step, args.group_size = 8, 4, 8
         args.eval_tasks, args.eval_unseen_tasks, args.swe_turns = 24, 24, 1
     if args.toy:
@@ -345,12 +345,19 @@ def main() -> None:
     swe = {"max_turns": swe_turns, "mode": args.swe_mode, "max_tokens": swe_max_tokens, "client": args.swe_client}
     if args.swe_fences:
         swe["fences"] = args.swe_fences
+    # through litellm each start imports it (~2.6 s of CPU; 16 rollouts took 220 s at 4 or 16 at a time): 8 at
+    # once. Other starts are light: a step's rollouts all at once, so the engine decodes them as one batch
+    concurrency = {h: opts.concurrency for h in harnesses} | (
+        {"mini-swe-agent": 8} if args.swe_client == "litellm" else {}
+    )
+    concurrency |= {h: int(n) for h, n in (item.split("=", 1) for item in args.concurrency)}
     sft_steps = 2 if args.toy else args.sft_steps
     demos = out / "demonstrations"
     for name in args.trainings:
-        changes = run_changes(opts, name, TRAININGS[name], swe)
+        changes = run_changes(opts, name, chains[name], harnesses, swe, concurrency)
         if args.warm_start:
-            changes = merged(changes, warm_changes(demos, WARM[name][0], sft_steps, opts.steps, args.sft_lr))
+            sft_through = [h["name"] for h in chains[name]]  # a chain's demonstrations: through its own harnesses
+            changes = merged(changes, warm_changes(demos, sft_through, sft_steps, opts.steps, args.sft_lr))
         write_run_config(opts, out / name, changes)
     first = out / args.trainings[0]
     parts = held_out_parts(first)  # the same train and held-out tasks in every run
@@ -358,10 +365,10 @@ def main() -> None:
     if args.warm_start:
         t0 = time.monotonic()
         ids = demonstration_tasks(first, 1 if args.toy else args.demo_tasks_per_family)
-        captured = capture_demonstrations(first, sorted({h for n in args.trainings for h in WARM[n][0]}), ids, demos)
+        captured = capture_demonstrations(first, sorted({h["name"] for n in args.trainings for h in chains[n]}), ids, demos)
         figures["demonstrations"] = {h: {"tasks": m["tasks"], "pass1": m["pass@1"]} for h, m in captured["harnesses"].items()}
         figures["demonstrations"]["capture_s"] = round(time.monotonic() - t0, 1)
-    results = {"base": evaluate(first, 0, list(HARNESSES), store)}
+    results = {"base": evaluate(first, 0, list(harnesses), store)}
     trained: dict[str, dict] = {}
     for name in args.trainings:
         t0 = time.monotonic()
@@ -369,26 +376,31 @@ def main() -> None:
         trained[name] = {"steps": summary["steps"], "train_s": round(time.monotonic() - t0, 1)}
         if args.warm_start:
             # a chain through one harness; the mix's warm start (both harnesses' SFT) is not a cell of its own
-            if name in HARNESSES:
-                results[f"{name}: warm start"] = evaluate(out / name, sft_steps, list(HARNESSES), store)
-            results[f"{name}: warm start + RL"] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
+            if name in harnesses:
+                results[f"{name}: warm start"] = evaluate(out / name, sft_steps, list(harnesses), store)
+            results[f"{name}: warm start + RL"] = evaluate(out / name, summary["steps"], list(harnesses), store)
         else:
-            results[name] = evaluate(out / name, summary["steps"], list(HARNESSES), store)
-    cells = matrix(results, parts)
-    png = plot(cells, out / "transfer.png")
-    through_one = {p: n for n in HARNESSES for p in results if p.split(":")[0] == n}
-    figures["best_offdiagonal"] = best_offdiagonal(cells, through_one)
+            results[name] = evaluate(out / name, summary["steps"], list(harnesses), store)
+    cells = matrix(results, parts, harnesses)
+    png = plot(cells, out / "transfer.png", harnesses)
+    through_one = {p: n for n in harnesses for p in results if p.split(":")[0] == n}
+    figures["best_offdiagonal"] = best_offdiagonal(cells, through_one, harnesses)
     figures["best_offdiagonal_ci95_delta"] = figures["best_offdiagonal"].get("ci95_delta")
     if args.warm_start and "mini-swe-agent" in args.trainings:
         figures["mswea_after_warm_start"] = cells["mini-swe-agent: warm start"]["mini-swe-agent"].get("pass1")
         figures["mswea_after_rl"] = cells["mini-swe-agent: warm start + RL"]["mini-swe-agent"].get("pass1")
+    if args.warm_start:  # each chain through one harness, evaluated through that harness, trained families
+        figures["after"] = {
+            n: {stage: cells[f"{n}: {stage}"][n].get("pass1") for stage in ("warm start", "warm start + RL")}
+            for n in args.trainings if n in harnesses
+        }
 
     for suffix, what in PARTS.items():
         print(f"\nheld-out Pass@1, {what} (difference from the base policy, paired 95% CI)")
-        print(f"{'policy':34}" + "".join(f"  {'eval via ' + h:>44}" for h in HARNESSES))
+        print(f"{'policy':34}" + "".join(f"  {'eval via ' + h:>44}" for h in harnesses))
         for policy, row in cells.items():
             line = f"{policy:34}"
-            for h in HARNESSES:
+            for h in harnesses:
                 c = row[h]
                 if f"pass1{suffix}" not in c:
                     line += f"  {'-':>44}"
@@ -400,10 +412,10 @@ def main() -> None:
                     text += f" {c[f'delta{suffix}']:+.3f} [{dl:+.2f}, {dh:+.2f}]"
                 line += f"  {text:>44}"
             print(line)
-    infra = {p: {h: r.harnesses[h].infra_failures for h in HARNESSES} for p, r in results.items()}
+    infra = {p: {h: r.harnesses[h].infra_failures for h in harnesses} for p, r in results.items()}
     print(f"\ninfrastructure failures per policy and harness: {infra}; plot: {png}")
     print(json.dumps({
-        "model": opts.model, "steps": opts.steps, "swe_mode": args.swe_mode, "swe_fences": args.swe_fences, "swe_max_tokens": swe_max_tokens, "swe_turns": swe_turns, "swe_client": args.swe_client, "batch": f"{opts.groups_per_step}x{opts.group_size}",
+        "model": opts.model, "harnesses": list(harnesses), "steps": opts.steps, "swe_mode": args.swe_mode, "swe_fences": args.swe_fences, "swe_max_tokens": swe_max_tokens, "swe_turns": swe_turns, "swe_client": args.swe_client, "batch": f"{opts.groups_per_step}x{opts.group_size}",
         "eval_tasks": len(parts.ids("trained")), "eval_tasks_unseen_families": len(parts.ids("unseen")),
         "warm_start": args.warm_start, "sft_steps": sft_steps if args.warm_start else 0, "eval_split": opts.eval_split,
         **figures, "cells": cells,

@@ -9,6 +9,7 @@ its engine is scripted with nothing: the oracle answers every call, the policy n
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +168,29 @@ def test_mini_swe_agents_direct_client_gives_the_policy_the_prompts_litellm_give
             store.close()
     assert len(prompts["direct"]) == len(prompts["litellm"]) >= 2
     assert prompts["direct"] == prompts["litellm"], "the same conversation, token for token"
+
+
+@pytest.mark.harness
+@pytest.mark.slow
+def test_the_oracle_solves_mini_tasks_through_the_real_opencode(tmp_path, backend):
+    """The real opencode CLI: its title call gets a title, its agent call one `bash` tool call of
+    the solution (a script of several lines), and once opencode sends that call back with its output,
+    a reply without a call ends the run: reward 1, every call the oracle's, the solution run once."""
+    adapter = get_harness("opencode")
+    adapter.install()
+    suite = mini_suite_dir(tmp_path / "suite")
+    tasks = mini_tasks(suite, FAMILIES[:2])
+    store, _, outcomes = collect(adapter, tasks, suite, backend, tmp_path / "store.db")
+    try:
+        assert_solved_by_the_teacher(store, outcomes, min_calls=3)
+        for task, rollout_id, _ in outcomes:
+            messages = [c.response["choices"][0]["message"] for c in store.list_calls(rollout_id)]
+            acts = [m for m in messages if m.get("tool_calls")]
+            assert [c["function"]["name"] for m in acts for c in m["tool_calls"]] == ["bash"], (
+                f"{task.id}: the solution runs once: {messages}"
+            )
+            assert "\n" in json.loads(acts[0]["tool_calls"][0]["function"]["arguments"])["command"]
+            texts = [m["content"] for m in messages if not m.get("tool_calls")]
+            assert not any("```" in t for t in texts), f"{task.id}: the title and the end are text: {texts}"
+    finally:
+        store.close()

@@ -49,3 +49,27 @@ def test_each_harness_gets_the_solution_in_its_own_format_then_its_way_of_finish
     )
     assert oracle_turn("reference", acted, "touch x").content == "DONE"
     assert MINI_SUBMIT in oracle_turn("mini-swe-agent", acted, "touch x").content
+
+
+def test_a_multi_line_command_already_called_is_seen_as_acted():
+    """A solution of several lines travels in a tool call's JSON with escaped newlines: the oracle
+    finds it in the call's argument values and finishes, instead of calling it again."""
+    command = "set -e\ngrep -w tree guests.md > contacts.md"
+    ask = Conversation((Message("user", "do it"),), (BASH,))
+    act = oracle_turn("opencode", ask, command)
+    assert json.loads(act.tool_calls[0].arguments) == {"command": command}
+    done = Conversation((*ask.messages, act, Message("tool", "", tool_call_id="1")), ask.tools)
+    assert oracle_turn("opencode", done, command) == Message("assistant", "The task is done.")
+
+
+def test_a_tool_calling_clis_side_call_gets_a_short_title():
+    """opencode asks for a title in a request without tools: the oracle answers with the task's
+    first words, not a command (which would teach the policy to answer titles with code)."""
+    title = Conversation(
+        (
+            Message("system", "You are a title generator."),
+            Message("user", '"Write the lines of guests.md that contain the word tree into contacts.md."'),
+        )
+    )
+    assert oracle_turn("opencode", title, "grep").content == "Write the lines of guests.md that contain the"
+    assert oracle_turn("reference", title, "grep").content == "```bash\ngrep\n```", "a text harness acts"

@@ -14,7 +14,9 @@ several files writes them into a fresh folder first (base64) and runs its script
   mini-swe-agent's submit command as a call, for others a reply without a call;
 - mini-swe-agent in text mode: one ```mswea_bash_command block (its `mini_textbased.yaml`), the
   submit command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` in its own block to finish;
-- any other text harness (the reference harness): one ```bash block, then `DONE`.
+- any other text harness (the reference harness): one ```bash block, then `DONE`;
+- a side call of a tool-calling CLI (a request without tools: opencode's title, a summary): a short
+  title, the first words of the request's last user message.
 """
 
 import asyncio
@@ -38,6 +40,9 @@ from clawgym.tasks.model import Task
 
 MINI_SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 SHELL_ARGUMENTS = ("command", "cmd")  # a tool taking one of these runs shell commands
+# CLIs that act through tools: their requests without tools are side calls (titles, summaries)
+TOOL_HARNESSES = frozenset({"claude-code", "codex", "opencode", "openclaw", "qwen-code"})
+TITLE_WORDS = 8
 
 
 def solution_command(task: Task) -> str:
@@ -92,9 +97,16 @@ def acted(conv: Conversation, command: str) -> bool:
     for m in conv.messages:
         if m.role != "assistant":
             continue
-        if command in m.content or any(command in str(c.arguments_value()) for c in m.tool_calls):
+        if command in m.content or any(command in v for c in m.tool_calls for v in argument_texts(c)):
             return True
     return False
+
+
+def argument_texts(call: ToolCall) -> list[str]:
+    """A tool call's argument values as text (its raw arguments when they are not an object): a
+    multi-line command is found in its value, never in the escaped JSON or a dict's repr."""
+    value = call.arguments_value()
+    return [str(v) for v in value.values()] if isinstance(value, dict) else [str(value)]
 
 
 def oracle_turn(harness: str, conv: Conversation, command: str) -> Message:
@@ -109,10 +121,18 @@ def oracle_turn(harness: str, conv: Conversation, command: str) -> Message:
         return Message(
             role="assistant", tool_calls=(ToolCall(name=name, arguments=json.dumps({argument: run})),)
         )
+    if harness in TOOL_HARNESSES:
+        return Message(role="assistant", content=side_call_title(conv))
     if harness == "mini-swe-agent":
         thought, run = ("The task is done.", MINI_SUBMIT) if finish else ("Run the solution.", command)
         return Message(role="assistant", content=f"THOUGHT: {thought}\n\n```mswea_bash_command\n{run}\n```")
     return Message(role="assistant", content="DONE" if finish else f"```bash\n{command}\n```")
+
+
+def side_call_title(conv: Conversation) -> str:
+    """The first words of the request's last user message, unquoted: a title a harness can show."""
+    text = next((m.content for m in reversed(conv.messages) if m.role == "user"), "")
+    return " ".join(text.strip().strip('"').split()[:TITLE_WORDS]) or "Task"
 
 
 class OracleTeacher:

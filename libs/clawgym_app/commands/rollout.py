@@ -159,6 +159,8 @@ def _new_context(prev: Call | None, call: Call) -> np.ndarray:
 
 def show(shown: ShownRollout, console: Console, preview: int = 600) -> None:
     """Prints the outcome, each call, and the rollout's prefix tree."""
+    from clawgym.records import is_teacher
+    from clawgym.trainer.demonstrations import demonstrated
     from clawgym.trajectory import render_tree, tree_from_calls
 
     s, tok = shown.status, shown.tokenizer
@@ -196,7 +198,8 @@ def show(shown: ShownRollout, console: Console, preview: int = 600) -> None:
         body += f"[green]policy output ({len(c.output_ids)} tok):[/green]\n{_cut(output, preview)}"
         console.print(Panel(body, title=f"call {c.seq}", expand=False, highlight=False))
         prev = c
-    tree = tree_from_calls(shown.calls, reward=s.reward)
+    # a teacher's calls (demonstrations) have no policy logprobs: shown as SFT reads them
+    tree = tree_from_calls([demonstrated(c) if is_teacher(c) else c for c in shown.calls], reward=s.reward)
     stats = tree.stats()
     console.print(
         f"prefix tree: {stats.path_tokens} path tokens, {stats.unique_tokens} unique "
