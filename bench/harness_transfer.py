@@ -25,6 +25,12 @@ one carries to the other.
     .venv/bin/python bench/harness_transfer.py --small   # the mini-swe-agent chain, 24 + 24 eval tasks
     .venv/bin/python bench/harness_transfer.py --toy     # tiny-qwen3, 2 steps per run: the plumbing (~4 min)
 
+`--harnesses A B` trains and evaluates through another pair (default `reference mini-swe-agent`;
+`--small` is then B's chain): `--harnesses reference opencode --trainings opencode` is the warm-
+started pipeline through opencode, evaluated through it and the reference harness.
+`--concurrency H=N` sets rollouts at once through a harness (default: a step's; opencode's CLI
+costs ~15 s of CPU a run, so 8 at a time on 2 cores).
+
 By default every run starts warm (`--warm-start`, below): from the base policy nothing is learnt
 through mini-swe-agent. `--no-warm-start` trains from the base policy, as first measured:
 `--no-warm-start --steps 24 --swe-turns 4` (24 steps of 4 groups x 8 per run) does not fit a
@@ -145,6 +151,7 @@ from training_runs import (
     write_run_config,
 )
 
+from clawgym.config import parse_sets
 from clawgym.evaluation.runner import EvalResult
 from clawgym.report.plots import COLOURS, DPI
 from clawgym.report.summary import before_after
@@ -302,6 +309,8 @@ def main() -> None:
                    help="the two harnesses trained through and evaluated through (default: reference mini-swe-agent)")  # fmt: skip
     p.add_argument("--concurrency", nargs="+", default=[], metavar="HARNESS=N",
                    help="rollouts at once through a harness (default: a step's, 8 for mini-swe-agent through litellm)")  # fmt: skip
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config field over the quickstart's in every run (--set inference.prefix_cache_tokens=8192)")  # fmt: skip
     p.add_argument("--trainings", nargs="+", default=None, metavar="POLICY",
                    help="which policies to train: a harness of --harnesses or mix (default: all three)")  # fmt: skip
     p.add_argument("--warm-start", action=argparse.BooleanOptionalAction, default=True,
@@ -354,7 +363,7 @@ def main() -> None:
     sft_steps = 2 if args.toy else args.sft_steps
     demos = out / "demonstrations"
     for name in args.trainings:
-        changes = run_changes(opts, name, chains[name], harnesses, swe, concurrency)
+        changes = merged(run_changes(opts, name, chains[name], harnesses, swe, concurrency), parse_sets(args.set))
         if args.warm_start:
             sft_through = [h["name"] for h in chains[name]]  # a chain's demonstrations: through its own harnesses
             changes = merged(changes, warm_changes(demos, sft_through, sft_steps, opts.steps, args.sft_lr))
@@ -365,7 +374,10 @@ def main() -> None:
     if args.warm_start:
         t0 = time.monotonic()
         ids = demonstration_tasks(first, 1 if args.toy else args.demo_tasks_per_family)
-        captured = capture_demonstrations(first, sorted({h["name"] for n in args.trainings for h in chains[n]}), ids, demos)
+        through = sorted({h["name"] for n in args.trainings for h in chains[n]})
+        done = demos / "capture.json"  # a rerun into the same --out keeps its demonstrations
+        captured = json.loads(done.read_text()) if done.exists() else capture_demonstrations(first, through, ids, demos)
+        done.write_text(json.dumps(captured))
         figures["demonstrations"] = {h: {"tasks": m["tasks"], "pass1": m["pass@1"]} for h, m in captured["harnesses"].items()}
         figures["demonstrations"]["capture_s"] = round(time.monotonic() - t0, 1)
     results = {"base": evaluate(first, 0, list(harnesses), store)}

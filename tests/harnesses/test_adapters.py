@@ -11,6 +11,7 @@ import pytest
 
 from clawgym.errors import FailedPrecondition, InvalidArgument, NotFound
 from clawgym.harnesses.base import SYSTEM_PATH, Limits, RunContext
+from clawgym.harnesses.config import HarnessSettings
 from clawgym.harnesses.registry import HARNESSES, get_harness
 from clawgym.tasks.loader import load_task
 
@@ -154,6 +155,18 @@ def test_opencode_config_travels_in_env():
     assert provider["options"] == {"baseURL": "http://127.0.0.1:9000/v1", "apiKey": "tok-7"}
     assert provider["models"] == {"policy": {"tool_call": True}}
     assert run.env["OPENCODE_DISABLE_MODELS_FETCH"] == "1", "models.dev must not be fetched"
+    assert run.env["BUN_JSC_numberOfGCMarkers"] == "1", "one GC marking thread by default"
+
+
+def test_opencode_gc_markers_come_from_its_settings():
+    """`harness_settings.opencode.gc_markers` reaches the adapter; 0 leaves the engine's own count."""
+    settings = HarnessSettings(gc_markers=0)
+    adapter = get_harness("opencode", cache_dir=CACHE, **settings.options())
+    assert "BUN_JSC_numberOfGCMarkers" not in adapter.launch("Fix it.", CTX).env
+    adapter = get_harness("opencode", cache_dir=CACHE, **HarnessSettings(gc_markers=3).options())
+    assert adapter.launch("Fix it.", CTX).env["BUN_JSC_numberOfGCMarkers"] == "3"
+    with pytest.raises(InvalidArgument, match="gc_markers"):
+        get_harness("opencode", cache_dir=CACHE, gc_markers=-1)
 
 
 def test_qwen_code_uses_openai_env_settings_and_the_turn_cap():

@@ -57,7 +57,23 @@ class HarnessSettings(Section):
         "at 80% of it (unset: it assumes 1M tokens for a model it does not know and never compacts first)",
     )
 
+    gc_markers: int | None = Field(
+        None,
+        ge=0,
+        description="opencode: its JavaScript engine's garbage-collector marking threads "
+        "(BUN_JSC_numberOfGCMarkers; unset: 1, 0: the engine's own default). Its parallel markers spin "
+        "while it waits on a model call, taking a small machine's cores from the policy",
+    )
+
     def options(self) -> dict[str, Any]:
         """The adapter constructor options these settings set (`HarnessAdapter.options` names them)."""
-        names = ("max_tokens", "mode", "command_timeout_s", "fences", "client", "context_window")
+        names = (
+            "max_tokens",
+            "mode",
+            "command_timeout_s",
+            "fences",
+            "client",
+            "context_window",
+            "gc_markers",
+        )
         return {k: v for k in names if (v := getattr(self, k)) is not None}
