@@ -27,9 +27,13 @@ one carries to the other.
 
 `--harnesses A B` trains and evaluates through another pair (default `reference mini-swe-agent`;
 `--small` is then B's chain): `--harnesses reference opencode --trainings opencode` is the warm-
-started pipeline through opencode, evaluated through it and the reference harness.
-`--concurrency H=N` sets rollouts at once through a harness (default: a step's; opencode's CLI
-costs ~15 s of CPU a run, so 8 at a time on 2 cores).
+started pipeline through opencode, evaluated through it and the reference harness. `--concurrency
+H=N` sets rollouts at once through a harness (default: a step's; opencode's CLI costs ~20 s of CPU a
+run, so 8 at a time on 2 cores) and `--set KEY=VALUE` a config field of every run (opencode's 7.7k-
+token prompt needs `--set inference.prefix_cache_tokens=8192`, so that the prompts behind the first
+reuse its prefix). How far that pipeline went on 2 cores (an SFT step over opencode's prompt takes
+~10 minutes): `docs/performance.md`, harness prompts. A rerun into the same `--out` keeps its
+demonstrations (`<out>/demonstrations/capture.json`).
 
 By default every run starts warm (`--warm-start`, below): from the base policy nothing is learnt
 through mini-swe-agent. `--no-warm-start` trains from the base policy, as first measured:

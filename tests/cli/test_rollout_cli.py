@@ -47,3 +47,15 @@ def test_rollout_through_the_oracle_passes_without_model_calls(clawgym, run_conf
     done = clawgym("rollout", "-c", str(run_config()), "-H", "oracle", "--task", "mini-test-make_dir-00")
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     assert "finished, reward 1" in done.stdout and "no model calls" in done.stdout, done.stdout
+
+
+def test_rollout_with_the_oracle_teacher_shows_its_demonstration(clawgym, run_config, task_dir):
+    """`proxy.teacher.kind=oracle` answers the reference harness's calls: a teacher's tokens carry no
+    logprob, and the tree is drawn as SFT reads them (the view once failed on their NaN logprobs)."""
+    done = clawgym("rollout", "-c", str(run_config()), "-H", "reference", "--task", str(task_dir),
+                   "--set", "proxy.teacher.kind=oracle")  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 0, f"clawgym rollout with the oracle teacher failed:\n{out}\n{done.stderr}"
+    assert "through reference: finished, reward 1" in out, out
+    assert "```bash" in out and "DONE" in out, f"the solution in a fence, then DONE:\n{out}"
+    assert "prefix tree:" in out, f"the tree is rendered:\n{out}"
