@@ -380,8 +380,9 @@ def main() -> None:
         ids = demonstration_tasks(first, 1 if args.toy else args.demo_tasks_per_family)
         through = sorted({h["name"] for n in args.trainings for h in chains[n]})
         done = demos / "capture.json"  # a rerun into the same --out keeps its demonstrations
-        captured = json.loads(done.read_text()) if done.exists() else capture_demonstrations(first, through, ids, demos)
-        done.write_text(json.dumps(captured))
+        if not done.exists():
+            done.write_text(json.dumps(capture_demonstrations(first, through, ids, demos)))
+        captured = json.loads(done.read_text())
         figures["demonstrations"] = {h: {"tasks": m["tasks"], "pass1": m["pass@1"]} for h, m in captured["harnesses"].items()}
         figures["demonstrations"]["capture_s"] = round(time.monotonic() - t0, 1)
     results = {"base": evaluate(first, 0, list(harnesses), store)}

@@ -6,9 +6,9 @@ gc_markers: 1`, the default) against its engine's own count (`gc_markers: 0`).
 
 Each round evaluates the same held-out mini-suite tasks through opencode once per setting, in
 alternating order, with `clawgym eval` and the real policy (SmolLM2-135M, its ~7.7k-token first call:
-opencode waits tens of seconds on each call on 2 cores). While an evaluation runs, every opencode
-process's CPU time is read from /proc (its sandbox hides it from the evaluation's own rusage); a
-process's last reading is its CPU. Per setting: opencode's CPU seconds per rollout, the evaluation's
+opencode waits tens of seconds on each call on 2 cores). While an evaluation runs, the CPU time of
+every opencode process under it is read with psutil (its sandbox hides it from the evaluation's own
+rusage); a process's last reading is its CPU. Per setting: opencode's CPU seconds per rollout, the evaluation's
 wall seconds per rollout, and Pass@1 (the policy's, not the point here). `cpu_ratio` = the engine
 default's CPU per rollout / one marker's, `wall_ratio` the same for wall time. The LAST line is one
 JSON object of the figures.
@@ -17,8 +17,8 @@ JSON object of the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,22 +27,23 @@ from pathlib import Path
 
 CLAWGYM = Path(sys.executable).with_name("clawgym")
 SETTINGS = {"one marker": 1, "engine default": 0}  # name → gc_markers
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def opencode_cpu(stop: threading.Event, seen: dict[int, float]) -> None:
-    """Until `stop`: each opencode process's CPU seconds (user + system), its last reading kept."""
+def opencode_cpu(root: int, stop: threading.Event, seen: dict[int, float]) -> None:
+    """Until `stop`: the CPU seconds (user + system) of each opencode process under `root`, its last
+    reading kept."""
+    import psutil
+
     while not stop.wait(0.25):
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # gone meanwhile
-            if comm == "opencode":
-                seen[int(pid)] = (int(fields[11]) + int(fields[12])) / TICKS
+        try:
+            processes = psutil.Process(root).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return  # the evaluation ended
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):  # ended meanwhile
+                if process.name() == "opencode":
+                    times = process.cpu_times()
+                    seen[process.pid] = times.user + times.system
 
 
 def one_eval(markers: int, args: argparse.Namespace, store: Path) -> dict:
@@ -57,18 +58,17 @@ def one_eval(markers: int, args: argparse.Namespace, store: Path) -> dict:
             "--store", f"sqlite:///{store}", "--json"]  # fmt: skip
     seen: dict[int, float] = {}
     stop = threading.Event()
-    sampler = threading.Thread(target=opencode_cpu, args=(stop, seen), daemon=True)
-    sampler.start()
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True)
-    finally:
-        stop.set()
-        sampler.join()
-    if done.returncode != 0:
-        raise SystemExit(
-            f"clawgym eval (gc_markers {markers}) failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-        )
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
+        sampler = threading.Thread(target=opencode_cpu, args=(run.pid, stop, seen), daemon=True)
+        sampler.start()
+        try:
+            stdout, stderr = run.communicate()
+        finally:
+            stop.set()
+            sampler.join()
+    if run.returncode != 0:
+        raise SystemExit(f"clawgym eval (gc_markers {markers}) failed:\n{stdout[-2000:]}\n{stderr[-3000:]}")
+    out = json.loads(stdout.strip().splitlines()[-1])
     m = out["harnesses"]["opencode"]
     return {"seconds": out["seconds"], "rollouts": m["samples"], "pass1": m["pass@1"],
             "processes": len(seen), "cpu_s": sum(seen.values())}  # fmt: skip
