@@ -221,6 +221,7 @@ def build_trainer(
     tokenizer: Any = None,
     proxy_url: str = "",
     on_status: Callable[[RolloutStatus], None] | None = None,
+    sft_threads: int = 0,
 ) -> Trainer:
     """A `Trainer` for `cfg.trainer`. Parts not given are opened from `cfg`: the runner and the
     orchestrator client close with the trainer, a store it opens lives as long as the process; given
@@ -228,7 +229,8 @@ def build_trainer(
     `open_rollouts(cfg)`), or from the toy source with `trainer.rollout_source: toy`. The engines the
     trainer publishes checkpoints to: `engines`, else the inference service if one is named. Batches name
     `proxy_url` (an embedded run's own proxy), else none: the orchestrator's `orchestrator.proxy_url`. Under
-    torchrun only rank 0 opens the store, bus, source and engines."""
+    torchrun only rank 0 opens the store, bus, source and engines. `sft_threads`: the torch threads of
+    its SFT steps (0: the process's)."""
     from clawgym.trainer.config import check_trainer_config
     from clawgym.trainer.distributed import World
     from clawgym.trainer.loop import Trainer
@@ -292,6 +294,7 @@ def build_trainer(
         close_runner=owns_runner,
         cache_dir=cache_dir,
         demonstrations=open_demonstrations(cfg, store) if t.is_sft_step(0) else None,
+        sft_threads=sft_threads,
     )
 
 

@@ -205,3 +205,62 @@ def test_a_group_drawn_twice_in_one_step_weighs_twice(sqlite_url):
     per_rank, n_groups, _ = demos.step_trees(1)
     assert n_groups == 2 and [t.group_id for t in per_rank[0]] == [picked[0].group_id] * 2, per_rank
     assert Normaliser.of(per_rank[0]).generated == 2 * picked[0].n_generated, "counted twice, as unmerged"
+
+
+def test_sft_steps_compute_on_their_own_thread_count_and_give_it_back(
+    demos_store, trainer_cfg, tiny_tok, runner, engine
+):
+    """An embedded async run gives its engine and trainer a share of the cores each; in SFT steps no
+    rollout runs, so the trainer computes on `sft_threads` and then returns to its share."""
+    store, run_id = demos_store
+    cfg = trainer_cfg(
+        steps=2, algorithm={"name": "sft", "lr": 1e-3}, sft={"run_id": run_id, "min_reward": 1.0}
+    )
+    demos = Demonstrations.of(select(store_groups(store, run_id), 1.0), 2, seed=0)
+    source = ToyRolloutSource(store, engine, tiny_tok, runner)
+    trainer = Trainer(cfg, store=store, bus=store.bus, source=source, tokenizer=tiny_tok, engines=[engine],
+                      runner=runner, demonstrations=demos, sft_threads=3)  # fmt: skip
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer.run()
+        assert torch.get_num_threads() == 1, "the trainer's thread is back on its share"
+    finally:
+        torch.set_num_threads(before)
+        trainer.close()
+    assert [s.metrics["torch_threads"] for s in store.list_train_steps(trainer.run_id)] == [3, 3]
+
+
+def test_torch_threads_sets_only_the_calling_thread_s_count():
+    """The engine's loop thread keeps the count it started with while the trainer's thread takes more
+    (OpenMP counts are per thread once a thread has computed)."""
+    import threading
+
+    from clawgym.trainer.loop import torch_threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    seen: list[int] = []
+    started, checked = threading.Event(), threading.Event()
+
+    def other() -> None:
+        torch.get_num_threads()  # this thread's count is fixed here, as the engine's loop does
+        started.set()
+        checked.wait(10)
+        seen.append(torch.get_num_threads())
+
+    thread = threading.Thread(target=other)
+    try:
+        thread.start()
+        started.wait(10)
+        with torch_threads(3):
+            assert torch.get_num_threads() == 3
+            checked.set()
+            thread.join(10)
+        assert torch.get_num_threads() == 1
+        assert seen == [1], "the other thread kept its own count"
+        with torch_threads(0):
+            assert torch.get_num_threads() == 1, "0 leaves the count as it is"
+    finally:
+        checked.set()
+        torch.set_num_threads(before)

@@ -306,6 +306,9 @@ class BatchLoop:
     # --- the loop (its own thread) ----------------------------------------------------------------
 
     def _run(self) -> None:
+        # torch fixes a thread's intra-op count at its first call: now, the share the process set,
+        # not whatever a trainer's SFT step (`trainer.loop.torch_threads`) sets while this loop waits
+        torch.get_num_threads()
         if self.packed is not None:
             self.packed.own_thread()
         with torch.inference_mode():

@@ -33,10 +33,11 @@ a group: it is trained when complete, its tokens past the bound left out of the 
 the same loop with nothing requested ahead.
 """
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,11 +105,15 @@ class Trainer:
         close_runner: bool = False,
         cache_dir: str | None = None,
         demonstrations: Demonstrations | None = None,
+        sft_threads: int = 0,
     ) -> None:
         check_trainer_config(cfg)
         self.cfg = cfg
         self.cache_dir = cache_dir  # where a built-in policy is built (`inference.cache_dir`)
         self.demonstrations = demonstrations  # rank 0: the batches of SFT steps (`cfg.is_sft_step`)
+        # torch threads of an SFT step (0: as set): no rollout runs then, so an in-process engine's
+        # share of the cores is the trainer's
+        self.sft_threads = sft_threads
         self.store, self.bus, self.source = store, bus, source
         self.tokenizer = tokenizer
         self.engines = list(engines or [])
@@ -634,8 +639,12 @@ class Trainer:
             lr = self.cfg.sft.lr
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-        packs = sft_packs(my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens)
-        diagnostics = sft_update(self.policy.module, self.optimizer, packs, self.cfg.algorithm, self.world)
+        with torch_threads(self.sft_threads):
+            threads = torch.get_num_threads()
+            packs = sft_packs(my_trees, self.cfg.algorithm, norm, self.cfg.micro_batch_tokens)
+            diagnostics = sft_update(
+                self.policy.module, self.optimizer, packs, self.cfg.algorithm, self.world
+            )
         self.scheduler.step()
         update_s = time.perf_counter() - started
         version, uri = self._save_next_version()
@@ -646,7 +655,7 @@ class Trainer:
                 "rollouts": sum(len(t.rewards) for t in trees), "sft_tokens": norm.generated,
                 "sft_epoch": epoch, "sharing_ratio": Batch(self.version, trees).sharing_ratio(),
                 "tokens": tokens, "tokens_per_s": tokens / max(update_s, 1e-9), "update_s": update_s,
-                "step_s": time.perf_counter() - started,
+                "step_s": time.perf_counter() - started, "torch_threads": threads,
             }  # fmt: skip
             self.store.record_checkpoint(Checkpoint(self.run_id, version, version, uri, record))
             self.store.record_train_step(self.run_id, version, record)
@@ -675,6 +684,21 @@ class Trainer:
             self.source.close()
         if self._close_runner and self.runner is not None:
             self.runner.close()
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """The calling thread computes on `n` torch intra-op threads in the block (0: as it does); with
+    OpenMP the count is the calling thread's own, so an engine's loop thread keeps its share."""
+    before = torch.get_num_threads()
+    if n <= 0 or n == before:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class _Fill:

@@ -93,15 +93,17 @@ def command(
                 cfg = stack.start()
         embedded = is_embedded(cfg)
         mode = "embedded" if embedded else f"services (orchestrator {cfg.orchestrator.grpc_url})"
-        # embedded: the engine and the trainer share this process's cores (async: both compute at once)
-        threads = set_threads(0, computing=2 if cfg.trainer.mode == "async" else 1) if embedded else None
+        # embedded: the engine and the trainer share this process's cores (async: both compute at once),
+        # but in SFT steps no rollout runs: the trainer takes every share then
+        computing = 2 if cfg.trainer.mode == "async" else 1
+        threads = set_threads(0, computing=computing) if embedded else None
         t = cfg.trainer
         mix = ", ".join(f"{h.name}×{h.weight:g}" for h in t.harnesses)
         console.print(f"[bold]clawgym train[/bold] → {escape(str(folder))}: {mode}; {t.algorithm.name} on "
                       f"{escape(t.model)}, {escape(mix)}, suite {escape(t.suite)}")  # fmt: skip
         try:
             with console.status("starting the runtime (store, engine, proxy, orchestrator)"):
-                runtime = Runtime.open(cfg)
+                runtime = Runtime.open(cfg, sft_threads=threads * computing if threads else 0)
             with runtime:
                 prior = find_prior_run(runtime.cfg.trainer, runtime.store)
                 check_resume(runtime.cfg.trainer, prior, resume)

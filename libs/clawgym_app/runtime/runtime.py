@@ -47,8 +47,9 @@ class Runtime:
 
     evaluates = True  # every rollout service runs harnesses (`clawgym.run.RunParts`)
 
-    def __init__(self, cfg: ClawgymConfig) -> None:
+    def __init__(self, cfg: ClawgymConfig, sft_threads: int = 0) -> None:
         self.cfg = run_config(cfg)
+        self.sft_threads = sft_threads  # the trainer's torch threads in SFT steps (0: the process's)
         self.embedded = is_embedded(self.cfg)
         self.loop = LoopThread("clawgym-runtime")
         self._closers: list[Callable[[], Any]] = [self.loop.close]
@@ -61,10 +62,11 @@ class Runtime:
     # --- assembly ---
 
     @classmethod
-    def open(cls, cfg: ClawgymConfig, *, engine: Engine | None = None) -> Runtime:
+    def open(cls, cfg: ClawgymConfig, *, engine: Engine | None = None, sft_threads: int = 0) -> Runtime:
         """Builds (embedded) or connects to (services) every part; `close()` releases them. The
-        harnesses run with `orchestrator.harness_settings` (turn caps, reply lengths)."""
-        rt = cls(cfg)
+        harnesses run with `orchestrator.harness_settings` (turn caps, reply lengths). `sft_threads`:
+        the trainer's torch threads in SFT steps, where the engine of an embedded run sits idle."""
+        rt = cls(cfg, sft_threads)
         try:
             rt._open(engine)
         except BaseException:
@@ -117,6 +119,7 @@ class Runtime:
             tokenizer=self.tokenizer,
             proxy_url=self.proxy_url,
             on_status=on_status,
+            sft_threads=self.sft_threads,
         )
         self._closers.append(trainer.close)
         return trainer
