@@ -257,3 +257,30 @@ def test_a_new_prefix_is_what_the_least_alike_prompt_still_shares():
     assert shared_length(t(a1), [t(a2), t(b), t(chat)], 50) == 100, "the system prompt, not task a's whole prompt"
     assert shared_length(t(a1), [t(a2)], 50) == len(a1) - 1, "alone with its copy: all but the last token"
     assert shared_length(t(a1), [t(chat)], 50) == 0, "10 shared tokens are under the threshold"
+
+
+def test_prompts_behind_a_long_prompt_beyond_the_prefix_cache_wait_and_are_prefilled_over_it(
+    engine_factory, collect, hf_greedy, tiny_model, agent_prompts
+):
+    """A harness prompt longer than the prefix cache (opencode's 7.7k tokens beside the quickstart's
+    2,048), one task each, all arriving together: the first is prefilled alone, joins as the first
+    row of its system prompt's shared prefix, and the others are prefilled over that one copy (only
+    their own tokens), as HF generate decodes them. Without waiting, each computed the whole prompt."""
+    from tests.inference.test_batched_prefill import _collect_all
+
+    system = _system_length(agent_prompts)
+    cache_tokens = min(map(len, agent_prompts)) - 1  # no prompt fits
+    torch_engine = engine_factory(
+        tiny_model, shared_prefix_tokens=MIN_SHARE, prefix_cache_tokens=cache_tokens, prefill_chunk=4096
+    )
+    results = asyncio.run(_collect_all(torch_engine, agent_prompts, GREEDY, collect))
+    for prompt, result in zip(agent_prompts, results, strict=True):
+        assert result[0] == hf_greedy(tiny_model, prompt, 16), "a prompt prefilled over the prefix diverged"
+    counters = torch_engine.counters()
+    others = len(agent_prompts) - 1
+    assert counters.prefix_row_tokens >= others * system, (
+        f"{counters.prefix_row_tokens} prompt tokens read from the first's prefix, want >= {others * system}"
+    )
+    assert counters.prefill_tokens <= sum(map(len, agent_prompts)) - others * system, (
+        f"the system prompt computed more than once: {counters.prefill_tokens} prompt tokens prefilled"
+    )

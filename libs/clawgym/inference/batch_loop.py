@@ -433,20 +433,20 @@ class BatchLoop:
         return len(prompt) + limit
 
     def _follows(self, request: Request, busy: list[Request]) -> bool:
-        """True while a prefilling request has yet to compute a prefix (>= the cache's `min_hit`
-        tokens) this prompt shares: waiting for it costs nothing extra, computing it twice would.
-        Only for a leader whose KV stays reusable (its prompt fits the prefix cache)."""
-        if self.prefix_cache.max_tokens <= 0:
-            return False
+        """True while a prefilling request has yet to compute a prefix this prompt shares: waiting for
+        it costs nothing extra, computing it twice would. Only for a leader whose KV stays reusable:
+        its prompt fits the prefix cache (a prefix of `min_hit` tokens or more), or it will hold the
+        prefix as a shared one (`min_share` tokens or more: it joins as that prefix's first row, since
+        `_shared` counts the prompts still waiting; a long harness prompt beyond the cache)."""
         prompt = request.prompt_ids
+        cache = self.prefix_cache
         for leader in busy:
-            if len(leader.prompt) > self.prefix_cache.max_tokens or leader.kv_version not in (
-                -1,
-                self.version,
-            ):
+            if leader.kv_version not in (-1, self.version):
                 continue
             shared = min(common_prefix(prompt, leader.prompt_ids), len(request.prompt) - 1)
-            if shared >= self.prefix_cache.min_hit and leader.prefilled < shared:
+            cached = len(leader.prompt) <= cache.max_tokens and shared >= cache.min_hit
+            held = self.min_share > 0 and leader.prefix is None and shared >= self.min_share
+            if (cached or held) and leader.prefilled < shared:
                 return True
         return False
 
@@ -671,10 +671,12 @@ class BatchLoop:
     def _shared(self, requests: list[Request]) -> list[BatchKVCache]:
         """The joining requests' caches, each as a row of the longest shared prefix its prompt starts
         with (same tokens, computed by the same weights), or of a new one: the tokens it shares with
-        the least alike of the other prompts running or joining that share `min_share` or more (a
+        the least alike of the other prompts running, joining or waiting that share `min_share` or more (a
         harness's system prompt and tools, when other tasks' prompts are there); else whole. One
         prefilled over its prefix is a row of that prefix already."""
         prefixes = distinct([*(r.prefix for r in requests), *self._prefixes_held()])
+        with self._cond:  # prompts that follow one of these (`_follows`) are admitted over its prefix
+            waiting = list(self._waiting)
         caches = []
         for request in requests:
             cache, prompt = request.cache, request.prompt_ids
@@ -683,7 +685,7 @@ class BatchLoop:
                 continue
             prefix = self._prefix_of(request, prefixes)
             if prefix is None:
-                others = [r.prompt_ids for r in (*self._rows, *requests) if r is not request]
+                others = [r.prompt_ids for r in (*self._rows, *requests, *waiting) if r is not request]
                 n = shared_length(prompt, others, self.min_share)
                 if n:
                     columns = slice(cache.start, cache.start + n)

@@ -102,7 +102,7 @@ class BatchKVCache:
         """This one-row cache as a row of `prefix`: a view of its columns after the prefix's."""
         p = len(prefix)
         return BatchKVCache(
-            self.keys, self.values, self.start + p, self.end, [self.lengths[0] - p], prefixes=[prefix]
+            self.keys, self.values, self.start + p, self.end, [self.lengths[0] - p], self.max_slots, [prefix]
         )
 
     def adopt(self, prefix: SharedPrefix, rows: list[int]) -> None:
