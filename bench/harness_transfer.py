@@ -29,10 +29,11 @@ one carries to the other.
 `--small` is then B's chain): `--harnesses reference opencode --trainings opencode` is the warm-
 started pipeline through opencode, evaluated through it and the reference harness. `--concurrency
 H=N` sets rollouts at once through a harness (default: a step's; opencode's CLI costs ~20 s of CPU a
-run, so 8 at a time on 2 cores) and `--set KEY=VALUE` a config field of every run (opencode's 7.7k-
-token prompt needs `--set inference.prefix_cache_tokens=8192`, so that the prompts behind the first
-reuse its prefix). How far that pipeline went on 2 cores (an SFT step over opencode's prompt takes
-~10 minutes): `docs/performance.md`, harness prompts. A rerun into the same `--out` keeps its
+run, so 8 at a time on 2 cores) and `--set KEY=VALUE` a config field of every run (over opencode's
+7.7k-token prompt, `--set trainer.micro_batch_tokens=16384` packs a step's tree as one slice: at
+8192 each slice computes the prompt again, 3x slower, `bench/sft_budget.py`). That pipeline's command
+and its table (65 minutes on 2 cores; opencode's tool calls learnt, Pass@1 through it 0/16 -> 2/16
+within its interval): `docs/performance.md`, harness prompts. A rerun into the same `--out` keeps its
 demonstrations (`<out>/demonstrations/capture.json`).
 
 By default every run starts warm (`--warm-start`, below): from the base policy nothing is learnt
