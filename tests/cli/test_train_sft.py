@@ -43,13 +43,18 @@ def test_train_with_algorithm_sft_trains_an_export_folders_passed_rollouts(
 ):
     config = run_config(
         trainer={"run_name": "sft", "steps": 2, "rollout_source": "toy", "algorithm": {"name": "sft", "lr": 1e-3},
-                 "sft": {"source": str(demonstrations), "min_reward": 1.0, "groups_per_step": 1}},
+                 "sft": {"source": str(demonstrations), "min_reward": 1.0, "groups_per_step": 1}, "mode": "async"},
         evaluation=NO_EVALUATION, tracking={"tensorboard": True},
     )  # fmt: skip
     done = clawgym("train", "-c", str(config), "--run-dir", str(tmp_path / "run"), "--json")
     assert done.returncode == 0, f"clawgym train failed:\n{done.stdout}\n{done.stderr}"
-    assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == 2
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 2
     steps = steps_of(tmp_path / "store.db")
+    # async: the engine and the trainer each get a share of the cores, but no rollout runs in an SFT step
+    assert all(s["torch_threads"] == 2 * summary["torch_threads"] for s in steps), (
+        f"SFT steps compute on both shares: {[s['torch_threads'] for s in steps]}, a share {summary['torch_threads']}"
+    )
     assert [s["stage"] for s in steps] == ["sft", "sft"], "two SFT steps registered as checkpoints"
     assert all(s["rollouts"] == 1 for s in steps), "min_reward 1.0 keeps the one passed rollout"
     assert steps[1]["loss"] < steps[0]["loss"], (
