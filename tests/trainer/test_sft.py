@@ -41,11 +41,11 @@ def mean_nll(lm: torch.nn.Module, demos: Demonstrations) -> float:
     return total
 
 
-def sft_trainer(cfg, store, demos, tiny_tok, runner, engines) -> Trainer:
+def sft_trainer(cfg, store, demos, tiny_tok, runner, engines, **options) -> Trainer:
     """A trainer on `demos`; RL steps (a warm start's) roll out toy tasks on the first of `engines`."""
     source = ToyRolloutSource(store, engines[0] if engines else None, tiny_tok, runner)
     return Trainer(cfg, store=store, bus=store.bus, source=source, tokenizer=tiny_tok, engines=engines,
-                   runner=runner, demonstrations=demos)  # fmt: skip
+                   runner=runner, demonstrations=demos, **options)  # fmt: skip
 
 
 def test_sft_steps_make_the_demonstrations_likelier_and_the_engine_serves_each_step(
@@ -217,9 +217,7 @@ def test_sft_steps_compute_on_their_own_thread_count_and_give_it_back(
         steps=2, algorithm={"name": "sft", "lr": 1e-3}, sft={"run_id": run_id, "min_reward": 1.0}
     )
     demos = Demonstrations.of(select(store_groups(store, run_id), 1.0), 2, seed=0)
-    source = ToyRolloutSource(store, engine, tiny_tok, runner)
-    trainer = Trainer(cfg, store=store, bus=store.bus, source=source, tokenizer=tiny_tok, engines=[engine],
-                      runner=runner, demonstrations=demos, sft_threads=3)  # fmt: skip
+    trainer = sft_trainer(cfg, store, demos, tiny_tok, runner, [engine], sft_threads=3)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
